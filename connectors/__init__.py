@@ -1,0 +1,1 @@
+"""Connectors: everything that talks to something outside (ZooKeeper, Kafka, bookies, Delta)."""

@@ -1,0 +1,1 @@
+"""The pure core: BookKeeper's data model and formats, entry sets and the verdict. No I/O, no clocks."""

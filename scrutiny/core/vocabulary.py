@@ -1,0 +1,60 @@
+"""The closed vocabulary of checks: every category and severity Scrutiny reports.
+
+This module is the one place that defines them; tables, views and the CLI all refer here.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Severity(StrEnum):
+    """How bad a violation is. Ordered: ``CRITICAL`` > ``WARNING`` > ``INFO``."""
+
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        """0 for info, 1 for warning, 2 for critical: compare severities with this."""
+        return _RANK[self]
+
+
+_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
+
+
+class Category(StrEnum):
+    """What was violated (DESIGN.md, "The checks")."""
+
+    NO_REPLICA = "NO_REPLICA"
+    BELOW_ACK_QUORUM = "BELOW_ACK_QUORUM"
+    BELOW_WRITE_QUORUM = "BELOW_WRITE_QUORUM"
+    MISSING_REPLICA = "MISSING_REPLICA"
+    ENTRIES_BEYOND_LAST_ENTRY = "ENTRIES_BEYOND_LAST_ENTRY"
+    PLACEMENT_FAIL = "PLACEMENT_FAIL"
+    PLACEMENT_SOFT = "PLACEMENT_SOFT"
+    UNDER_REPLICATION_STUCK = "UNDER_REPLICATION_STUCK"
+    BOOKIE_UNRESPONSIVE = "BOOKIE_UNRESPONSIVE"
+    BOOKIE_NOT_REGISTERED = "BOOKIE_NOT_REGISTERED"
+    METADATA_UNREADABLE = "METADATA_UNREADABLE"
+    ACK_QUORUM_ONE = "ACK_QUORUM_ONE"
+    CHECK_OVERDUE = "CHECK_OVERDUE"
+
+
+#: The severity of each category whose severity does not depend on the evidence.
+#: ``MISSING_REPLICA`` takes the ledger's worst replica severity and
+#: ``ENTRIES_BEYOND_LAST_ENTRY`` depends on how many bookies hold the next entry.
+FIXED_SEVERITY: dict[Category, Severity] = {
+    Category.NO_REPLICA: Severity.CRITICAL,
+    Category.BELOW_ACK_QUORUM: Severity.CRITICAL,
+    Category.BELOW_WRITE_QUORUM: Severity.WARNING,
+    Category.PLACEMENT_FAIL: Severity.WARNING,
+    Category.PLACEMENT_SOFT: Severity.INFO,
+    Category.UNDER_REPLICATION_STUCK: Severity.CRITICAL,
+    Category.BOOKIE_UNRESPONSIVE: Severity.WARNING,
+    Category.BOOKIE_NOT_REGISTERED: Severity.WARNING,
+    Category.METADATA_UNREADABLE: Severity.CRITICAL,
+    Category.ACK_QUORUM_ONE: Severity.INFO,
+    Category.CHECK_OVERDUE: Severity.WARNING,
+}

@@ -1,0 +1,1 @@
+"""The streaming job and the command-line interface."""
