@@ -1,0 +1,107 @@
+"""The entry-listing bytes a bookie returns: BookKeeper's ``AvailabilityOfEntriesOfLedger`` (BP-34).
+
+Big-endian: a 64-byte header (int32 version 0, int32 number of groups, 56 zero bytes), then
+one 24-byte group each (int64 first sequence start, int64 last sequence start, int32 sequence
+size, int32 sequence period), sorted by first start.
+
+:func:`decode_listing` accepts any valid groups, periodic or one per run, and rejects
+truncated or inconsistent bytes with :class:`ListingFormatError`. :func:`encode_listing`
+writes the compact form (a healthy stripe is one group); :func:`encode_listing_per_run` writes
+the one-group-per-run form that BookKeeper's Java bookies emit, byte for byte.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+
+from scrutiny.core.errors import ListingFormatError
+from scrutiny.core.sequence_groups import SequenceGroup, group_problem, merge_consecutive, per_run
+
+HEADER_SIZE = 64
+GROUP_SIZE = 24
+LISTING_VERSION = 0
+_HEADER = struct.Struct(">ii56x")
+_GROUP = struct.Struct(">qqii")
+_INT32_MAX = 2**31 - 1
+
+
+def decode_listing(data: bytes) -> tuple[SequenceGroup, ...]:
+    """The groups of a listing, exactly as sent (after validation), in order.
+
+    Raises :class:`ListingFormatError` for a short header, a version other than 0, a group
+    count that does not match the length, non-zero reserved bytes, inconsistent groups, or
+    groups not sorted by first start. Never raises anything else.
+    """
+    if len(data) < HEADER_SIZE:
+        raise ListingFormatError(f"{len(data)} bytes is shorter than the {HEADER_SIZE}-byte header")
+    version, count = _HEADER.unpack_from(data, 0)
+    if version != LISTING_VERSION:
+        raise ListingFormatError(f"unsupported version {version} (supported: {LISTING_VERSION})", offset=0)
+    if any(data[8:HEADER_SIZE]):
+        raise ListingFormatError("reserved header bytes are not zero", offset=8)
+    if count < 0:
+        raise ListingFormatError(f"negative group count {count}", offset=4)
+    expected = HEADER_SIZE + count * GROUP_SIZE
+    if len(data) != expected:
+        raise ListingFormatError(
+            f"header announces {count} groups ({expected} bytes) but the listing has {len(data)} bytes"
+        )
+    groups: list[SequenceGroup] = []
+    for index in range(count):
+        offset = HEADER_SIZE + index * GROUP_SIZE
+        first, last, size, period = _GROUP.unpack_from(data, offset)
+        problem = group_problem(first, last, size, period)
+        if problem is not None:
+            raise ListingFormatError(f"group {index}: {problem}", offset=offset)
+        if groups and first <= groups[-1].first_start:
+            raise ListingFormatError(
+                f"group {index} starts at {first}, not after group {index - 1} ({groups[-1].first_start})",
+                offset=offset,
+            )
+        groups.append(SequenceGroup(first, last, size, period))
+    return tuple(groups)
+
+
+def encode_groups(groups: Sequence[SequenceGroup]) -> bytes:
+    """The listing bytes for these groups as given (must be sorted, consistent, int32 sizes)."""
+    out = bytearray(_HEADER.pack(LISTING_VERSION, len(groups)))
+    for group in groups:
+        if group.size > _INT32_MAX or group.period > _INT32_MAX:
+            raise ValueError(f"group {group} does not fit the listing's int32 size and period")
+        out += _GROUP.pack(group.first_start, group.last_start, group.size, group.period)
+    return bytes(out)
+
+
+def encode_listing(groups: Iterable[SequenceGroup]) -> bytes:
+    """Compact listing bytes: consecutive equal runs become one periodic group (BP-34's intent).
+
+    ``groups`` must be disjoint and sorted by first start, each starting after the previous ends.
+    Runs longer than an int32 are split.
+    """
+    return encode_groups(_split_long_runs(merge_consecutive(groups)))
+
+
+def encode_listing_per_run(groups: Sequence[SequenceGroup]) -> bytes:
+    """One period-0 group per run, as BookKeeper's Java bookie encodes its listing."""
+    return encode_groups(_split_long_runs(per_run(groups)))
+
+
+def _split_long_runs(groups: list[SequenceGroup]) -> list[SequenceGroup]:
+    out: list[SequenceGroup] = []
+    for group in groups:
+        if group.size <= _INT32_MAX and group.period <= _INT32_MAX:
+            out.append(group)
+            continue
+        for first, last in group.run_bounds():
+            start = first
+            while start <= last:
+                end = min(last, start + _INT32_MAX - 1)
+                out.append(SequenceGroup.run(start, end))
+                start = end + 1
+    return out
+
+
+def empty_listing() -> bytes:
+    """The 64-byte listing with no groups."""
+    return encode_groups(())

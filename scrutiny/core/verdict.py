@@ -1,0 +1,394 @@
+"""The verdict on one ledger: what its bookies hold against what its metadata promises.
+
+:func:`compute_verdict` is pure: metadata, each ensemble bookie's answer, what is known of the
+cluster (racks, registered bookies), the ledger's under-replication mark, the time and the
+configuration go in; a :class:`Verdict` with violations in the closed vocabulary of
+:mod:`scrutiny.core.vocabulary` comes out. Rules it keeps (each pinned by a test):
+
+* an answer is a listing, an explicit negative (the bookie holds nothing of the ledger) or
+  unknown; unknown is never counted as missing: a bookie with an unknown answer is counted as
+  holding everything, so a violation is reported only when it holds whatever that bookie
+  turns out to hold, and the bookie is listed in ``retry_bookies``;
+* copies outside an entry's write set never count;
+* the ledger is classified once, by its worst entry, as ``NO_REPLICA``, ``BELOW_ACK_QUORUM`` or
+  ``BELOW_WRITE_QUORUM`` with the entries at that level, plus one ``MISSING_REPLICA`` detail
+  per (segment, bookie) with the entries that bookie lacks;
+* a ledger marked under-replicated is not re-reported for missing replicas (replication is at
+  work); only entries with no replica at all, which replication cannot repair, are reported;
+* open and in-recovery ledgers are checked only in the segments an ensemble change sealed;
+* cost is O(segments × bookies × listing groups): entries are never expanded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from scrutiny.core.ledger_metadata import LedgerMetadata, LedgerState
+from scrutiny.core.periodic_sets import (
+    EntrySetTooComplexError,
+    Piece,
+    at_least,
+    choose_modulus,
+    full_mask,
+    new_budget,
+    pieces_of,
+    sweep,
+    to_groups,
+    union_groups,
+    window_mask,
+)
+from scrutiny.core.placement import PlacementConfig, PlacementResult, check_placement
+from scrutiny.core.sequence_groups import MAX_ENTRY_ID, EntrySet, SequenceGroup, clip
+from scrutiny.core.striping import SegmentSpan, expected_groups, expected_residues, segment_spans, write_set
+from scrutiny.core.vocabulary import FIXED_SEVERITY, Category, Severity
+from scrutiny.core.zk_records import UnderReplicationMark
+
+#: Default grace period for an under-replication mark before it is reported stuck (1 hour).
+DEFAULT_UNDER_REPLICATION_GRACE_MS = 3_600_000
+
+
+class AnswerKind(StrEnum):
+    """What a bookie said about a ledger."""
+
+    LISTING = "LISTING"
+    NO_LEDGER = "NO_LEDGER"
+    UNKNOWN = "UNKNOWN"
+
+
+@dataclass(frozen=True, slots=True)
+class BookieAnswer:
+    """One bookie's answer: a listing's groups, an explicit negative, or unknown with a reason."""
+
+    kind: AnswerKind
+    groups: tuple[SequenceGroup, ...] = ()
+    reason: str = ""
+
+    @classmethod
+    def listing(cls, groups: tuple[SequenceGroup, ...] | list[SequenceGroup]) -> BookieAnswer:
+        """A positive answer: the bookie holds these entries of the ledger."""
+        return cls(AnswerKind.LISTING, tuple(groups))
+
+    @classmethod
+    def no_ledger(cls) -> BookieAnswer:
+        """An explicit negative (ENOLEDGER): the bookie holds no entry of the ledger."""
+        return cls(AnswerKind.NO_LEDGER)
+
+    @classmethod
+    def unknown(cls, reason: str) -> BookieAnswer:
+        """No usable answer (timeout, error, unsupported storage, limbo...)."""
+        return cls(AnswerKind.UNKNOWN, (), reason)
+
+
+class VerdictKind(StrEnum):
+    """The ledger's overall outcome."""
+
+    HEALTHY = "HEALTHY"
+    VIOLATED = "VIOLATED"
+    UNKNOWN = "UNKNOWN"
+    SKIPPED = "SKIPPED"
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One finding. ``bookie``, ``segment_first_entry`` and ``entries`` are None where they do not apply."""
+
+    category: Category
+    severity: Severity
+    bookie: str | None = None
+    segment_first_entry: int | None = None
+    entries: EntrySet | None = None
+    details: str = ""
+
+    def as_json_dict(self) -> dict[str, object]:
+        """The stable JSON form of the CLI and the tables."""
+        return {
+            "category": self.category.value,
+            "severity": self.severity.value,
+            "bookie": self.bookie,
+            "segment_first_entry": self.segment_first_entry,
+            "entries": self.entries.as_json_dict() if self.entries is not None else None,
+            "details": self.details,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The outcome for one ledger."""
+
+    verdict: VerdictKind
+    state: LedgerState
+    violations: tuple[Violation, ...]
+    retry_bookies: tuple[str, ...]
+
+    def as_json_dict(self) -> dict[str, object]:
+        """``{"verdict", "state", "violations": [...], "retry_bookies": [...]}``."""
+        return {
+            "verdict": self.verdict.value,
+            "state": self.state.value,
+            "violations": [v.as_json_dict() for v in self.violations],
+            "retry_bookies": list(self.retry_bookies),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class VerdictConfig:
+    """What the verdict depends on besides the evidence: placement policy and grace period."""
+
+    placement: PlacementConfig = PlacementConfig()
+    under_replication_grace_ms: int = DEFAULT_UNDER_REPLICATION_GRACE_MS
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """What is known of the cluster. ``writable`` None means registration is not checked."""
+
+    racks: Mapping[str, str] = field(default_factory=dict)
+    writable: frozenset[str] | None = None
+    readonly: frozenset[str] = frozenset()
+
+    def registered(self, bookie: str) -> bool:
+        """Whether the bookie is registered, writable or read-only (True when unchecked)."""
+        return self.writable is None or bookie in self.writable or bookie in self.readonly
+
+
+_REPLICA_LEVELS = (Category.NO_REPLICA, Category.BELOW_ACK_QUORUM, Category.BELOW_WRITE_QUORUM)
+_ORDER = {category: index for index, category in enumerate(Category)}
+
+
+def compute_verdict(
+    metadata: LedgerMetadata,
+    answers: Mapping[str, BookieAnswer],
+    *,
+    now_ms: int,
+    config: VerdictConfig = VerdictConfig(),
+    cluster: ClusterView = ClusterView(),
+    under_replication: UnderReplicationMark | None = None,
+) -> Verdict:
+    """The ledger's verdict. A bookie of an ensemble missing from ``answers`` counts as unknown."""
+    closed = metadata.state is LedgerState.CLOSED
+    last_entry = metadata.last_entry_id if closed else None
+    spans = segment_spans(
+        [s.first_entry_id for s in metadata.segments], [s.ensemble for s in metadata.segments], last_entry
+    )
+    checked = [span for span in spans if not span.empty]
+    modulus = choose_modulus(metadata.ensemble_size, [g for a in answers.values() for g in a.groups])
+    answers, pieces = _pieces_by_bookie(answers, modulus)
+    replicas = _ReplicaCheck(metadata, pieces, modulus)
+    for span in checked:
+        replicas.add_segment(span)
+    violations = replicas.violations(marked=under_replication is not None)
+    if closed and last_entry is not None and spans:
+        violations += _entries_beyond(metadata, spans[-1], last_entry, answers)
+    examined = closed or bool(spans)
+    if examined:
+        violations += _metadata_checks(metadata, checked, closed, config, cluster)
+    if under_replication is not None:
+        violations += _stuck(under_replication, now_ms, config.under_replication_grace_ms)
+    violations.sort(key=lambda v: (_ORDER[v.category], v.segment_first_entry or 0, v.bookie or ""))
+    if violations:
+        kind = VerdictKind.VIOLATED
+    elif not examined:
+        kind = VerdictKind.SKIPPED
+    elif replicas.retry:
+        kind = VerdictKind.UNKNOWN
+    else:
+        kind = VerdictKind.HEALTHY
+    return Verdict(kind, metadata.state, tuple(violations), tuple(replicas.retry))
+
+
+def _pieces_by_bookie(
+    answers: Mapping[str, BookieAnswer], modulus: int
+) -> tuple[dict[str, BookieAnswer], dict[str, list[Piece]]]:
+    """Each listing as pieces over the whole ledger; listings too irregular to evaluate become unknown."""
+    usable: dict[str, BookieAnswer] = {}
+    pieces: dict[str, list[Piece]] = {}
+    for bookie, answer in answers.items():
+        usable[bookie] = answer
+        if answer.kind is AnswerKind.LISTING:
+            try:
+                pieces[bookie] = pieces_of(answer.groups, modulus, 0, MAX_ENTRY_ID, new_budget())
+            except EntrySetTooComplexError as error:
+                usable[bookie] = BookieAnswer.unknown(f"listing cannot be evaluated: {error}")
+        elif answer.kind is AnswerKind.NO_LEDGER:
+            pieces[bookie] = []
+    return usable, pieces
+
+
+def _clip_pieces(pieces: list[Piece], lo: int, hi: int) -> list[Piece]:
+    return [(max(s, lo), min(e, hi), m) for s, e, m in pieces if s <= hi and e >= lo]
+
+
+class _ReplicaCheck:
+    """Accumulates, segment by segment, the entries below each replica level."""
+
+    def __init__(self, metadata: LedgerMetadata, pieces: Mapping[str, list[Piece]], modulus: int) -> None:
+        self.size = metadata.ensemble_size
+        self.wq = metadata.write_quorum
+        self.aq = metadata.ack_quorum
+        self.pieces = pieces  # bookies with a known answer only
+        self.modulus = modulus
+        self.levels: dict[Category, list[Piece]] = {category: [] for category in _REPLICA_LEVELS}
+        self.missing: list[tuple[SegmentSpan, str, list[Piece]]] = []
+        self.retry: list[str] = []
+
+    def add_segment(self, span: SegmentSpan) -> None:
+        """Count the replicas of every entry of one non-empty segment."""
+        inputs: list[list[Piece]] = []
+        for index, bookie in enumerate(span.ensemble):
+            known = self.pieces.get(bookie)
+            if known is None:
+                inputs.append([(span.first, span.last, full_mask(self.modulus))])
+                if expected_groups(index, self.size, self.wq, span.first, span.last) and bookie not in self.retry:
+                    self.retry.append(bookie)
+            else:
+                inputs.append(_clip_pieces(known, span.first, span.last))
+        expected = [expected_residues(i, self.size, self.wq, self.modulus) for i in range(self.size)]
+        lacking: list[list[Piece]] = [[] for _ in span.ensemble]
+        thresholds = (self.wq, self.wq - self.aq + 1, 1)
+        for start, end, held in sweep(inputs, span.first, span.last):
+            window = window_mask(start, end, self.modulus)
+            missing = [want & ~have & window for want, have in zip(expected, held, strict=True)]
+            for index, mask in enumerate(missing):
+                if mask:
+                    lacking[index].append((start, end, mask))
+            for category, mask in zip(_REPLICA_LEVELS, at_least(missing, thresholds), strict=True):
+                if mask:
+                    self.levels[category].append((start, end, mask))
+        for index, pieces in enumerate(lacking):
+            if pieces:
+                self.missing.append((span, span.ensemble[index], pieces))
+
+    def violations(self, *, marked: bool) -> list[Violation]:
+        """The worst replica level (once) and, unless marked under-replicated, the per-bookie details."""
+        for category in _REPLICA_LEVELS:
+            if self.levels[category]:
+                break
+        else:
+            return []
+        severity = FIXED_SEVERITY[category]
+        if marked and category is not Category.NO_REPLICA:
+            return []
+        entries = EntrySet.of(to_groups(self.levels[category], self.modulus))
+        worst = Violation(category, severity, entries=entries, details=self._level_details(category))
+        if marked:
+            return [worst]
+        details = [
+            Violation(
+                Category.MISSING_REPLICA,
+                severity,
+                bookie=bookie,
+                segment_first_entry=span.first,
+                entries=EntrySet.of(to_groups(pieces, self.modulus)),
+                details=f"segment [{span.first}, {span.last}]",
+            )
+            for span, bookie, pieces in self.missing
+        ]
+        return [worst, *details]
+
+    def _level_details(self, category: Category) -> str:
+        if category is Category.NO_REPLICA:
+            return "entries with no replica in their write set (data loss)"
+        if category is Category.BELOW_ACK_QUORUM:
+            return f"entries with fewer than {self.aq} (AQ) replicas in their write set"
+        return f"entries with fewer than {self.wq} (WQ) replicas in their write set"
+
+
+def _entries_beyond(
+    metadata: LedgerMetadata, last_span: SegmentSpan, last_entry: int, answers: Mapping[str, BookieAnswer]
+) -> list[Violation]:
+    """Entries after lastEntryId held by the last segment's bookies (a recovery may have truncated)."""
+    if last_entry >= MAX_ENTRY_ID:
+        return []
+    beyond: dict[str, list[SequenceGroup]] = {}
+    for bookie in last_span.ensemble:
+        answer = answers.get(bookie)
+        if answer is None or answer.kind is not AnswerKind.LISTING:
+            continue
+        extra = [part for g in answer.groups for part in clip(g, last_entry + 1, MAX_ENTRY_ID)]
+        if extra:
+            beyond[bookie] = extra
+    if not beyond:
+        return []
+    following = last_entry + 1
+    holders = [
+        last_span.ensemble[i]
+        for i in write_set(following, metadata.ensemble_size, metadata.write_quorum)
+        if any(g.contains(following) for g in beyond.get(last_span.ensemble[i], ()))
+    ]
+    truncated = len(holders) >= metadata.ack_quorum
+    severity = Severity.CRITICAL if truncated else Severity.WARNING
+    note = f"{len(holders)} write-set bookie(s) hold entry {following} (AQ {metadata.ack_quorum})" + (
+        "; the ledger was probably truncated by a recovery" if truncated else ""
+    )
+    return [
+        Violation(
+            Category.ENTRIES_BEYOND_LAST_ENTRY,
+            severity,
+            bookie=bookie,
+            segment_first_entry=last_span.first,
+            entries=EntrySet.of(union_groups(groups)),
+            details=note,
+        )
+        for bookie, groups in beyond.items()
+    ]
+
+
+def _metadata_checks(
+    metadata: LedgerMetadata,
+    checked: list[SegmentSpan],
+    closed: bool,
+    config: VerdictConfig,
+    cluster: ClusterView,
+) -> list[Violation]:
+    """Placement of each checked segment, AQ = 1, and (closed ledgers) registration of their bookies."""
+    out: list[Violation] = []
+    if metadata.ack_quorum == 1:
+        out.append(
+            Violation(
+                Category.ACK_QUORUM_ONE,
+                FIXED_SEVERITY[Category.ACK_QUORUM_ONE],
+                details="written with ack quorum 1: one lost bookie loses acknowledged entries",
+            )
+        )
+    for span in checked:
+        outcome = check_placement(span.ensemble, metadata.write_quorum, cluster.racks, config.placement)
+        if outcome.result is PlacementResult.MEETS_STRICT:
+            continue
+        category = Category.PLACEMENT_FAIL if outcome.result is PlacementResult.FAIL else Category.PLACEMENT_SOFT
+        out.append(
+            Violation(category, FIXED_SEVERITY[category], segment_first_entry=span.first, details=outcome.reason)
+        )
+    if closed:
+        reported: set[str] = set()
+        for span in checked:
+            for bookie in span.ensemble:
+                if bookie in reported or cluster.registered(bookie):
+                    continue
+                reported.add(bookie)
+                out.append(
+                    Violation(
+                        Category.BOOKIE_NOT_REGISTERED,
+                        FIXED_SEVERITY[Category.BOOKIE_NOT_REGISTERED],
+                        bookie=bookie,
+                        segment_first_entry=span.first,
+                        details="neither writable nor read-only in the cluster's registration",
+                    )
+                )
+    return out
+
+
+def _stuck(mark: UnderReplicationMark, now_ms: int, grace_ms: int) -> list[Violation]:
+    """UNDER_REPLICATION_STUCK when the mark is older than the grace period (unknown age: not judged)."""
+    if mark.ctime_ms is None or now_ms - mark.ctime_ms <= grace_ms:
+        return []
+    age_s = (now_ms - mark.ctime_ms) // 1000
+    replicas = ", ".join(mark.replicas) or "none named"
+    return [
+        Violation(
+            Category.UNDER_REPLICATION_STUCK,
+            FIXED_SEVERITY[Category.UNDER_REPLICATION_STUCK],
+            details=f"marked under-replicated {age_s} s ago (grace {grace_ms // 1000} s); missing: {replicas}",
+        )
+    ]

@@ -1,0 +1,619 @@
+"""Ledger metadata: the three stored formats, exact v3 re-encoding, validation, password secrecy.
+
+The v3 examples are built byte by byte here, in field-number order as BookKeeper's Java protobuf
+runtime writes them, so they check the field numbers as well as the codec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import string
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scrutiny.core.errors import MetadataFormatError
+from scrutiny.core.ledger_metadata import (
+    DigestType,
+    LedgerMetadata,
+    LedgerState,
+    Segment,
+    build_ledger_metadata,
+    decode_ledger_metadata,
+    encode_ledger_metadata_v3,
+)
+
+HEADER = b"BookieMetadataFormatVersion\t"
+TOPIC = "public/default/persistent/orders"
+SECRET = b"s3cr3t-pw"
+B0 = "bookie-0.bookie.pulsar.svc.cluster.local:3181"
+B1 = "bookie-1.bookie.pulsar.svc.cluster.local:3181"
+B2 = "bookie-2.bookie.pulsar.svc.cluster.local:3181"
+B3 = "bookie-3.bookie.pulsar.svc.cluster.local:3181"
+FAST = settings(max_examples=200, deadline=None, database=None)
+
+
+# --------------------------------------------------------------------------- wire helpers (independent of the codec)
+
+
+def varint(value: int) -> bytes:
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def int_field(number: int, value: int) -> bytes:
+    return varint(number << 3) + varint(value)
+
+
+def bytes_field(number: int, value: bytes) -> bytes:
+    return varint(number << 3 | 2) + varint(len(value)) + value
+
+
+def segment(first: int, *bookies: str) -> bytes:
+    return bytes_field(6, b"".join(bytes_field(1, b.encode()) for b in bookies) + int_field(2, first))
+
+
+def custom(key: str, value: bytes) -> bytes:
+    return bytes_field(11, bytes_field(1, key.encode()) + bytes_field(2, value))
+
+
+def v3(body: bytes) -> bytes:
+    return HEADER + b"3\n" + varint(len(body)) + body
+
+
+PULSAR_CUSTOM = (
+    custom("application", b"pulsar")
+    + custom("component", b"managed-ledger")
+    + custom("pulsar/managed-ledger", TOPIC.encode())
+)
+
+
+def pulsar_body(*, state: int = 3, password: bytes = b"", tail: bytes = b"") -> bytes:
+    """A closed Pulsar ledger, E=3 WQ=2 AQ=2, one ensemble change, as BookKeeper 4.9+ writes it."""
+    return (
+        int_field(1, 2)  # quorumSize
+        + int_field(2, 3)  # ensembleSize
+        + int_field(3, 1_048_576)  # length
+        + int_field(4, 4999)  # lastEntryId
+        + int_field(5, state)
+        + segment(0, B0, B1, B2)
+        + segment(2500, B0, B3, B2)
+        + int_field(7, 3)  # digestType CRC32C
+        + bytes_field(8, password)
+        + int_field(9, 2)  # ackQuorumSize
+        + int_field(10, 1_700_000_000_000)  # ctime
+        + PULSAR_CUSTOM
+        + tail
+    )
+
+
+def minimal_body(
+    *,
+    quorum: int = 2,
+    ensemble: int = 3,
+    ack: int | None = None,
+    state: int = 3,
+    last: int | None = 9,
+    length: int = 100,
+    segments: tuple[tuple[int, tuple[str, ...]], ...] = ((0, ("a:1", "b:1", "c:1")),),
+) -> bytes:
+    body = int_field(1, quorum) + int_field(2, ensemble) + int_field(3, length)
+    body += b"" if last is None else int_field(4, last)
+    body += int_field(5, state) + b"".join(segment(first, *bookies) for first, bookies in segments)
+    return body + (b"" if ack is None else int_field(9, ack))
+
+
+def reason(blob: bytes) -> MetadataFormatError:
+    with pytest.raises(MetadataFormatError) as info:
+        decode_ledger_metadata(blob)
+    return info.value
+
+
+# --------------------------------------------------------------------------- v3
+
+
+def test_decodes_a_pulsar_v3_ledger_as_bookkeeper_writes_it() -> None:
+    md = decode_ledger_metadata(v3(pulsar_body()))
+    assert md.format_version == 3
+    assert md.state is LedgerState.CLOSED and md.is_closed()
+    assert (md.ensemble_size, md.write_quorum, md.ack_quorum) == (3, 2, 2)
+    assert (md.last_entry_id, md.length) == (4999, 1_048_576)
+    assert md.segments == (Segment(0, (B0, B1, B2)), Segment(2500, (B0, B3, B2)))
+    assert md.digest_type is DigestType.CRC32C
+    assert md.password == b"" and md.password_set
+    assert md.ctime == 1_700_000_000_000 and md.c_token is None
+    assert md.custom_metadata == (
+        ("application", b"pulsar"),
+        ("component", b"managed-ledger"),
+        ("pulsar/managed-ledger", TOPIC.encode()),
+    )
+    assert md.pulsar_topic == TOPIC
+
+
+V3_VARIANTS = {
+    "pulsar": pulsar_body(),
+    "pulsar with cToken": pulsar_body(tail=int_field(12, 42)),
+    "open": minimal_body(state=1, last=-1, length=0, ack=2),
+    "in recovery": minimal_body(state=2, last=17, length=5),
+    "closed without lastEntryId": minimal_body(last=None, length=0),
+    "no ackQuorumSize": minimal_body(ack=None),
+    "negative stored values while open": minimal_body(state=1, last=-(2**63), length=-7),
+    "largest ids": minimal_body(last=2**63 - 1, length=2**63 - 1, segments=((2**63 - 1, ("a:1", "b:1", "c:1")),)),
+    "unknown top-level field from a newer version": pulsar_body(tail=int_field(12, 1) + bytes_field(20, b"x")),
+    "unknown digest type": minimal_body() + int_field(7, 9),
+    "unknown fields in a segment and a custom entry": (
+        minimal_body(ensemble=2, segments=())
+        + bytes_field(6, bytes_field(1, b"a:1") + bytes_field(1, b"b:1") + int_field(2, 0) + int_field(3, 7))
+        + bytes_field(11, bytes_field(1, b"k") + bytes_field(2, b"v") + int_field(5, 1))
+    ),
+    "non-UTF-8 custom value, empty password, HMAC": (
+        minimal_body(ensemble=2, segments=((0, ("a:1", "b:1")),)) + int_field(7, 2) + bytes_field(8, b"")
+    )
+    + custom("bin", b"\xff\x00"),
+}
+
+
+@pytest.mark.parametrize("body", V3_VARIANTS.values(), ids=V3_VARIANTS.keys())
+def test_v3_reencoding_is_byte_exact(body: bytes) -> None:
+    blob = v3(body)
+    md = decode_ledger_metadata(blob)
+    assert encode_ledger_metadata_v3(md) == blob
+    assert decode_ledger_metadata(encode_ledger_metadata_v3(md)) == md
+
+
+def test_open_and_in_recovery_ledgers_ignore_stored_last_entry_and_length() -> None:
+    for state in (1, 2):
+        md = decode_ledger_metadata(v3(minimal_body(state=state, last=17, length=5)))
+        assert (md.last_entry_id, md.length) == (None, None)
+        assert not md.is_closed()
+
+
+def test_closed_ledger_without_last_entry_id_is_empty() -> None:
+    md = decode_ledger_metadata(v3(minimal_body(last=None, length=0)))
+    assert (md.state, md.last_entry_id, md.length) == (LedgerState.CLOSED, -1, 0)
+
+
+def test_absent_ack_quorum_is_the_write_quorum_and_absent_options_are_none() -> None:
+    md = decode_ledger_metadata(v3(minimal_body(ack=None)))
+    assert md.ack_quorum == md.write_quorum == 2
+    assert (md.digest_type, md.password, md.ctime, md.c_token, md.pulsar_topic) == (None,) * 5
+    assert not md.password_set
+
+
+def test_build_writes_what_bookkeeper_writes() -> None:
+    md = build_ledger_metadata(
+        ensemble_size=3,
+        write_quorum=2,
+        ack_quorum=2,
+        segments=[(0, (B0, B1, B2)), Segment(2500, (B0, B3, B2))],
+        last_entry_id=4999,
+        length=1_048_576,
+        ctime=1_700_000_000_000,
+        custom_metadata=[
+            ("application", b"pulsar"),
+            ("component", b"managed-ledger"),
+            ("pulsar/managed-ledger", TOPIC.encode()),
+        ],
+    )
+    assert encode_ledger_metadata_v3(md) == v3(pulsar_body())
+
+
+def test_build_open_ledger_stores_but_hides_last_entry_and_length() -> None:
+    md = build_ledger_metadata(
+        ensemble_size=1, write_quorum=1, ack_quorum=1, segments=[(0, ["a:1"])], state=LedgerState.OPEN
+    )
+    assert (md.last_entry_id, md.length) == (None, None)
+    expected = int_field(1, 1) + int_field(2, 1) + int_field(3, 0) + int_field(4, -1) + int_field(5, 1)
+    expected += segment(0, "a:1") + int_field(7, 3) + bytes_field(8, b"") + int_field(9, 1)
+    assert encode_ledger_metadata_v3(md) == v3(expected)
+
+
+def test_directly_constructed_metadata_encodes_and_decodes_back() -> None:
+    md = LedgerMetadata(
+        format_version=3,
+        state=LedgerState.CLOSED,
+        ensemble_size=2,
+        write_quorum=2,
+        ack_quorum=1,
+        last_entry_id=-1,
+        length=0,
+        segments=(Segment(0, ("a:1", "b:1")),),
+        digest_type=None,
+        password=None,
+        ctime=None,
+        custom_metadata=(),
+        c_token=None,
+    )
+    assert decode_ledger_metadata(encode_ledger_metadata_v3(md)) == md
+
+
+def test_replaced_fields_are_encoded() -> None:
+    md = decode_ledger_metadata(v3(minimal_body(ack=None)))
+    changed = dataclasses.replace(md, ack_quorum=1, last_entry_id=20, length=200)
+    back = decode_ledger_metadata(encode_ledger_metadata_v3(changed))
+    assert (back.ack_quorum, back.last_entry_id, back.length) == (1, 20, 200)
+
+
+# --------------------------------------------------------------------------- v1 and v2
+
+
+V1_CLOSED = (
+    HEADER + b"1\n2\n3\n1024\n0\t10.0.0.1:3181\t10.0.0.2:3181\t10.0.0.3:3181\n"
+    b"100\t10.0.0.1:3181\t10.0.0.4:3181\t10.0.0.3:3181\n199\tCLOSED"
+)
+
+
+def test_v1_closed_ledger() -> None:
+    md = decode_ledger_metadata(V1_CLOSED)
+    assert (md.format_version, md.state, md.last_entry_id, md.length) == (1, LedgerState.CLOSED, 199, 1024)
+    assert (md.ensemble_size, md.write_quorum, md.ack_quorum) == (3, 2, 2)
+    assert md.segments[1] == Segment(100, ("10.0.0.1:3181", "10.0.0.4:3181", "10.0.0.3:3181"))
+    assert (md.digest_type, md.password, md.ctime, md.custom_metadata) == (None, None, None, ())
+
+
+def test_v1_closing_line_minus_102_means_in_recovery() -> None:
+    md = decode_ledger_metadata(V1_CLOSED.replace(b"199\tCLOSED", b"-102\tCLOSED"))
+    assert (md.state, md.last_entry_id, md.length) == (LedgerState.IN_RECOVERY, None, None)
+
+
+def test_v1_without_closing_line_is_open_and_one_trailing_newline_is_tolerated() -> None:
+    blob = V1_CLOSED.removesuffix(b"\n199\tCLOSED")
+    for variant in (blob, blob + b"\n"):
+        md = decode_ledger_metadata(variant)
+        assert (md.state, md.last_entry_id, len(md.segments)) == (LedgerState.OPEN, None, 2)
+    assert decode_ledger_metadata(V1_CLOSED + b"\n").last_entry_id == 199
+
+
+@pytest.mark.parametrize(
+    ("blob", "expected"),
+    [
+        (HEADER + b"1\n2\n3\n", "line(s)"),
+        (HEADER + b"1\nx\n3\n0\n0\ta\tb\tc", "write quorum is not"),
+        (HEADER + b"1\n2\n3\n0\n0\ta\tb\tc\n5\tCLOSED\n9\ta\tb\tc", "closing line is not the last"),
+        (HEADER + b"1\n2\n3\n0\n0\ta\tb\tc\nlast\tCLOSED", "last entry id is not"),
+        (HEADER + b"1\n2\n99999999999999999999\n0\n0\ta", "out of range"),
+        (HEADER + b"1\n4\n3\n0\n0\ta\tb\tc", "write quorum 4"),
+        (HEADER + b"1\n2\n3\n0\n0\ta\tb", "ensemble has 2"),
+    ],
+)
+def test_v1_bad_input(blob: bytes, expected: str) -> None:
+    err = reason(blob)
+    assert expected in str(err) and err.format_version == 1
+
+
+V2_TEXT = (
+    b"quorumSize: 2\n"
+    b"ensembleSize: 3\n"
+    b"length: 2048\n"
+    b"lastEntryId: 41\n"
+    b"state: CLOSED\n"
+    b"segment {\n"
+    b'  ensembleMember: "10.0.0.1:3181"\n'
+    b'  ensembleMember: "10.0.0.2:3181"\n'
+    b'  ensembleMember: "10.0.0.3:3181"\n'
+    b"  firstEntryId: 0\n"
+    b"}\n"
+    b"digestType: CRC32\n"
+    b'password: "\\001pw"\n'
+    b"ackQuorumSize: 2\n"
+    b"ctime: 1545000000000\n"
+    b"customMetadata {\n"
+    b'  key: "application"\n'
+    b'  value: "pulsar"\n'
+    b"}\n"
+)
+
+
+def test_v2_text_format() -> None:
+    md = decode_ledger_metadata(HEADER + b"2\n" + V2_TEXT)
+    assert (md.format_version, md.state, md.last_entry_id, md.length) == (2, LedgerState.CLOSED, 41, 2048)
+    assert md.segments == (Segment(0, ("10.0.0.1:3181", "10.0.0.2:3181", "10.0.0.3:3181")),)
+    assert (md.digest_type, md.password, md.ctime) == (DigestType.CRC32, b"\x01pw", 1545000000000)
+    assert md.custom_metadata == (("application", b"pulsar"),) and md.c_token is None
+    assert decode_ledger_metadata(HEADER + b"2\n" + V2_TEXT + b"cToken: 7\n").c_token == 7
+
+
+def test_v2_bad_text_reports_the_parsers_message() -> None:
+    err = reason(HEADER + b"2\n" + V2_TEXT.replace(b"ctime", b"cTime"))
+    assert "line 15" in str(err) and 'no field named "cTime"' in str(err) and err.format_version == 2
+    assert "not valid UTF-8" in str(reason(HEADER + b"2\nquorumSize: \xff"))
+
+
+@pytest.mark.parametrize(
+    "blob",
+    [V1_CLOSED, V1_CLOSED.replace(b"199\tCLOSED", b"-102\tCLOSED"), HEADER + b"2\n" + V2_TEXT],
+    ids=["v1 closed", "v1 in recovery", "v2"],
+)
+def test_v1_and_v2_reencode_as_equivalent_v3(blob: bytes) -> None:
+    md = decode_ledger_metadata(blob)
+    encoded = encode_ledger_metadata_v3(md)
+    assert encoded.startswith(HEADER + b"3\n")
+    assert decode_ledger_metadata(encoded) == dataclasses.replace(md, format_version=3)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("blob", "expected", "version"),
+    [
+        (b"", "missing header", None),
+        (b'{"quorumSize": 2}', "missing header", None),
+        (b"BookieMetadataFormatVersion 3\n", "missing header", None),
+        (HEADER, "without a format version", None),
+        (HEADER + b"3", "ends after version 3 without a newline", None),
+        (HEADER + b"\n", "empty format version", None),
+        (HEADER + b"three\n", "not a decimal number: b'three'", None),
+        (HEADER + b"-3\n", "not a decimal number", None),
+        (HEADER + b"0\n", "unknown format version 0 (supported: 1, 2, 3)", 0),
+        (HEADER + b"4\n", "unknown format version 4 (supported: 1, 2, 3)", 4),
+        (HEADER + b"99999999999\n", "more than 10 digits", None),
+    ],
+)
+def test_bad_header(blob: bytes, expected: str, version: int | None) -> None:
+    err = reason(blob)
+    assert expected in str(err)
+    assert err.format_version == version
+
+
+@pytest.mark.parametrize(
+    ("blob", "expected"),
+    [
+        (HEADER + b"3\n", "no message after the header"),
+        (HEADER + b"3\n\x80", "truncated varint"),
+        (HEADER + b"3\n\xff\xff", "truncated varint"),
+        (HEADER + b"3\n\x80\x80\x80\x80\x80\x01", "longer than 5 bytes"),
+        (HEADER + b"3\n\x05\x08\x02", "declared message length 5 exceeds the 2 byte(s)"),
+        (v3(minimal_body()) + b"\x00\x00\x00", "3 trailing byte(s)"),
+        (v3(b"\x0a\xff\xff"), "not a LedgerMetadataFormat message"),
+        (v3(b"\x07"), "not a LedgerMetadataFormat message"),
+    ],
+)
+def test_bad_v3_framing(blob: bytes, expected: str) -> None:
+    err = reason(blob)
+    assert expected in str(err) and err.format_version == 3
+
+
+def test_missing_required_fields_are_named() -> None:
+    body = int_field(2, 3) + int_field(3, 0) + segment(0, "a:1", "b:1", "c:1")
+    assert "missing required field(s): quorumSize, state" in str(reason(v3(body)))
+    no_first = bytes_field(6, bytes_field(1, b"a:1"))
+    err = reason(v3(minimal_body(ensemble=1, quorum=1, segments=()) + no_first))
+    assert "segment 0: missing required field(s): firstEntryId" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (minimal_body(state=7), "unknown state 7"),
+        (minimal_body() + bytes_field(9, b"\x02"), "field ackQuorumSize (number 9) has the wrong wire type 2"),
+        (minimal_body() + bytes_field(11, b"\x0a\x01\xff"), "custom metadata entry 0: key is not valid UTF-8"),
+    ],
+)
+def test_malformed_fields(body: bytes, expected: str) -> None:
+    assert expected in str(reason(v3(body)))
+
+
+def test_non_utf8_bookie_id_is_rejected() -> None:
+    body = minimal_body(ensemble=1, quorum=1, segments=()) + bytes_field(6, bytes_field(1, b"a\xff") + int_field(2, 0))
+    assert "ensemble member 0 is not valid UTF-8" in str(reason(v3(body)))
+
+
+ABC = ("a:1", "b:1", "c:1")
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (minimal_body(quorum=4), "write quorum 4 must be between 1 and the ensemble size 3"),
+        (minimal_body(quorum=0), "write quorum 0"),
+        (minimal_body(ensemble=0, segments=((0, ()),)), "ensemble size 0 must be at least 1"),
+        (minimal_body(ack=3), "ack quorum 3 must be between 1 and the write quorum 2"),
+        (minimal_body(ack=0), "ack quorum 0"),
+        (minimal_body(segments=()), "no segments"),
+        (minimal_body(segments=((0, ("a:1", "b:1")),)), "ensemble has 2 bookie(s), the ensemble size is 3"),
+        (minimal_body(segments=((0, ("a:1", "b:1", "a:1")),)), "bookie 'a:1' appears more than once"),
+        (minimal_body(segments=((0, ("a:1", "b 1", "c:1")),)), "invalid bookie id 'b 1'"),
+        (minimal_body(segments=((0, ("a:1", "", "c:1")),)), "invalid bookie id ''"),
+        (minimal_body(segments=((0, ("a:1", "readonly", "c:1")),)), "invalid bookie id 'readonly'"),
+        (minimal_body(segments=((5, ABC), (3, ABC))), "segment 1 (first entry 3): first entry id is below"),
+        (minimal_body(segments=((-1, ABC),)), "first entry id must be between 0"),
+        (minimal_body(last=-5), "closed ledger with last entry id -5 (must be >= -1)"),
+        (minimal_body(length=-1), "closed ledger with length -1 (must be >= 0)"),
+    ],
+)
+def test_inconsistent_metadata_is_rejected(body: bytes, expected: str) -> None:
+    err = reason(v3(body))
+    assert expected in str(err) and err.format_version == 3
+
+
+def test_equal_first_entry_ids_are_allowed() -> None:
+    md = decode_ledger_metadata(v3(minimal_body(segments=((0, ABC), (0, ABC), (4, ABC)))))
+    assert [s.first_entry_id for s in md.segments] == [0, 0, 4]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"write_quorum": 4}, "write quorum 4"),
+        ({"ack_quorum": 3}, "ack quorum 3"),
+        ({"segments": [(0, ("a:1", "a:1", "b:1"))]}, "more than once"),
+        ({"last_entry_id": -5}, "last entry id -5"),
+        ({"ctime": 2**63}, "ctime"),
+        ({"segments": []}, "no segments"),
+    ],
+)
+def test_build_validates_like_the_decoder(overrides: dict[str, object], expected: str) -> None:
+    arguments: dict[str, object] = {
+        "ensemble_size": 3,
+        "write_quorum": 2,
+        "ack_quorum": 2,
+        "segments": [(0, ABC)],
+    }
+    arguments |= overrides
+    with pytest.raises(MetadataFormatError, match=expected.replace("(", r"\(")):
+        build_ledger_metadata(**arguments)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- JSON and secrecy
+
+
+def test_as_json_dict() -> None:
+    md = decode_ledger_metadata(v3(pulsar_body() + custom("bin", b"\xff\x00")))
+    doc = md.as_json_dict()
+    assert list(doc) == [
+        "format_version",
+        "state",
+        "ensemble_size",
+        "write_quorum",
+        "ack_quorum",
+        "last_entry_id",
+        "length",
+        "digest_type",
+        "ctime",
+        "password_set",
+        "segments",
+        "custom_metadata",
+    ]
+    assert doc["state"] == "CLOSED" and doc["digest_type"] == "CRC32C" and doc["password_set"] is True
+    assert doc["segments"] == [
+        {"first_entry_id": 0, "ensemble": [B0, B1, B2]},
+        {"first_entry_id": 2500, "ensemble": [B0, B3, B2]},
+    ]
+    assert doc["custom_metadata"] == {
+        "application": "pulsar",
+        "component": "managed-ledger",
+        "pulsar/managed-ledger": TOPIC,
+        "bin": "base64:/wA=",
+    }
+    assert decode_ledger_metadata(V1_CLOSED).as_json_dict()["password_set"] is False
+
+
+def assert_secret_absent(text: str) -> None:
+    assert "s3cr3t" not in text
+
+
+def test_password_never_shows() -> None:
+    md = decode_ledger_metadata(v3(pulsar_body(password=SECRET)))
+    assert md.password == SECRET
+    for text in (repr(md), str(md), str(md.as_json_dict())):
+        assert_secret_absent(text)
+    v2_text = V2_TEXT.replace(b'"\\001pw"', b'"' + SECRET + b'"')
+    assert decode_ledger_metadata(HEADER + b"2\n" + v2_text).password == SECRET
+    for blob in (v3(pulsar_body(password=SECRET)), HEADER + b"2\n" + v2_text):
+        for mutated in mutations(blob):
+            try:
+                decode_ledger_metadata(mutated)
+            except MetadataFormatError as err:
+                assert_secret_absent(str(err))
+                assert_secret_absent(repr(err.args))
+
+
+def mutations(blob: bytes) -> list[bytes]:
+    """Truncations, single-byte changes and appended bytes of ``blob``."""
+    out = [blob[:cut] for cut in range(len(blob))]
+    for i in range(len(blob)):
+        for replacement in (0x00, 0x22, 0x0A, 0x20, 0x7B, 0xFF, blob[i] ^ 0x01):
+            out.append(blob[:i] + bytes([replacement]) + blob[i + 1 :])
+    out += [blob + b"\x00", blob + b"}\n", blob + b"password: x\n"]
+    return out
+
+
+def test_password_not_in_v2_parse_errors() -> None:
+    for text in (
+        b'password: "s3cr3t-pw\n',
+        b"password: s3cr3t-pw\n",
+        b"password:\n\n  s3cr3t-pw\n",
+        b'password: "s3cr3t" "-pw" x\n',
+        b'password: "a"\n"s3cr3t-pw" 5\n',
+        b'passwrd: "s3cr3t-pw"\n',
+    ):
+        err = reason(HEADER + b"2\n" + text)
+        assert_secret_absent(str(err))
+
+
+# --------------------------------------------------------------------------- properties
+
+BOOKIE_IDS = st.text(string.ascii_letters + string.digits + ":_.-", min_size=1, max_size=12).filter(
+    lambda s: s != "readonly"
+)
+INT64 = st.integers(-(2**63), 2**63 - 1)
+ENTRY_IDS = st.integers(0, 2**63 - 1)
+
+
+@st.composite
+def valid_metadata(draw: st.DrawFn) -> LedgerMetadata:
+    size = draw(st.integers(1, 5))
+    write = draw(st.integers(1, size))
+    firsts = sorted(draw(st.lists(ENTRY_IDS, min_size=1, max_size=4)))
+    state = draw(st.sampled_from(LedgerState))
+    closed = state is LedgerState.CLOSED
+    return build_ledger_metadata(
+        ensemble_size=size,
+        write_quorum=write,
+        ack_quorum=draw(st.integers(1, write)),
+        segments=[(first, draw(st.lists(BOOKIE_IDS, min_size=size, max_size=size, unique=True))) for first in firsts],
+        state=state,
+        last_entry_id=draw(st.integers(-1, 2**63 - 1) if closed else INT64),
+        length=draw(st.integers(0, 2**63 - 1) if closed else INT64),
+        digest_type=draw(st.none() | st.sampled_from(DigestType)),
+        password=draw(st.none() | st.binary(max_size=12)),
+        ctime=draw(st.none() | INT64),
+        custom_metadata=draw(st.lists(st.tuples(st.text(max_size=8), st.binary(max_size=8)), max_size=3)),
+        c_token=draw(st.none() | INT64),
+    )
+
+
+@FAST
+@given(valid_metadata())
+def test_valid_metadata_round_trips_exactly(md: LedgerMetadata) -> None:
+    blob = encode_ledger_metadata_v3(md)
+    back = decode_ledger_metadata(blob)
+    assert back == md
+    assert back.as_json_dict() == md.as_json_dict()
+    assert encode_ledger_metadata_v3(back) == blob
+
+
+def decodes_or_rejects(blob: bytes) -> None:
+    try:
+        md = decode_ledger_metadata(blob)
+    except MetadataFormatError:
+        return
+    assert isinstance(md, LedgerMetadata)
+
+
+@FAST
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_decode_or_raise_metadata_format_error(blob: bytes) -> None:
+    decodes_or_rejects(blob)
+
+
+V1_ALPHABET = "0123456789\t\n-+CLOSEDab:."
+V2_ALPHABET = ' \n{}:"\\0123456789abcdefghijklmnopqrstuvwxyzCEDLNOSTU_#-'
+
+
+@FAST
+@given(
+    st.one_of(
+        st.tuples(st.sampled_from([b"1\n", b"2\n", b"3\n"]), st.binary(max_size=200)),
+        st.tuples(st.just(b"1\n"), st.text(V1_ALPHABET, max_size=80).map(str.encode)),
+        st.tuples(st.just(b"2\n"), st.text(V2_ALPHABET, max_size=120).map(str.encode)),
+    )
+)
+def test_valid_header_then_random_bytes_decode_or_raise(parts: tuple[bytes, bytes]) -> None:
+    decodes_or_rejects(HEADER + parts[0] + parts[1])
+
+
+@FAST
+@given(valid_metadata(), st.data())
+def test_corrupted_valid_blobs_decode_or_raise(md: LedgerMetadata, data: st.DataObject) -> None:
+    blob = bytearray(encode_ledger_metadata_v3(md))
+    for _ in range(data.draw(st.integers(1, 3))):
+        blob[data.draw(st.integers(len(HEADER), len(blob) - 1))] = data.draw(st.integers(0, 255))
+    decodes_or_rejects(bytes(blob[: data.draw(st.integers(0, len(blob)))]))

@@ -1,0 +1,254 @@
+from __future__ import annotations
+
+from scrutiny.core.ledger_metadata import LedgerMetadata, LedgerState, Segment, build_ledger_metadata
+from scrutiny.core.placement import PlacementConfig, PlacementPolicy
+from scrutiny.core.sequence_groups import SequenceGroup, from_entries
+from scrutiny.core.striping import expected_groups
+from scrutiny.core.verdict import (
+    BookieAnswer,
+    ClusterView,
+    Verdict,
+    VerdictConfig,
+    VerdictKind,
+    compute_verdict,
+)
+from scrutiny.core.vocabulary import Category, Severity
+from scrutiny.core.zk_records import UnderReplicationMark
+from tests.strategies import expand_set
+
+BOOKIES = ("b0:3181", "b1:3181", "b2:3181", "b3:3181", "b4:3181")
+
+
+def ledger(
+    last: int,
+    *,
+    e: int = 5,
+    wq: int = 2,
+    aq: int = 2,
+    segments: tuple[tuple[int, tuple[str, ...]], ...] | None = None,
+    state: LedgerState = LedgerState.CLOSED,
+) -> LedgerMetadata:
+    return build_ledger_metadata(
+        ensemble_size=e,
+        write_quorum=wq,
+        ack_quorum=aq,
+        segments=[Segment(f, ens) for f, ens in (segments or ((0, BOOKIES[:e]),))],
+        state=state,
+        last_entry_id=last,
+        length=100 * (last + 1),
+    )
+
+
+def healthy_answers(md: LedgerMetadata, upto: int | None = None) -> dict[str, BookieAnswer]:
+    """What every bookie holds when nothing is lost: exactly its stripe in each segment."""
+    held: dict[str, set[int]] = {}
+    firsts = [s.first_entry_id for s in md.segments]
+    end = md.last_entry_id if upto is None else upto
+    assert end is not None
+    for i, segment in enumerate(md.segments):
+        last = firsts[i + 1] - 1 if i + 1 < len(firsts) else end
+        for index, bookie in enumerate(segment.ensemble):
+            groups = expected_groups(index, md.ensemble_size, md.write_quorum, segment.first_entry_id, last)
+            held.setdefault(bookie, set()).update(expand_set(groups))
+    return {b: BookieAnswer.listing(from_entries(sorted(s))) for b, s in held.items()}
+
+
+def verdict_of(md: LedgerMetadata, answers: dict[str, BookieAnswer], **kwargs: object) -> Verdict:
+    return compute_verdict(md, answers, now_ms=kwargs.pop("now_ms", 10**13), **kwargs)  # type: ignore[arg-type]
+
+
+def categories(verdict: Verdict) -> list[str]:
+    return [v.category.value for v in verdict.violations]
+
+
+def test_healthy_ledger() -> None:
+    md = ledger(999)
+    verdict = verdict_of(md, healthy_answers(md))
+    assert verdict.verdict is VerdictKind.HEALTHY
+    assert verdict.violations == () and verdict.retry_bookies == ()
+
+
+def test_wiped_bookie_of_a_billion_entry_ledger_is_a_few_groups() -> None:
+    md = ledger(10**9 - 1)
+    answers = healthy_answers_compact(md)
+    answers["b2:3181"] = BookieAnswer.no_ledger()
+    verdict = verdict_of(md, answers)
+    worst, detail = verdict.violations
+    assert worst.category is Category.BELOW_WRITE_QUORUM or worst.category is Category.BELOW_ACK_QUORUM
+    # AQ = WQ = 2: one lost copy is below the ack quorum
+    assert worst.category is Category.BELOW_ACK_QUORUM and worst.severity is Severity.CRITICAL
+    assert worst.entries is not None and worst.entries.count == 2 * 10**9 // 5
+    assert len(worst.entries.groups) <= 2
+    assert detail.category is Category.MISSING_REPLICA and detail.bookie == "b2:3181"
+    assert detail.severity is Severity.CRITICAL
+    assert detail.entries == worst.entries
+    assert detail.entries is not None and detail.entries.groups[0] == SequenceGroup(1, 10**9 - 4, 2, 5)
+
+
+def healthy_answers_compact(md: LedgerMetadata) -> dict[str, BookieAnswer]:
+    assert md.last_entry_id is not None
+    segment = md.segments[0]
+    return {
+        bookie: BookieAnswer.listing(expected_groups(i, md.ensemble_size, md.write_quorum, 0, md.last_entry_id))
+        for i, bookie in enumerate(segment.ensemble)
+    }
+
+
+def test_two_lost_copies_are_data_loss_and_one_is_below_ack_quorum() -> None:
+    md = ledger(99, wq=3, aq=2)
+    answers = healthy_answers(md)
+    # Entry 10's write set is bookies 0, 1, 2. Remove it from bookies 0 and 1: no... one copy left.
+    held0 = expand_set(answers["b0:3181"].groups) - {10}
+    held1 = expand_set(answers["b1:3181"].groups) - {10, 11}
+    held2 = expand_set(answers["b2:3181"].groups) - {10}
+    answers["b0:3181"] = BookieAnswer.listing(from_entries(sorted(held0)))
+    answers["b1:3181"] = BookieAnswer.listing(from_entries(sorted(held1)))
+    answers["b2:3181"] = BookieAnswer.listing(from_entries(sorted(held2)))
+    verdict = verdict_of(md, answers)
+    worst = verdict.violations[0]
+    assert worst.category is Category.NO_REPLICA and worst.severity is Severity.CRITICAL
+    assert worst.entries is not None and expand_set(worst.entries.groups) == {10}
+    assert [v.category for v in verdict.violations].count(Category.NO_REPLICA) == 1
+    assert Category.BELOW_ACK_QUORUM not in [v.category for v in verdict.violations]
+    details = {v.bookie: expand_set(v.entries.groups) for v in verdict.violations[1:] if v.entries is not None}
+    assert details == {"b0:3181": {10}, "b1:3181": {10, 11}, "b2:3181": {10}}
+
+
+def test_unknown_answer_is_never_missing() -> None:
+    md = ledger(99)
+    answers = healthy_answers(md)
+    answers["b3:3181"] = BookieAnswer.unknown("timeout")
+    verdict = verdict_of(md, answers)
+    assert verdict.verdict is VerdictKind.UNKNOWN
+    assert verdict.violations == ()
+    assert verdict.retry_bookies == ("b3:3181",)
+
+
+def test_violation_that_holds_whatever_the_unknown_bookie_holds_is_reported() -> None:
+    md = ledger(99, wq=2, aq=2)
+    answers = healthy_answers(md)
+    del answers["b3:3181"]  # not asked: unknown
+    answers["b4:3181"] = BookieAnswer.no_ledger()
+    verdict = verdict_of(md, answers)
+    assert verdict.verdict is VerdictKind.VIOLATED
+    assert verdict.retry_bookies == ("b3:3181",)
+    worst = verdict.violations[0]
+    # entries whose write set is {b3, b4} (residue 3): b3 might hold them, so only below AQ, never NO_REPLICA
+    assert worst.category is Category.BELOW_ACK_QUORUM
+    assert worst.entries is not None
+    assert expand_set(worst.entries.groups) == {e for e in range(100) if e % 5 in (3, 4)}
+
+
+def test_copies_outside_the_write_set_do_not_count() -> None:
+    md = ledger(9)
+    answers = healthy_answers(md)
+    everything = from_entries(range(10))
+    answers["b0:3181"] = BookieAnswer.listing(everything)
+    answers["b1:3181"] = BookieAnswer.no_ledger()
+    verdict = verdict_of(md, answers)
+    missing = {
+        v.bookie: expand_set(v.entries.groups)
+        for v in verdict.violations
+        if v.category is Category.MISSING_REPLICA and v.entries
+    }
+    assert missing == {"b1:3181": {0, 1, 5, 6}}
+
+
+def test_entries_beyond_last_entry_with_ack_quorum_copies_is_critical() -> None:
+    md = ledger(49)
+    answers = healthy_answers(md, upto=59)  # bookies hold 10 entries after the recorded end
+    verdict = verdict_of(md, answers)
+    beyond = [v for v in verdict.violations if v.category is Category.ENTRIES_BEYOND_LAST_ENTRY]
+    assert {v.bookie for v in beyond} == set(BOOKIES)
+    assert all(v.severity is Severity.CRITICAL for v in beyond)
+    assert set().union(*(expand_set(v.entries.groups) for v in beyond if v.entries)) == set(range(50, 60))
+
+
+def test_a_single_stray_copy_beyond_the_end_is_a_warning() -> None:
+    md = ledger(49)
+    answers = healthy_answers(md)
+    # entry 50's write set is b0, b1; only b0 holds it
+    answers["b0:3181"] = BookieAnswer.listing(from_entries(sorted(expand_set(answers["b0:3181"].groups) | {50})))
+    verdict = verdict_of(md, answers)
+    (beyond,) = verdict.violations
+    assert beyond.category is Category.ENTRIES_BEYOND_LAST_ENTRY and beyond.severity is Severity.WARNING
+    assert beyond.bookie == "b0:3181"
+
+
+def test_empty_closed_ledger_is_healthy_and_asks_nothing() -> None:
+    md = ledger(-1)
+    verdict = verdict_of(md, {})
+    assert verdict.verdict is VerdictKind.HEALTHY and verdict.retry_bookies == ()
+
+
+def test_open_ledger_checks_only_sealed_segments() -> None:
+    second = ("b0:3181", "b1:3181", "b2:3181", "b3:3181", "b9:3181")
+    md = ledger(-1, segments=((0, BOOKIES), (20, second)), state=LedgerState.OPEN)
+    assert md.last_entry_id is None
+    answers = healthy_answers(ledger(19), upto=19)
+    verdict = verdict_of(md, answers)
+    assert verdict.verdict is VerdictKind.HEALTHY
+    answers["b4:3181"] = BookieAnswer.no_ledger()
+    verdict = verdict_of(md, answers)
+    assert verdict.verdict is VerdictKind.VIOLATED
+    assert all(v.entries is None or (v.entries.last is not None and v.entries.last <= 19) for v in verdict.violations)
+    single = ledger(-1, state=LedgerState.IN_RECOVERY)
+    assert verdict_of(single, {}).verdict is VerdictKind.SKIPPED
+
+
+def test_marked_ledger_is_not_reported_for_missing_replicas() -> None:
+    md = ledger(99)
+    answers = healthy_answers(md)
+    answers["b1:3181"] = BookieAnswer.no_ledger()
+    mark = UnderReplicationMark(("b1:3181",), 10**13 - 1000)
+    verdict = verdict_of(md, answers, under_replication=mark)
+    assert verdict.verdict is VerdictKind.HEALTHY
+
+
+def test_marked_ledger_with_data_loss_still_reports_no_replica() -> None:
+    md = ledger(99)
+    answers = healthy_answers(md)
+    answers["b1:3181"] = BookieAnswer.no_ledger()
+    answers["b2:3181"] = BookieAnswer.no_ledger()
+    verdict = verdict_of(md, answers, under_replication=UnderReplicationMark(("b1:3181",), 10**13 - 1000))
+    assert categories(verdict) == ["NO_REPLICA"]
+
+
+def test_under_replication_stuck_after_the_grace_period() -> None:
+    md = ledger(99)
+    config = VerdictConfig(under_replication_grace_ms=60_000)
+    mark = UnderReplicationMark(("b1:3181",), 1_000_000)
+    fresh = verdict_of(md, healthy_answers(md), under_replication=mark, now_ms=1_050_000, config=config)
+    assert fresh.verdict is VerdictKind.HEALTHY
+    stuck = verdict_of(md, healthy_answers(md), under_replication=mark, now_ms=1_070_000, config=config)
+    assert categories(stuck) == ["UNDER_REPLICATION_STUCK"]
+    assert stuck.violations[0].severity is Severity.CRITICAL and stuck.violations[0].entries is None
+    no_ctime = UnderReplicationMark(("b1:3181",), None)
+    assert verdict_of(md, healthy_answers(md), under_replication=no_ctime, config=config).violations == ()
+
+
+def test_ack_quorum_one_is_info() -> None:
+    md = ledger(9, wq=2, aq=1)
+    verdict = verdict_of(md, healthy_answers(md))
+    assert categories(verdict) == ["ACK_QUORUM_ONE"]
+    assert verdict.violations[0].severity is Severity.INFO
+
+
+def test_unregistered_bookie_of_a_closed_ledger() -> None:
+    md = ledger(9)
+    cluster = ClusterView(writable=frozenset(BOOKIES[:3]), readonly=frozenset({"b3:3181"}))
+    verdict = verdict_of(md, healthy_answers(md), cluster=cluster)
+    assert [(v.category.value, v.bookie) for v in verdict.violations] == [("BOOKIE_NOT_REGISTERED", "b4:3181")]
+    open_md = ledger(-1, state=LedgerState.OPEN)
+    assert verdict_of(open_md, {}, cluster=cluster).violations == ()
+
+
+def test_placement_failure_uses_known_racks_of_stopped_bookies() -> None:
+    md = ledger(9, e=3, wq=2, aq=2)
+    racks = {"b0:3181": "/r1", "b1:3181": "/r1", "b2:3181": "/r2"}
+    config = VerdictConfig(placement=PlacementConfig(policy=PlacementPolicy.RACKAWARE))
+    cluster = ClusterView(racks=racks, writable=frozenset({"b0:3181", "b2:3181"}), readonly=frozenset({"b1:3181"}))
+    verdict = verdict_of(md, healthy_answers(md), config=config, cluster=cluster)
+    assert categories(verdict) == ["PLACEMENT_FAIL"]  # write set (b0, b1) is on one rack
+    good = {"b0:3181": "/r1", "b1:3181": "/r2", "b2:3181": "/r3"}
+    assert verdict_of(md, healthy_answers(md), config=config, cluster=ClusterView(racks=good)).violations == ()

@@ -1,0 +1,136 @@
+"""The verdict core against the naive per-entry reference on random small ledgers."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scrutiny.core.ledger_metadata import LedgerMetadata, LedgerState, Segment, build_ledger_metadata
+from scrutiny.core.sequence_groups import SequenceGroup, from_entries, per_run
+from scrutiny.core.verdict import BookieAnswer, VerdictKind, compute_verdict
+from scrutiny.core.vocabulary import Category, Severity
+from tests.reference import Holdings, reference_replicas
+from tests.strategies import expand_set
+
+POOL = [f"bookie-{i}.example:3181" for i in range(9)]
+
+
+@st.composite
+def ledgers(draw: st.DrawFn) -> LedgerMetadata:
+    e = draw(st.integers(1, 6))
+    wq = draw(st.integers(1, e))
+    aq = draw(st.integers(1, wq))
+    state = draw(st.sampled_from([LedgerState.CLOSED] * 4 + [LedgerState.OPEN, LedgerState.IN_RECOVERY]))
+    last = draw(st.integers(-1, 70))
+    cuts = sorted(draw(st.lists(st.integers(0, 75), max_size=3)))
+    firsts = [0, *cuts]
+    segments = [Segment(first, tuple(draw(st.permutations(POOL))[:e])) for first in firsts]
+    return build_ledger_metadata(
+        ensemble_size=e, write_quorum=wq, ack_quorum=aq, segments=segments, state=state, last_entry_id=last
+    )
+
+
+def truth(metadata: LedgerMetadata) -> dict[str, set[int]]:
+    """What each bookie would hold if nothing were lost (entries 0..80 for open ledgers' last segment)."""
+    held: dict[str, set[int]] = {}
+    firsts = [s.first_entry_id for s in metadata.segments]
+    end = metadata.last_entry_id if metadata.last_entry_id is not None else 80
+    for index, segment in enumerate(metadata.segments):
+        last = firsts[index + 1] - 1 if index + 1 < len(firsts) else end
+        for entry in range(segment.first_entry_id, last + 1):
+            for w in range(metadata.write_quorum):
+                held.setdefault(segment.ensemble[(entry + w) % metadata.ensemble_size], set()).add(entry)
+    return held
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[LedgerMetadata, dict[str, Holdings], dict[str, BookieAnswer]]:
+    metadata = draw(ledgers())
+    ideal = truth(metadata)
+    bookies = sorted({b for s in metadata.segments for b in s.ensemble})
+    holdings: dict[str, Holdings] = {}
+    answers: dict[str, BookieAnswer] = {}
+    for bookie in bookies:
+        fate = draw(st.sampled_from(["healthy", "healthy", "holes", "holes", "extra", "unknown", "missing", "none"]))
+        base = set(ideal.get(bookie, set()))
+        if fate == "unknown":
+            holdings[bookie] = None
+            answers[bookie] = BookieAnswer.unknown("timeout")
+            continue
+        if fate == "missing":  # not asked at all: also unknown
+            holdings[bookie] = None
+            continue
+        if fate == "none":
+            holdings[bookie] = set()
+            answers[bookie] = BookieAnswer.no_ledger()
+            continue
+        if fate == "holes" and base:
+            base -= set(draw(st.lists(st.sampled_from(sorted(base)), max_size=12)))
+        if fate == "extra":
+            base |= set(draw(st.lists(st.integers(0, 85), max_size=10)))
+        holdings[bookie] = base
+        form = draw(st.sampled_from(["compact", "per_run", "odd"]))
+        groups = from_entries(sorted(base))
+        if form == "per_run":
+            groups = per_run(groups)
+        elif form == "odd":
+            groups = odd_groups(base, draw)
+        answers[bookie] = BookieAnswer.listing(groups)
+    return metadata, holdings, answers
+
+
+def odd_groups(entries: set[int], draw: st.DrawFn) -> list[SequenceGroup]:
+    """The same entries described with periods unrelated to the ensemble where possible."""
+    period = draw(st.integers(2, 9))
+    groups: list[SequenceGroup] = []
+    remaining = set(entries)
+    for residue in range(period):
+        members = sorted(e for e in remaining if e % period == residue)
+        if len(members) >= 2 and all(b - a == period for a, b in itertools.pairwise(members)):
+            groups.append(SequenceGroup(members[0], members[-1], 1, period))
+            remaining -= set(members)
+    groups.extend(from_entries(sorted(remaining)))
+    return sorted(groups)
+
+
+@settings(max_examples=400, deadline=None)
+@given(scenarios())
+def test_verdict_matches_naive_reference(
+    scenario: tuple[LedgerMetadata, dict[str, Holdings], dict[str, BookieAnswer]],
+) -> None:
+    metadata, holdings, answers = scenario
+    expected = reference_replicas(metadata, holdings)
+    verdict = compute_verdict(metadata, answers, now_ms=0)
+    by_category = {c: [v for v in verdict.violations if v.category is c] for c in Category}
+
+    levels = [
+        v for c in (Category.NO_REPLICA, Category.BELOW_ACK_QUORUM, Category.BELOW_WRITE_QUORUM) for v in by_category[c]
+    ]
+    if expected.worst is None:
+        assert levels == []
+    else:
+        (worst,) = levels
+        assert worst.category.value == expected.worst
+        assert worst.entries is not None
+        assert expand_set(worst.entries.groups) == expected.worst_entries
+        assert worst.entries.count == len(expected.worst_entries)
+
+    missing = {(v.segment_first_entry or 0, v.bookie or ""): v for v in by_category[Category.MISSING_REPLICA]}
+    assert set(missing) == set(expected.missing)
+    for key, violation in missing.items():
+        assert violation.entries is not None
+        assert expand_set(violation.entries.groups) == expected.missing[key]
+        assert violation.severity is levels[0].severity
+
+    beyond = {v.bookie: v for v in by_category[Category.ENTRIES_BEYOND_LAST_ENTRY]}
+    assert {b: expand_set(v.entries.groups) for b, v in beyond.items() if v.entries} == expected.beyond
+    for violation in beyond.values():
+        assert violation.severity is (Severity.CRITICAL if expected.beyond_critical else Severity.WARNING)
+
+    assert set(verdict.retry_bookies) == expected.retry
+    if verdict.violations:
+        assert verdict.verdict is VerdictKind.VIOLATED
+    elif expected.retry:
+        assert verdict.verdict is VerdictKind.UNKNOWN
