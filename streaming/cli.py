@@ -1,6 +1,51 @@
+"""The ``scrutiny`` command: one entry point, one subcommand per job.
+
+Errors on bad input (undecodable bytes, unreadable files, bad configuration) end the command
+with exit code 2 and a one-line message on standard error, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
 import sys
+from collections.abc import Sequence
+
+from scrutiny.streaming import cli_inspect, cli_verdict
+
+from scrutiny import __version__
+from scrutiny.core.errors import ScrutinyError
+
+EXIT_BAD_INPUT = 2
 
 
-def main(argv: list[str] | None = None) -> int:
-    print("scrutiny", argv if argv is not None else sys.argv[1:])
-    return 0
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="scrutiny", description="Continuous durability checking for Apache BookKeeper and Pulsar clusters."
+    )
+    parser.add_argument("--version", action="version", version=f"scrutiny {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    cli_inspect.add_parser(commands)
+    cli_verdict.add_parser(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.handler(args)
+    except ScrutinyError as error:
+        print(f"scrutiny: error: {_one_line(error)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        return 0
+    return code
+
+
+def _one_line(error: Exception) -> str:
+    return " ".join(str(error).split())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -21,7 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-DEFAULT_RACK = "/default-rack"
+from scrutiny.core.zk_records import DEFAULT_RACK
+
 DEFAULT_ZONE_LOCATION = "/default-zone/default-upgradedomain"
 
 

@@ -40,7 +40,7 @@ from scrutiny.core.periodic_sets import (
     window_mask,
 )
 from scrutiny.core.placement import PlacementConfig, PlacementResult, check_placement
-from scrutiny.core.sequence_groups import MAX_ENTRY_ID, EntrySet, SequenceGroup, clip
+from scrutiny.core.sequence_groups import MAX_ENTRY_ID, EntrySet, SequenceGroup, clip, merge_consecutive
 from scrutiny.core.striping import SegmentSpan, expected_groups, expected_residues, segment_spans, write_set
 from scrutiny.core.vocabulary import FIXED_SEVERITY, Category, Severity
 from scrutiny.core.zk_records import UnderReplicationMark
@@ -173,6 +173,8 @@ def compute_verdict(
         [s.first_entry_id for s in metadata.segments], [s.ensemble for s in metadata.segments], last_entry
     )
     checked = [span for span in spans if not span.empty]
+    # One group per run (BookKeeper's listing form) becomes periodic groups first: linear, exact.
+    answers = {b: _compacted(a) for b, a in answers.items()}
     modulus = choose_modulus(metadata.ensemble_size, [g for a in answers.values() for g in a.groups])
     answers, pieces = _pieces_by_bookie(answers, modulus)
     replicas = _ReplicaCheck(metadata, pieces, modulus)
@@ -196,6 +198,12 @@ def compute_verdict(
     else:
         kind = VerdictKind.HEALTHY
     return Verdict(kind, metadata.state, tuple(violations), tuple(replicas.retry))
+
+
+def _compacted(answer: BookieAnswer) -> BookieAnswer:
+    if answer.kind is not AnswerKind.LISTING or len(answer.groups) < 2:
+        return answer
+    return BookieAnswer.listing(merge_consecutive(answer.groups))
 
 
 def _pieces_by_bookie(

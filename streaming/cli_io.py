@@ -1,0 +1,40 @@
+"""Small helpers the commands share: reading input files or stdin, printing JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from scrutiny.core.errors import ScrutinyError
+
+
+class InputError(ScrutinyError):
+    """A command-line input that cannot be used (missing file, conflicting options)."""
+
+
+def read_input(name: str) -> bytes:
+    """The bytes of file ``name``, or of standard input when ``name`` is ``-``."""
+    if name == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return Path(name).read_bytes()
+    except OSError as error:
+        raise InputError(f"cannot read {name}: {error.strerror or error}") from error
+
+
+def print_json(document: object) -> None:
+    """Print ``document`` as JSON: objects indented, lists of plain values kept on one line."""
+    sys.stdout.write(format_json(document) + "\n")
+
+
+def format_json(document: object, level: int = 0) -> str:
+    """Readable JSON text: nested containers indented by two spaces, flat lists inline."""
+    pad, inner = "  " * level, "  " * (level + 1)
+    if isinstance(document, dict) and document:
+        items = [f"{inner}{json.dumps(str(k))}: {format_json(v, level + 1)}" for k, v in document.items()]
+        return "{\n" + ",\n".join(items) + f"\n{pad}}}"
+    if isinstance(document, list) and any(isinstance(v, dict | list) for v in document):
+        items = [f"{inner}{format_json(v, level + 1)}" for v in document]
+        return "[\n" + ",\n".join(items) + f"\n{pad}]"
+    return json.dumps(document)

@@ -1,0 +1,185 @@
+"""The CLI's JSON contracts and exit codes, run in-process through ``main``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scrutiny.streaming.cli import main
+
+from scrutiny.core.ledger_metadata import Segment, build_ledger_metadata, encode_ledger_metadata_v3
+from scrutiny.core.listing_codec import encode_listing, encode_listing_per_run
+from scrutiny.core.striping import expected_groups
+from scrutiny.core.zk_records import format_pulsar_racks
+
+ENSEMBLE = ("b0:3181", "b1:3181", "b2:3181")
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Path:
+    metadata = build_ledger_metadata(
+        ensemble_size=3,
+        write_quorum=2,
+        ack_quorum=2,
+        segments=[Segment(0, ENSEMBLE)],
+        last_entry_id=99,
+        length=4_000,
+        password=b"hunter2-secret",
+        ctime=1_700_000_000_000,
+        custom_metadata={"application": b"pulsar", "pulsar/managed-ledger": b"public/default/persistent/orders"},
+    )
+    (tmp_path / "md").write_bytes(encode_ledger_metadata_v3(metadata))
+    for index, bookie in enumerate(ENSEMBLE):
+        groups = expected_groups(index, 3, 2, 0, 99)
+        (tmp_path / f"{bookie}.compact").write_bytes(encode_listing(groups))
+        (tmp_path / f"{bookie}.java").write_bytes(encode_listing_per_run(groups))
+    return tmp_path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any], str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip() else {}), err
+
+
+def test_inspect_metadata_keys(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc, _ = run(capsys, "inspect", "metadata", str(files / "md"))
+    assert code == 0
+    assert list(doc) == [
+        "format_version",
+        "state",
+        "ensemble_size",
+        "write_quorum",
+        "ack_quorum",
+        "last_entry_id",
+        "length",
+        "digest_type",
+        "ctime",
+        "password_set",
+        "segments",
+        "custom_metadata",
+    ]
+    assert doc["segments"] == [{"first_entry_id": 0, "ensemble": list(ENSEMBLE)}]
+    assert doc["password_set"] is True and doc["last_entry_id"] == 99 and doc["state"] == "CLOSED"
+    assert "hunter2" not in json.dumps(doc)
+
+
+def test_inspect_metadata_bad_bytes_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "bad").write_bytes(b"BookieMetadataFormatVersion\t9\nxx")
+    code, _, err = run(capsys, "inspect", "metadata", str(tmp_path / "bad"))
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("scrutiny: error:") and "version 9" in err
+
+
+def test_inspect_listing(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc, _ = run(capsys, "inspect", "listing", str(files / "b1:3181.java"))
+    assert code == 0
+    assert doc["entry_count"] == 67
+    groups = doc["groups"]
+    assert isinstance(groups, list) and len(groups) == 34
+    assert groups[0] == {"first_sequence_start": 0, "last_sequence_start": 0, "sequence_size": 2, "sequence_period": 0}
+    ranges = doc["ranges"]
+    assert isinstance(ranges, list) and ranges[:2] == [[0, 1], [3, 4]] and len(ranges) == 34
+    code, compact, _ = run(capsys, "inspect", "listing", str(files / "b1:3181.compact"), "--max-ranges", "2")
+    assert compact["entry_count"] == 67 and compact["ranges"] == [[0, 1], [3, 4]] and compact["ranges_truncated"]
+
+
+def test_inspect_path_both_ways(capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc, _ = run(capsys, "inspect", "path", "--ledger-id", "123456789")
+    assert code == 0 and doc["path"] == "/ledgers/01/2345/L6789"
+    code, doc, _ = run(capsys, "inspect", "path", "--path", "/ledgers/000/0000/0021/4748/L3647")
+    assert doc["ledger_id"] == 2147483647
+    code, doc, _ = run(capsys, "inspect", "path", "--ledger-id", "1", "--manager", "flat")
+    assert doc["path"] == "/ledgers/L0000000001"
+    code, _, err = run(capsys, "inspect", "path", "--path", "/ledgers/01/2345/X6789")
+    assert code == 2 and "scrutiny: error:" in err
+
+
+def test_verdict_healthy_from_java_listings(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    listings = [f"--listing={b}={files / (b + '.java')}" for b in ENSEMBLE]
+    code, doc, _ = run(capsys, "verdict", "--metadata", str(files / "md"), *listings, "--now", "1")
+    assert code == 0
+    assert doc == {"verdict": "HEALTHY", "state": "CLOSED", "violations": [], "retry_bookies": []}
+
+
+def test_verdict_violation_contract(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc, _ = run(
+        capsys,
+        "verdict",
+        "--metadata",
+        str(files / "md"),
+        "--listing",
+        f"b0:3181={files / 'b0:3181.compact'}",
+        "--no-ledger",
+        "b1:3181",
+        "--now",
+        "1",
+    )
+    assert code == 0
+    assert doc["verdict"] == "VIOLATED" and doc["retry_bookies"] == ["b2:3181"]
+    violations = doc["violations"]
+    assert isinstance(violations, list)
+    first = violations[0]
+    assert set(first) >= {"category", "severity", "bookie", "segment_first_entry", "entries"}
+    assert first["category"] == "BELOW_ACK_QUORUM" and first["bookie"] is None
+    assert first["entries"]["count"] == 67 and first["entries"]["groups"] == [[0, 96, 2, 3], [99, 99, 1, 0]]
+    assert [(v["category"], v["bookie"]) for v in violations[1:]] == [("MISSING_REPLICA", "b1:3181")]
+
+
+def test_verdict_unknown_when_a_bookie_is_not_named(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, doc, _ = run(
+        capsys, "verdict", "--metadata", str(files / "md"), "--listing", f"b0:3181={files / 'b0:3181.java'}"
+    )
+    assert doc["verdict"] == "UNKNOWN" and doc["retry_bookies"] == ["b1:3181", "b2:3181"]
+
+
+def test_verdict_racks_turn_on_rack_awareness(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (files / "racks.json").write_bytes(
+        format_pulsar_racks({"default": {"b0:3181": "/r1", "b1:3181": "/r1", "b2:3181": "r2"}})
+    )
+    listings = [f"--listing={b}={files / (b + '.compact')}" for b in ENSEMBLE]
+    base = ["verdict", "--metadata", str(files / "md"), *listings, "--racks", str(files / "racks.json")]
+    _, doc, _ = run(capsys, *base)
+    assert [v["category"] for v in doc["violations"]] == ["PLACEMENT_FAIL"]
+    _, doc, _ = run(capsys, *base, "--placement", "none")
+    assert doc["violations"] == []
+
+
+def test_verdict_registration_and_grace(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    listings = [f"--listing={b}={files / (b + '.compact')}" for b in ENSEMBLE]
+    base = ["verdict", "--metadata", str(files / "md"), *listings]
+    _, doc, _ = run(capsys, *base, "--registered", "b0:3181", "--readonly", "b1:3181")
+    assert [(v["category"], v["bookie"]) for v in doc["violations"]] == [("BOOKIE_NOT_REGISTERED", "b2:3181")]
+    (files / "conf.toml").write_text("[verdict]\nunder_replication_grace_seconds = 60\n")
+    _, doc, _ = run(
+        capsys, *base, "--under-replicated-since", "0", "--now", "61000", "--config", str(files / "conf.toml")
+    )
+    assert [v["category"] for v in doc["violations"]] == ["UNDER_REPLICATION_STUCK"]
+    _, doc, _ = run(
+        capsys, *base, "--under-replicated-since", "0", "--now", "59000", "--config", str(files / "conf.toml")
+    )
+    assert doc["violations"] == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        (["--listing", "b0:3181"], "expects BOOKIE=FILE"),
+        (["--listing", "b0:3181=/nonexistent/file"], "cannot read /nonexistent/file"),
+        (["--no-ledger", "b0:3181", "--unknown", "b0:3181"], "more than one answer"),
+        (["--config", "/nonexistent.toml"], "cannot read configuration file"),
+    ],
+)
+def test_verdict_bad_input_exit_2(
+    files: Path, capsys: pytest.CaptureFixture[str], extra: list[str], fragment: str
+) -> None:
+    code, _, err = run(capsys, "verdict", "--metadata", str(files / "md"), *extra)
+    assert code == 2 and fragment in err and err.count("\n") == 1
+
+
+def test_verdict_garbage_listing_exit_2(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (files / "garbage").write_bytes(b"\x00\x00\x00\x07" + bytes(60))
+    code, _, err = run(capsys, "verdict", "--metadata", str(files / "md"), "--listing", f"b0:3181={files / 'garbage'}")
+    assert code == 2 and "listing of b0:3181" in err and "unsupported version 7" in err

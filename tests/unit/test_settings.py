@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+from scrutiny.streaming.settings import load_settings, schema_keys
+
+from scrutiny.core.errors import ConfigError
+from scrutiny.core.placement import PlacementPolicy
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_shipped_conf_documents_every_key_at_its_default() -> None:
+    shipped = tomllib.loads((REPO / "conf" / "scrutiny.toml").read_text())
+    assert {section: list(keys) for section, keys in shipped.items()} == schema_keys()
+    assert load_settings(REPO / "conf" / "scrutiny.toml", env={}).verdict == load_settings(env={}).verdict
+
+
+def test_file_then_environment(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text('[placement]\npolicy = "zoneaware"\nmin_zones_per_write_quorum = 3\n')
+    settings = load_settings(path, env={})
+    assert settings.verdict.placement.policy is PlacementPolicy.ZONEAWARE
+    assert settings.verdict.placement.min_zones_per_write_quorum == 3
+    env = {"SCRUTINY_PLACEMENT_POLICY": "rackaware", "SCRUTINY_VERDICT_UNDER_REPLICATION_GRACE_SECONDS": "5"}
+    settings = load_settings(path, env=env)
+    assert settings.verdict.placement.policy is PlacementPolicy.RACKAWARE
+    assert settings.verdict.under_replication_grace_ms == 5000
+    assert load_settings(env={"SCRUTINY_CONFIG": str(path)}).source == str(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("[nope]\n", "unknown configuration section [nope]"),
+        ("[placement]\ncolour = 1\n", "unknown configuration key placement.colour"),
+        ('[placement]\nmin_racks_per_write_quorum = "2"\n', "must be a int"),
+        ('[placement]\npolicy = "random"\n', "placement.policy must be one of"),
+        ("[placement]\nmin_racks_per_write_quorum = 0\n", "must be a positive integer"),
+        ("[verdict]\nunder_replication_grace_seconds = -1\n", "must not be negative"),
+        ("[verdict\n", "not valid TOML"),
+    ],
+)
+def test_bad_configuration_is_named(tmp_path: Path, text: str, fragment: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
+        load_settings(path, env={})
+
+
+def test_bad_environment_values() -> None:
+    with pytest.raises(ConfigError, match="SCRUTINY_PLACEMENT_ENFORCE_MIN_RACKS_PER_WRITE_QUORUM"):
+        load_settings(env={"SCRUTINY_PLACEMENT_ENFORCE_MIN_RACKS_PER_WRITE_QUORUM": "maybe"})
+    with pytest.raises(ConfigError, match="must be an integer"):
+        load_settings(env={"SCRUTINY_PLACEMENT_MIN_RACKS_PER_WRITE_QUORUM": "two"})
