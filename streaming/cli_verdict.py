@@ -10,7 +10,7 @@ from scrutiny.streaming.cli_io import InputError, print_json, read_input
 from scrutiny.streaming.settings import load_settings
 
 from scrutiny.core.ledger_metadata import LedgerMetadata, decode_ledger_metadata
-from scrutiny.core.listing_codec import decode_listing
+from scrutiny.core.listing_codec import decode_listing_compact
 from scrutiny.core.placement import PlacementPolicy
 from scrutiny.core.verdict import BookieAnswer, ClusterView, compute_verdict
 from scrutiny.core.zk_records import UnderReplicationMark, parse_pulsar_racks
@@ -80,7 +80,7 @@ def _answers(args: argparse.Namespace, metadata: LedgerMetadata) -> dict[str, Bo
         if not sep or not bookie or not name:
             raise InputError(f"--listing expects BOOKIE=FILE, not {spec!r}")
         try:
-            put(bookie, BookieAnswer.listing(decode_listing(read_input(name))))
+            put(bookie, BookieAnswer.listing(decode_listing_compact(read_input(name))))
         except InputError:
             raise
         except ValueError as error:

@@ -13,10 +13,17 @@ the one-group-per-run form that BookKeeper's Java bookies emit, byte for byte.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from scrutiny.core.errors import ListingFormatError
-from scrutiny.core.sequence_groups import SequenceGroup, group_problem, merge_consecutive, per_run
+from scrutiny.core.sequence_groups import (
+    MAX_ENTRY_ID,
+    SequenceGroup,
+    group_problem,
+    merge_consecutive,
+    merge_fields,
+    per_run,
+)
 
 HEADER_SIZE = 64
 GROUP_SIZE = 24
@@ -33,6 +40,19 @@ def decode_listing(data: bytes) -> tuple[SequenceGroup, ...]:
     count that does not match the length, non-zero reserved bytes, inconsistent groups, or
     groups not sorted by first start. Never raises anything else.
     """
+    return tuple(SequenceGroup(*fields) for fields in _validated_groups(data))
+
+
+def decode_listing_compact(data: bytes) -> list[SequenceGroup]:
+    """The same entries as :func:`decode_listing`, with consecutive runs merged into periodic groups.
+
+    What the checker wants from a Java bookie's one-group-per-run listing: validated exactly
+    like :func:`decode_listing`, without building an object per run.
+    """
+    return merge_fields(_validated_groups(data))
+
+
+def _validated_groups(data: bytes) -> Iterator[tuple[int, int, int, int]]:
     if len(data) < HEADER_SIZE:
         raise ListingFormatError(f"{len(data)} bytes is shorter than the {HEADER_SIZE}-byte header")
     version, count = _HEADER.unpack_from(data, 0)
@@ -47,20 +67,30 @@ def decode_listing(data: bytes) -> tuple[SequenceGroup, ...]:
         raise ListingFormatError(
             f"header announces {count} groups ({expected} bytes) but the listing has {len(data)} bytes"
         )
-    groups: list[SequenceGroup] = []
-    for index in range(count):
-        offset = HEADER_SIZE + index * GROUP_SIZE
-        first, last, size, period = _GROUP.unpack_from(data, offset)
-        problem = group_problem(first, last, size, period)
-        if problem is not None:
-            raise ListingFormatError(f"group {index}: {problem}", offset=offset)
-        if groups and first <= groups[-1].first_start:
-            raise ListingFormatError(
-                f"group {index} starts at {first}, not after group {index - 1} ({groups[-1].first_start})",
-                offset=offset,
-            )
-        groups.append(SequenceGroup(first, last, size, period))
-    return tuple(groups)
+    return _checked_groups(data)
+
+
+def _checked_groups(data: bytes) -> Iterator[tuple[int, int, int, int]]:
+    previous = -1
+    for index, fields in enumerate(_GROUP.iter_unpack(memoryview(data)[HEADER_SIZE:])):
+        first, last, size, period = fields
+        # Fast path for BookKeeper's one-run groups; everything else gets the full check.
+        if not (period == 0 and first == last and previous < first and 0 < size <= MAX_ENTRY_ID - first + 1):
+            _check_group(index, fields, previous)
+        yield fields
+        previous = first
+
+
+def _check_group(index: int, fields: tuple[int, int, int, int], previous: int) -> None:
+    offset = HEADER_SIZE + index * GROUP_SIZE
+    first = fields[0]
+    problem = group_problem(*fields)
+    if problem is not None:
+        raise ListingFormatError(f"group {index}: {problem}", offset=offset)
+    if first <= previous:
+        raise ListingFormatError(
+            f"group {index} starts at {first}, not after group {index - 1} ({previous})", offset=offset
+        )
 
 
 def encode_groups(groups: Sequence[SequenceGroup]) -> bytes:

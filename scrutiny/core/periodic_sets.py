@@ -10,6 +10,7 @@ groups, never with the number of entries.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Iterable, Iterator, Sequence
@@ -130,6 +131,8 @@ def at_least(masks: Sequence[int], thresholds: Sequence[int]) -> list[int]:
     top = max(thresholds, default=0)
     layers = [0] * (top + 1)  # layers[k]: residues set in at least k masks seen so far (k >= 1)
     for mask in masks:
+        if not mask:
+            continue
         for k in range(top, 0, -1):
             layers[k] |= (layers[k - 1] if k > 1 else -1) & mask
     return [layers[k] if k >= 1 else -1 for k in thresholds]
@@ -233,3 +236,20 @@ def union_groups(groups: Sequence[SequenceGroup]) -> list[SequenceGroup]:
 def new_budget() -> _Budget:
     """A fresh cost budget for one verdict or one listing."""
     return _Budget()
+
+
+class PieceIndex:
+    """One set's pieces, coalesced and sorted, for cutting out windows in O(log n + pieces inside)."""
+
+    def __init__(self, pieces: Iterable[Piece], modulus: int) -> None:
+        self.pieces = coalesce(pieces, modulus)
+        self.starts = [start for start, _, _ in self.pieces]
+        self.reach: list[int] = []  # reach[i]: the largest end among pieces[0..i]
+        for _, end, _ in self.pieces:
+            self.reach.append(max(end, self.reach[-1]) if self.reach else end)
+
+    def window(self, lo: int, hi: int) -> list[Piece]:
+        """The pieces overlapping ``[lo, hi]``, clipped to it."""
+        first = bisect.bisect_left(self.reach, lo)
+        last = bisect.bisect_right(self.starts, hi)
+        return [(max(s, lo), min(e, hi), m) for s, e, m in self.pieces[first:last] if e >= lo]

@@ -130,30 +130,35 @@ def merge_consecutive(groups: Iterable[SequenceGroup]) -> list[SequenceGroup]:
 
     Consecutive runs of equal size and equal spacing become one periodic group, and touching
     single runs become one run: BookKeeper's one-group-per-run listing of a healthy stripe
-    becomes a single group. Linear in the number of groups; the entries are unchanged as long
-    as the input groups do not interleave (each starts after the previous one ends).
+    becomes a single group. Exact for any input sorted by first start (groups fuse only when
+    the second starts after the first's last run); linear in the number of groups, which is
+    why it works on plain integers (a million-run listing is common).
     """
+    return merge_fields((g.first_start, g.last_start, g.size, g.period) for g in groups)
+
+
+def merge_fields(groups: Iterable[tuple[int, int, int, int]]) -> list[SequenceGroup]:
+    """:func:`merge_consecutive` on ``(first_start, last_start, size, period)`` tuples of consistent groups."""
     out: list[SequenceGroup] = []
-    for group in map(normalize, groups):
-        if out:
-            merged = _fuse(out[-1], group)
-            if merged is not None:
-                out[-1] = merged
+    current: tuple[int, int, int, int] | None = None  # first_start, last_start, size, period
+    for fields in groups:
+        first, last, size, period = fields
+        if first == last or size >= period:  # one run, or touching runs: a single run
+            last, size, period = first, last + size - first, 0
+        if current is not None:
+            c_first, c_last, c_size, c_period = current
+            if c_period == 0 and period == 0 and first == c_first + c_size:
+                current = (c_first, c_first, c_size + size, 0)
                 continue
-        out.append(group)
+            gap = first - c_last
+            if size == c_size and gap > size and c_period in (0, gap) and period in (0, gap):
+                current = (c_first, last, size, gap)
+                continue
+            out.append(SequenceGroup(*current))
+        current = (first, last, size, period)
+    if current is not None:
+        out.append(SequenceGroup(*current))
     return out
-
-
-def _fuse(a: SequenceGroup, b: SequenceGroup) -> SequenceGroup | None:
-    """``a`` and ``b`` (b starting after a ends) as one group, or None when they are not one."""
-    if a.period == 0 and b.period == 0 and b.first_start == a.last + 1:
-        return SequenceGroup.run(a.first, b.last)
-    if a.size != b.size:
-        return None
-    gap = b.first_start - a.last_start
-    if gap <= a.size or a.period not in (0, gap) or b.period not in (0, gap):
-        return None
-    return SequenceGroup(a.first_start, b.last_start, a.size, gap)
 
 
 def clip(group: SequenceGroup, lo: int, hi: int) -> list[SequenceGroup]:

@@ -29,6 +29,7 @@ from scrutiny.core.ledger_metadata import LedgerMetadata, LedgerState
 from scrutiny.core.periodic_sets import (
     EntrySetTooComplexError,
     Piece,
+    PieceIndex,
     at_least,
     choose_modulus,
     full_mask,
@@ -208,30 +209,28 @@ def _compacted(answer: BookieAnswer) -> BookieAnswer:
 
 def _pieces_by_bookie(
     answers: Mapping[str, BookieAnswer], modulus: int
-) -> tuple[dict[str, BookieAnswer], dict[str, list[Piece]]]:
+) -> tuple[dict[str, BookieAnswer], dict[str, PieceIndex]]:
     """Each listing as pieces over the whole ledger; listings too irregular to evaluate become unknown."""
     usable: dict[str, BookieAnswer] = {}
-    pieces: dict[str, list[Piece]] = {}
+    pieces: dict[str, PieceIndex] = {}
     for bookie, answer in answers.items():
         usable[bookie] = answer
         if answer.kind is AnswerKind.LISTING:
             try:
-                pieces[bookie] = pieces_of(answer.groups, modulus, 0, MAX_ENTRY_ID, new_budget())
+                raw = pieces_of(answer.groups, modulus, 0, MAX_ENTRY_ID, new_budget())
             except EntrySetTooComplexError as error:
                 usable[bookie] = BookieAnswer.unknown(f"listing cannot be evaluated: {error}")
+                continue
+            pieces[bookie] = PieceIndex(raw, modulus)
         elif answer.kind is AnswerKind.NO_LEDGER:
-            pieces[bookie] = []
+            pieces[bookie] = PieceIndex((), modulus)
     return usable, pieces
-
-
-def _clip_pieces(pieces: list[Piece], lo: int, hi: int) -> list[Piece]:
-    return [(max(s, lo), min(e, hi), m) for s, e, m in pieces if s <= hi and e >= lo]
 
 
 class _ReplicaCheck:
     """Accumulates, segment by segment, the entries below each replica level."""
 
-    def __init__(self, metadata: LedgerMetadata, pieces: Mapping[str, list[Piece]], modulus: int) -> None:
+    def __init__(self, metadata: LedgerMetadata, pieces: Mapping[str, PieceIndex], modulus: int) -> None:
         self.size = metadata.ensemble_size
         self.wq = metadata.write_quorum
         self.aq = metadata.ack_quorum
@@ -251,7 +250,7 @@ class _ReplicaCheck:
                 if expected_groups(index, self.size, self.wq, span.first, span.last) and bookie not in self.retry:
                     self.retry.append(bookie)
             else:
-                inputs.append(_clip_pieces(known, span.first, span.last))
+                inputs.append(known.window(span.first, span.last))
         expected = [expected_residues(i, self.size, self.wq, self.modulus) for i in range(self.size)]
         lacking: list[list[Piece]] = [[] for _ in span.ensemble]
         thresholds = (self.wq, self.wq - self.aq + 1, 1)
@@ -261,6 +260,8 @@ class _ReplicaCheck:
             for index, mask in enumerate(missing):
                 if mask:
                     lacking[index].append((start, end, mask))
+            if not any(missing):
+                continue
             for category, mask in zip(_REPLICA_LEVELS, at_least(missing, thresholds), strict=True):
                 if mask:
                     self.levels[category].append((start, end, mask))

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from scrutiny.core.errors import ListingFormatError
 from scrutiny.core.listing_codec import (
     decode_listing,
+    decode_listing_compact,
     empty_listing,
     encode_groups,
     encode_listing,
@@ -79,6 +80,8 @@ def test_periodic_groups_decode() -> None:
 def test_malformed_listings_are_rejected_clearly(data: bytes, fragment: str) -> None:
     with pytest.raises(ListingFormatError, match=fragment):
         decode_listing(data)
+    with pytest.raises(ListingFormatError, match=fragment):
+        decode_listing_compact(data)
 
 
 @settings(max_examples=300, deadline=None)
@@ -87,6 +90,7 @@ def test_both_encodings_round_trip(entries: set[int]) -> None:
     groups = from_entries(sorted(entries))
     for data in (encode_listing(groups), encode_listing_per_run(groups)):
         assert expand_set(decode_listing(data)) == entries
+        assert decode_listing_compact(data) == groups  # compact form is canonical
     assert len(encode_listing(groups)) <= len(encode_listing_per_run(groups))
 
 

@@ -35,7 +35,7 @@ def ledger(
         segments=[Segment(f, ens) for f, ens in (segments or ((0, BOOKIES[:e]),))],
         state=state,
         last_entry_id=last,
-        length=100 * (last + 1),
+        length=min(100 * (last + 1), 2**62),
     )
 
 
@@ -252,3 +252,57 @@ def test_placement_failure_uses_known_racks_of_stopped_bookies() -> None:
     assert categories(verdict) == ["PLACEMENT_FAIL"]  # write set (b0, b1) is on one rack
     good = {"b0:3181": "/r1", "b1:3181": "/r2", "b2:3181": "/r3"}
     assert verdict_of(md, healthy_answers(md), config=config, cluster=ClusterView(racks=good)).violations == ()
+
+
+def test_entry_ids_up_to_the_largest_long() -> None:
+    top = 2**63 - 1
+    start = top - 1_000_003
+    first, second = BOOKIES[:3], BOOKIES[2:5]
+    md = ledger(top, e=3, segments=((0, first), (start, second)))
+    held: dict[str, list[SequenceGroup]] = {b: [] for b in BOOKIES}
+    for index, bookie in enumerate(first):
+        held[bookie] += expected_groups(index, 3, 2, 0, start - 1)
+    for index, bookie in enumerate(second):
+        held[bookie] += expected_groups(index, 3, 2, start, top)
+    answers = {b: BookieAnswer.listing(g) for b, g in held.items()}
+    assert verdict_of(md, answers).verdict is VerdictKind.HEALTHY
+    answers["b4:3181"] = BookieAnswer.no_ledger()
+    verdict = verdict_of(md, answers)
+    lost = expected_groups(2, 3, 2, start, top)
+    worst, detail = verdict.violations
+    assert worst.category is Category.BELOW_ACK_QUORUM and detail.bookie == "b4:3181"
+    assert worst.entries is not None and detail.entries == worst.entries
+    assert worst.entries.count == sum(g.count for g in lost)
+    assert (worst.entries.first, worst.entries.last) == (lost[0].first, lost[-1].last)
+
+
+def test_hundred_bookie_ensemble_and_many_segments() -> None:
+    pool = tuple(f"bk{i:03d}:3181" for i in range(120))
+    segments = tuple((k * 1000, pool[k % 20 : k % 20 + 100]) for k in range(40))
+    md = ledger(40 * 1000 - 1, e=100, wq=3, aq=2, segments=segments)
+    assert verdict_of(md, healthy_answers(md)).verdict is VerdictKind.HEALTHY
+    answers = healthy_answers(md)
+    answers[pool[50]] = BookieAnswer.no_ledger()
+    verdict = verdict_of(md, answers)
+    assert verdict.violations[0].category is Category.BELOW_WRITE_QUORUM  # WQ 3, AQ 2: two copies left
+    details = [v for v in verdict.violations if v.category is Category.MISSING_REPLICA]
+    assert len(details) == 40 and {v.bookie for v in details} == {pool[50]}
+    assert sum(v.entries.count for v in details if v.entries) == 40 * 30
+
+
+def test_zone_aware_soft_placement_is_info() -> None:
+    md = ledger(9, e=3, wq=3, aq=2)
+    zones = {"b0:3181": "/z1/a", "b1:3181": "/z2/a", "b2:3181": "/z2/b"}
+    config = VerdictConfig(placement=PlacementConfig(policy=PlacementPolicy.ZONEAWARE))
+    verdict = verdict_of(md, healthy_answers(md), config=config, cluster=ClusterView(racks=zones))
+    assert [(v.category, v.severity, v.segment_first_entry) for v in verdict.violations] == [
+        (Category.PLACEMENT_SOFT, Severity.INFO, 0)
+    ]
+
+
+def test_irregular_listing_beyond_budget_is_unknown_not_missing() -> None:
+    md = ledger(10**9 - 1)
+    answers = healthy_answers_compact(md)
+    answers["b1:3181"] = BookieAnswer.listing([SequenceGroup(0, 4099 * 2_000_000, 1, 4099)])
+    verdict = verdict_of(md, answers)
+    assert verdict.verdict is VerdictKind.UNKNOWN and verdict.retry_bookies == ("b1:3181",)
