@@ -23,7 +23,7 @@ from scrutiny.core.sequence_groups import SequenceGroup, normalize, runs_in_wind
 #: groups are handled run by run.
 MAX_MODULUS = 4096
 #: Most runs expanded for groups whose period does not fit the modulus.
-MAX_EXPANDED_RUNS = 1_000_000
+MAX_EXPANDED_RUNS = 100_000
 
 Piece = tuple[int, int, int]
 

@@ -177,7 +177,8 @@ def compute_verdict(
     # One group per run (BookKeeper's listing form) becomes periodic groups first: linear, exact.
     answers = {b: _compacted(a) for b, a in answers.items()}
     modulus = choose_modulus(metadata.ensemble_size, [g for a in answers.values() for g in a.groups])
-    answers, pieces = _pieces_by_bookie(answers, modulus)
+    horizon = max((span.last for span in checked), default=-1)
+    answers, pieces = _pieces_by_bookie(answers, modulus, horizon)
     replicas = _ReplicaCheck(metadata, pieces, modulus)
     for span in checked:
         replicas.add_segment(span)
@@ -208,16 +209,16 @@ def _compacted(answer: BookieAnswer) -> BookieAnswer:
 
 
 def _pieces_by_bookie(
-    answers: Mapping[str, BookieAnswer], modulus: int
+    answers: Mapping[str, BookieAnswer], modulus: int, horizon: int
 ) -> tuple[dict[str, BookieAnswer], dict[str, PieceIndex]]:
-    """Each listing as pieces over the whole ledger; listings too irregular to evaluate become unknown."""
+    """Each listing as pieces up to the last checked entry; listings too irregular to evaluate become unknown."""
     usable: dict[str, BookieAnswer] = {}
     pieces: dict[str, PieceIndex] = {}
     for bookie, answer in answers.items():
         usable[bookie] = answer
         if answer.kind is AnswerKind.LISTING:
             try:
-                raw = pieces_of(answer.groups, modulus, 0, MAX_ENTRY_ID, new_budget())
+                raw = pieces_of(answer.groups, modulus, 0, horizon, new_budget())
             except EntrySetTooComplexError as error:
                 usable[bookie] = BookieAnswer.unknown(f"listing cannot be evaluated: {error}")
                 continue
@@ -337,11 +338,19 @@ def _entries_beyond(
             severity,
             bookie=bookie,
             segment_first_entry=last_span.first,
-            entries=EntrySet.of(union_groups(groups)),
+            entries=_union_or_as_is(groups),
             details=note,
         )
         for bookie, groups in beyond.items()
     ]
+
+
+def _union_or_as_is(groups: list[SequenceGroup]) -> EntrySet:
+    """The union of a bookie's groups; groups too irregular to combine are reported as listed."""
+    try:
+        return EntrySet.of(union_groups(groups))
+    except EntrySetTooComplexError:
+        return EntrySet.of(groups)
 
 
 def _metadata_checks(

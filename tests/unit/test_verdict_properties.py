@@ -134,3 +134,24 @@ def test_verdict_matches_naive_reference(
         assert verdict.verdict is VerdictKind.VIOLATED
     elif expected.retry:
         assert verdict.verdict is VerdictKind.UNKNOWN
+
+
+@st.composite
+def wild_groups(draw: st.DrawFn) -> SequenceGroup:
+    """Consistent groups anywhere in the id space, with any period: what a broken bookie could send."""
+    first = draw(st.one_of(st.integers(0, 100), st.integers(0, 2**63 - 2**40)))
+    size = draw(st.integers(1, 2**31 - 1))
+    period = draw(st.one_of(st.just(0), st.integers(size, 2**31 - 1)))
+    runs = 1 if period == 0 else draw(st.integers(1, 2**20))
+    return SequenceGroup(first, first + (runs - 1) * period, size, period)
+
+
+@settings(max_examples=80, deadline=None)
+@given(ledgers(), st.lists(st.lists(wild_groups(), max_size=4), min_size=1, max_size=3))
+def test_verdict_never_raises_on_any_consistent_listing(
+    metadata: LedgerMetadata, listings: list[list[SequenceGroup]]
+) -> None:
+    bookies = sorted({b for s in metadata.segments for b in s.ensemble})
+    answers = {b: BookieAnswer.listing(sorted(listings[i % len(listings)])) for i, b in enumerate(bookies)}
+    verdict = compute_verdict(metadata, answers, now_ms=0)
+    assert verdict.verdict in VerdictKind
