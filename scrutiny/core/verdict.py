@@ -237,6 +237,7 @@ class _ReplicaCheck:
         self.aq = metadata.ack_quorum
         self.pieces = pieces  # bookies with a known answer only
         self.modulus = modulus
+        self.expected = [expected_residues(i, self.size, self.wq, modulus) for i in range(self.size)]
         self.levels: dict[Category, list[Piece]] = {category: [] for category in _REPLICA_LEVELS}
         self.missing: list[tuple[SegmentSpan, str, list[Piece]]] = []
         self.retry: list[str] = []
@@ -252,12 +253,11 @@ class _ReplicaCheck:
                     self.retry.append(bookie)
             else:
                 inputs.append(known.window(span.first, span.last))
-        expected = [expected_residues(i, self.size, self.wq, self.modulus) for i in range(self.size)]
         lacking: list[list[Piece]] = [[] for _ in span.ensemble]
         thresholds = (self.wq, self.wq - self.aq + 1, 1)
         for start, end, held in sweep(inputs, span.first, span.last):
             window = window_mask(start, end, self.modulus)
-            missing = [want & ~have & window for want, have in zip(expected, held, strict=True)]
+            missing = [want & ~have & window for want, have in zip(self.expected, held, strict=True)]
             for index, mask in enumerate(missing):
                 if mask:
                     lacking[index].append((start, end, mask))
