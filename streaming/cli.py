@@ -7,15 +7,16 @@ with exit code 2 and a one-line message on standard error, never a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
-
-from scrutiny.streaming import cli_inspect, cli_verdict
 
 from scrutiny import __version__
 from scrutiny.core.errors import ScrutinyError
 
 EXIT_BAD_INPUT = 2
+#: Modules of scrutiny.streaming that each register their subcommands with ``add_parser(commands)``.
+COMMAND_MODULES = ("cli_inspect", "cli_verdict")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,8 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"scrutiny {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    cli_inspect.add_parser(commands)
-    cli_verdict.add_parser(commands)
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"scrutiny.streaming.{name}").add_parser(commands)
     return parser
 
 

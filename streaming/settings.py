@@ -1,19 +1,23 @@
 """The one frozen settings object: built-in defaults, then a TOML file, then the environment.
 
-Loaded once when a command starts. The defaults are the values documented in
-``conf/scrutiny.toml``; a file may set any subset of its keys; ``SCRUTINY_<SECTION>_<KEY>``
-environment variables override both. Unknown sections or keys and values of the wrong type
-are errors (:class:`ConfigError` naming the key), never silently ignored.
+Loaded once when a command starts. Each TOML section is a frozen dataclass below whose fields
+are the keys (their defaults are the values documented in ``conf/scrutiny.toml``). A file may
+set any subset; ``SCRUTINY_<SECTION>_<KEY>`` environment variables override it, and the short
+``SCRUTINY_ZOOKEEPER`` / ``SCRUTINY_KAFKA`` (printed by ``scrutiny services up``) set the
+connection strings. Unknown sections or keys and values of the wrong type are errors
+(:class:`ConfigError` naming the key), never silently ignored. Secrets are :class:`Secret`
+values: their repr never shows them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from scrutiny.core.errors import ConfigError
 from scrutiny.core.placement import PlacementConfig, PlacementPolicy
@@ -21,47 +25,140 @@ from scrutiny.core.verdict import DEFAULT_UNDER_REPLICATION_GRACE_MS, VerdictCon
 
 ENV_PREFIX = "SCRUTINY_"
 CONFIG_ENV = "SCRUTINY_CONFIG"
+#: Short variables that ``scrutiny services up`` prints, and what they set.
+ENV_ALIASES = {"SCRUTINY_ZOOKEEPER": ("zookeeper", "connect"), "SCRUTINY_KAFKA": ("kafka", "bootstrap_servers")}
 
-# section -> key -> (python type, default)
-_SCHEMA: dict[str, dict[str, tuple[type, object]]] = {
-    "verdict": {"under_replication_grace_seconds": (int, DEFAULT_UNDER_REPLICATION_GRACE_MS // 1000)},
-    "placement": {
-        "policy": (str, PlacementPolicy.NONE.value),
-        "min_racks_per_write_quorum": (int, 2),
-        "enforce_min_racks_per_write_quorum": (bool, False),
-        "min_zones_per_write_quorum": (int, 2),
-        "desired_zones_per_write_quorum": (int, 3),
-        "default_rack": (str, PlacementConfig().default_rack),
-    },
-}
+
+@dataclass(frozen=True, slots=True)
+class Secret:
+    """A password or credential: compare and pass it around, print it never."""
+
+    value: str = ""
+
+    def __repr__(self) -> str:
+        return "Secret('***')" if self.value else "Secret('')"
+
+    __str__ = __repr__
+
+    def reveal(self) -> str:
+        """The secret itself, for the one call that needs it."""
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class VerdictSection:
+    """``[verdict]``."""
+
+    under_replication_grace_seconds: int = DEFAULT_UNDER_REPLICATION_GRACE_MS // 1000
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementSection:
+    """``[placement]``: the cluster's placement policy (BookKeeper's defaults)."""
+
+    policy: str = PlacementPolicy.NONE.value
+    min_racks_per_write_quorum: int = 2
+    enforce_min_racks_per_write_quorum: bool = False
+    min_zones_per_write_quorum: int = 2
+    desired_zones_per_write_quorum: int = 3
+    default_rack: str = PlacementConfig().default_rack
+
+
+@dataclass(frozen=True, slots=True)
+class ZooKeeperSection:
+    """``[zookeeper]``: where BookKeeper's metadata lives."""
+
+    connect: str = "127.0.0.1:2181"
+    metadata_uri: str = ""
+    ledgers_root: str = "/ledgers"
+    session_timeout_seconds: int = 30
+    auth_scheme: str = ""
+    auth_credentials: Secret = Secret()
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSection:
+    """``[kafka]``: the event topic and how to reach the brokers."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    topic: str = "scrutiny.ledger-events"
+    partitions: int = 8
+    replication_factor: int = 1
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str = ""
+    sasl_username: str = ""
+    sasl_password: Secret = Secret()
+    ssl_cafile: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ServicesSection:
+    """``[services]``: the embedded ZooKeeper and Kafka-protocol broker."""
+
+    state_dir: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Everything configurable, resolved. ``source`` names the file it came from, if any."""
 
-    verdict: VerdictConfig = VerdictConfig()
+    SECTIONS: ClassVar[tuple[str, ...]] = ("verdict", "placement", "zookeeper", "kafka", "services")
+
+    verdict_section: VerdictSection = VerdictSection()
+    placement: PlacementSection = PlacementSection()
+    zookeeper: ZooKeeperSection = ZooKeeperSection()
+    kafka: KafkaSection = KafkaSection()
+    services: ServicesSection = ServicesSection()
     source: str | None = None
+
+    @property
+    def verdict(self) -> VerdictConfig:
+        """The verdict core's configuration."""
+        p = self.placement
+        return VerdictConfig(
+            placement=PlacementConfig(
+                policy=PlacementPolicy(p.policy),
+                min_racks_per_write_quorum=p.min_racks_per_write_quorum,
+                enforce_min_racks=p.enforce_min_racks_per_write_quorum,
+                min_zones_per_write_quorum=p.min_zones_per_write_quorum,
+                desired_zones_per_write_quorum=p.desired_zones_per_write_quorum,
+                default_rack=p.default_rack,
+            ),
+            under_replication_grace_ms=self.verdict_section.under_replication_grace_seconds * 1000,
+        )
 
     def with_placement_policy(self, policy: PlacementPolicy) -> Settings:
         """A copy with another placement policy."""
-        placement = replace(self.verdict.placement, policy=policy)
-        return replace(self, verdict=replace(self.verdict, placement=placement))
+        return replace(self, placement=replace(self.placement, policy=policy.value))
+
+
+_SECTION_TYPES: dict[str, type[Any]] = {
+    "verdict": VerdictSection,
+    "placement": PlacementSection,
+    "zookeeper": ZooKeeperSection,
+    "kafka": KafkaSection,
+    "services": ServicesSection,
+}
+_FIELD_OF_SECTION = {"verdict": "verdict_section"}
+
+
+def schema_keys() -> dict[str, list[str]]:
+    """Every section and key the settings accept (for documentation and tests)."""
+    return {name: [f.name for f in dataclasses.fields(kind)] for name, kind in _SECTION_TYPES.items()}
 
 
 def load_settings(path: str | Path | None = None, *, env: Mapping[str, str] | None = None) -> Settings:
     """Settings from ``path`` (or ``$SCRUTINY_CONFIG``; none: built-in defaults) and the environment."""
     env = os.environ if env is None else env
     path = path if path is not None else env.get(CONFIG_ENV) or None
-    values = _defaults()
+    values: dict[str, dict[str, object]] = {name: {} for name in _SECTION_TYPES}
     if path is not None:
-        _merge(values, _read_toml(Path(path)))
+        _merge_file(values, _read_toml(Path(path)))
     _merge_env(values, env)
-    return _build(values, str(path) if path is not None else None)
-
-
-def _defaults() -> dict[str, dict[str, object]]:
-    return {section: {key: default for key, (_, default) in keys.items()} for section, keys in _SCHEMA.items()}
+    sections = {_FIELD_OF_SECTION.get(name, name): _SECTION_TYPES[name](**given) for name, given in values.items()}
+    settings = Settings(**sections, source=str(path) if path is not None else None)
+    _validate(settings)
+    return settings
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -74,28 +171,41 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"configuration file {path} is not valid TOML: {error}") from error
 
 
-def _merge(values: dict[str, dict[str, object]], document: Mapping[str, Any]) -> None:
+def _field_types(section: str) -> dict[str, type]:
+    kind = _SECTION_TYPES[section]
+    defaults = kind()
+    return {f.name: type(getattr(defaults, f.name)) for f in dataclasses.fields(kind)}
+
+
+def _merge_file(values: dict[str, dict[str, object]], document: Mapping[str, Any]) -> None:
     for section, content in document.items():
-        if section not in _SCHEMA:
-            raise ConfigError(f"unknown configuration section [{section}] (known: {', '.join(_SCHEMA)})")
+        if section not in _SECTION_TYPES:
+            raise ConfigError(f"unknown configuration section [{section}] (known: {', '.join(_SECTION_TYPES)})")
         if not isinstance(content, dict):
             raise ConfigError(f"configuration key {section} must be a section")
+        types = _field_types(section)
         for key, value in content.items():
-            values[section][key] = _checked(section, key, value)
+            if key not in types:
+                raise ConfigError(f"unknown configuration key {section}.{key} (known: {', '.join(types)})")
+            values[section][key] = _typed(f"configuration key {section}.{key}", value, types[key])
 
 
-def _checked(section: str, key: str, value: object) -> object:
-    if key not in _SCHEMA[section]:
-        raise ConfigError(f"unknown configuration key {section}.{key} (known: {', '.join(_SCHEMA[section])})")
-    kind = _SCHEMA[section][key][0]
+def _typed(name: str, value: object, kind: type) -> object:
+    if kind is Secret:
+        if not isinstance(value, str):
+            raise ConfigError(f"{name} must be a str")
+        return Secret(value)
     if type(value) is not kind:
-        raise ConfigError(f"configuration key {section}.{key} must be a {kind.__name__}, not {value!r}")
+        raise ConfigError(f"{name} must be a {kind.__name__}, not {value!r}")
     return value
 
 
 def _merge_env(values: dict[str, dict[str, object]], env: Mapping[str, str]) -> None:
-    for section, keys in _SCHEMA.items():
-        for key, (kind, _) in keys.items():
+    for alias, (section, key) in ENV_ALIASES.items():
+        if alias in env:
+            values[section][key] = env[alias]
+    for section in _SECTION_TYPES:
+        for key, kind in _field_types(section).items():
             name = f"{ENV_PREFIX}{section}_{key}".upper()
             if name in env:
                 values[section][key] = _from_text(name, env[name], kind)
@@ -112,38 +222,26 @@ def _from_text(name: str, text: str, kind: type) -> object:
             return int(text)
         except ValueError:
             raise ConfigError(f"environment variable {name} must be an integer, not {text!r}") from None
+    if kind is Secret:
+        return Secret(text)
     return text
 
 
-def _build(values: dict[str, dict[str, object]], source: str | None) -> Settings:
-    placement_values = values["placement"]
-    try:
-        policy = PlacementPolicy(str(placement_values["policy"]))
-    except ValueError:
-        known = ", ".join(p.value for p in PlacementPolicy)
-        raise ConfigError(f"placement.policy must be one of {known}, not {placement_values['policy']!r}") from None
-    placement = PlacementConfig(
-        policy=policy,
-        min_racks_per_write_quorum=_positive(placement_values, "placement", "min_racks_per_write_quorum"),
-        enforce_min_racks=bool(placement_values["enforce_min_racks_per_write_quorum"]),
-        min_zones_per_write_quorum=_positive(placement_values, "placement", "min_zones_per_write_quorum"),
-        desired_zones_per_write_quorum=_positive(placement_values, "placement", "desired_zones_per_write_quorum"),
-        default_rack=str(placement_values["default_rack"]),
-    )
-    grace = values["verdict"]["under_replication_grace_seconds"]
-    assert isinstance(grace, int)
+def _validate(settings: Settings) -> None:
+    known = ", ".join(p.value for p in PlacementPolicy)
+    if settings.placement.policy not in {p.value for p in PlacementPolicy}:
+        raise ConfigError(f"placement.policy must be one of {known}, not {settings.placement.policy!r}")
+    positive = {
+        "placement.min_racks_per_write_quorum": settings.placement.min_racks_per_write_quorum,
+        "placement.min_zones_per_write_quorum": settings.placement.min_zones_per_write_quorum,
+        "placement.desired_zones_per_write_quorum": settings.placement.desired_zones_per_write_quorum,
+        "zookeeper.session_timeout_seconds": settings.zookeeper.session_timeout_seconds,
+        "kafka.partitions": settings.kafka.partitions,
+        "kafka.replication_factor": settings.kafka.replication_factor,
+    }
+    for key, value in positive.items():
+        if value < 1:
+            raise ConfigError(f"{key} must be a positive integer, not {value!r}")
+    grace = settings.verdict_section.under_replication_grace_seconds
     if grace < 0:
         raise ConfigError(f"verdict.under_replication_grace_seconds must not be negative, not {grace}")
-    return Settings(VerdictConfig(placement=placement, under_replication_grace_ms=grace * 1000), source)
-
-
-def _positive(values: Mapping[str, object], section: str, key: str) -> int:
-    value = values[key]
-    if not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{section}.{key} must be a positive integer, not {value!r}")
-    return value
-
-
-def schema_keys() -> dict[str, list[str]]:
-    """Every section and key the settings accept (for documentation and tests)."""
-    return {section: [key for key in keys] for section, keys in _SCHEMA.items()}

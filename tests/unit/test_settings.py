@@ -37,6 +37,8 @@ def test_file_then_environment(tmp_path: Path) -> None:
         ("[nope]\n", "unknown configuration section [nope]"),
         ("[placement]\ncolour = 1\n", "unknown configuration key placement.colour"),
         ('[placement]\nmin_racks_per_write_quorum = "2"\n', "must be a int"),
+        ("[kafka]\npartitions = 0\n", "kafka.partitions must be a positive integer"),
+        ("[kafka]\nsasl_password = 5\n", "kafka.sasl_password must be a str"),
         ('[placement]\npolicy = "random"\n', "placement.policy must be one of"),
         ("[placement]\nmin_racks_per_write_quorum = 0\n", "must be a positive integer"),
         ("[verdict]\nunder_replication_grace_seconds = -1\n", "must not be negative"),
@@ -48,6 +50,27 @@ def test_bad_configuration_is_named(tmp_path: Path, text: str, fragment: str) ->
     path.write_text(text)
     with pytest.raises(ConfigError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
         load_settings(path, env={})
+
+
+def test_connection_aliases_and_secrets() -> None:
+    env = {
+        "SCRUTINY_ZOOKEEPER": "127.0.0.9:2999",
+        "SCRUTINY_KAFKA": "127.0.0.9:9999",
+        "SCRUTINY_KAFKA_SASL_PASSWORD": "pa55-word",
+    }
+    settings = load_settings(env=env)
+    assert settings.zookeeper.connect == "127.0.0.9:2999"
+    assert settings.kafka.bootstrap_servers == "127.0.0.9:9999"
+    assert settings.kafka.sasl_password.reveal() == "pa55-word"
+    assert "pa55-word" not in repr(settings) and "pa55-word" not in str(settings.kafka)
+
+
+def test_secrets_from_a_file_are_hidden(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text('[zookeeper]\nauth_scheme = "digest"\nauth_credentials = "user:hunter2"\n')
+    settings = load_settings(path, env={})
+    assert settings.zookeeper.auth_credentials.reveal() == "user:hunter2"
+    assert "hunter2" not in repr(settings)
 
 
 def test_bad_environment_values() -> None:
