@@ -6,8 +6,6 @@ import argparse
 import heapq
 from collections.abc import Iterator, Sequence
 
-from scrutiny.streaming.cli_io import print_json, read_input
-
 from scrutiny.core.ledger_metadata import decode_ledger_metadata
 from scrutiny.core.listing_codec import decode_listing
 from scrutiny.core.periodic_sets import union_groups
@@ -18,6 +16,7 @@ from scrutiny.core.zk_paths import (
     ledger_path,
     underreplication_path,
 )
+from scrutiny.streaming.cli_io import print_json, read_input
 
 DEFAULT_MAX_RANGES = 10_000
 

@@ -6,14 +6,13 @@ import argparse
 import sys
 import time
 
-from scrutiny.streaming.cli_io import InputError, print_json, read_input
-from scrutiny.streaming.settings import load_settings
-
 from scrutiny.core.ledger_metadata import LedgerMetadata, decode_ledger_metadata
 from scrutiny.core.listing_codec import decode_listing_compact
 from scrutiny.core.placement import PlacementPolicy
 from scrutiny.core.verdict import BookieAnswer, ClusterView, compute_verdict
 from scrutiny.core.zk_records import UnderReplicationMark, parse_pulsar_racks
+from scrutiny.streaming.cli_io import InputError, print_json, read_input
+from scrutiny.streaming.settings import load_settings
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

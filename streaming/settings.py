@@ -17,7 +17,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from scrutiny.core.errors import ConfigError
 from scrutiny.core.placement import PlacementConfig, PlacementPolicy
@@ -92,6 +92,17 @@ class KafkaSection:
 
 
 @dataclass(frozen=True, slots=True)
+class WatcherSection:
+    """``[watcher]``: the ZooKeeper watcher that publishes ledger events."""
+
+    racks_path: str = "/bookies"
+    election_path: str = "/scrutiny/watcher"
+    tick_interval_seconds: int = 5
+    metrics_port: int = 0
+    delivery_timeout_seconds: int = 3600
+
+
+@dataclass(frozen=True, slots=True)
 class ServicesSection:
     """``[services]``: the embedded ZooKeeper and Kafka-protocol broker."""
 
@@ -102,12 +113,11 @@ class ServicesSection:
 class Settings:
     """Everything configurable, resolved. ``source`` names the file it came from, if any."""
 
-    SECTIONS: ClassVar[tuple[str, ...]] = ("verdict", "placement", "zookeeper", "kafka", "services")
-
     verdict_section: VerdictSection = VerdictSection()
     placement: PlacementSection = PlacementSection()
     zookeeper: ZooKeeperSection = ZooKeeperSection()
     kafka: KafkaSection = KafkaSection()
+    watcher: WatcherSection = WatcherSection()
     services: ServicesSection = ServicesSection()
     source: str | None = None
 
@@ -137,6 +147,7 @@ _SECTION_TYPES: dict[str, type[Any]] = {
     "placement": PlacementSection,
     "zookeeper": ZooKeeperSection,
     "kafka": KafkaSection,
+    "watcher": WatcherSection,
     "services": ServicesSection,
 }
 _FIELD_OF_SECTION = {"verdict": "verdict_section"}
@@ -238,6 +249,8 @@ def _validate(settings: Settings) -> None:
         "zookeeper.session_timeout_seconds": settings.zookeeper.session_timeout_seconds,
         "kafka.partitions": settings.kafka.partitions,
         "kafka.replication_factor": settings.kafka.replication_factor,
+        "watcher.tick_interval_seconds": settings.watcher.tick_interval_seconds,
+        "watcher.delivery_timeout_seconds": settings.watcher.delivery_timeout_seconds,
     }
     for key, value in positive.items():
         if value < 1:

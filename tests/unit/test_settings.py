@@ -4,10 +4,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from scrutiny.streaming.settings import load_settings, schema_keys
 
 from scrutiny.core.errors import ConfigError
 from scrutiny.core.placement import PlacementPolicy
+from scrutiny.streaming.settings import load_settings, schema_keys
 
 REPO = Path(__file__).resolve().parents[2]
 

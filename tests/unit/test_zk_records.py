@@ -9,7 +9,6 @@ from collections.abc import Callable
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from scrutiny.proto import bookkeeper_formats_pb2 as pb
 
 from scrutiny.core.errors import FormatError
 from scrutiny.core.zk_paths import LedgerManager
@@ -36,6 +35,7 @@ from scrutiny.core.zk_records import (
     parse_pulsar_racks,
     parse_underreplication_mark,
 )
+from scrutiny.proto import bookkeeper_formats_pb2 as pb
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 # Any text protobuf can hold: no lone surrogates.

@@ -1,0 +1,163 @@
+"""Publishing the watcher's events to Kafka (kafka-python), in order and without loss.
+
+* ledger events go to the partition of their key (the ledger id), cluster-wide events to every
+  partition with the key ``cluster``;
+* ``acks=all``, idempotent where the broker supports it (kafka-python's default), retries
+  within a delivery timeout; per partition order is kept (idempotence, or one request in flight);
+* memory is bounded: at most ``max_pending`` records wait for Kafka's acknowledgement;
+  :meth:`EventPublisher.publish` blocks while that many are pending (backpressure on the
+  watcher) and raises :class:`PublishError` when none completes within ``max_block_ms``, so the
+  caller keeps the event and tries again;
+* a record that still fails after the delivery timeout sets :attr:`EventPublisher.broken`; the
+  watcher then republishes the whole state as a snapshot, whose end marker tells consumers
+  that everything not in it is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaProducer
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+from scrutiny.connectors.ledger_events import CLUSTER_KEY, ledger_key
+from scrutiny.core.errors import ScrutinyError
+from scrutiny.proto import ledger_events_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+CLUSTER_WIDE = frozenset(
+    {
+        pb.EventKind.BOOKIE_REGISTERED,
+        pb.EventKind.BOOKIE_UNREGISTERED,
+        pb.EventKind.BOOKIE_READONLY,
+        pb.EventKind.BOOKIE_WRITABLE,
+        pb.EventKind.RACKS_CHANGED,
+        pb.EventKind.TICK,
+        pb.EventKind.SNAPSHOT_BEGIN,
+        pb.EventKind.SNAPSHOT_END,
+    }
+)
+
+
+class PublishError(ScrutinyError):
+    """Kafka did not take the event (unreachable, buffer full for too long); nothing was lost: retry."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """The event topic and how to create it when it is missing."""
+
+    topic: str
+    partitions: int = 8
+    replication_factor: int = 1
+    delivery_timeout_ms: int = 3_600_000
+    max_pending: int = 20_000
+    max_block_ms: int = 10_000
+
+
+Observer = Callable[[int, float], None]  # (event kind, seconds from send to acknowledgement)
+
+
+class EventPublisher:
+    """One producer for the event topic; stamps each event's sequence number when it is sent."""
+
+    def __init__(self, client_options: Mapping[str, Any], config: TopicConfig, *, on_ack: Observer | None = None):
+        self.config = config
+        self._options = dict(client_options)
+        self._on_ack = on_ack
+        self._sequence = 0
+        self._lock = threading.Lock()
+        self.broken: str | None = None
+        self._pending = threading.BoundedSemaphore(config.max_pending)
+        self._producer = KafkaProducer(
+            **self._options,
+            acks="all",
+            linger_ms=5,
+            allow_auto_create_topics=False,
+            max_block_ms=config.max_block_ms,
+            delivery_timeout_ms=config.delivery_timeout_ms,
+            request_timeout_ms=min(30_000, config.delivery_timeout_ms),
+        )
+        self.partitions = self.ensure_topic()
+
+    def ensure_topic(self) -> list[int]:
+        """The topic's partitions, creating the topic with the configured partition count if missing."""
+        admin = KafkaAdminClient(**self._options)
+        try:
+            if self.config.topic not in set(admin.list_topics()):
+                topic = NewTopic(self.config.topic, self.config.partitions, self.config.replication_factor)
+                try:
+                    admin.create_topics([topic])
+                    log.info("created topic %s with %d partitions", self.config.topic, self.config.partitions)
+                except TopicAlreadyExistsError:
+                    pass  # another watcher created it meanwhile
+        finally:
+            admin.close()
+        return sorted(self._wait_for_partitions())
+
+    def _wait_for_partitions(self, timeout_s: float = 30.0) -> set[int]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                partitions = self._producer.partitions_for(self.config.topic)
+            except KafkaError:
+                partitions = None
+            if partitions:
+                return set(partitions)
+            time.sleep(0.1)
+        raise PublishError(f"topic {self.config.topic} has no partitions after {timeout_s:.0f} s")
+
+    def publish(self, event: pb.LedgerEvent) -> None:
+        """Send one event (to every partition when it is cluster-wide); blocks while the buffer is full."""
+        with self._lock:
+            self._sequence += 1
+            event.sequence = self._sequence
+        value = event.SerializeToString()
+        started = time.monotonic()
+        try:
+            if event.kind in CLUSTER_WIDE:
+                for partition in self.partitions:
+                    self._send(value, CLUSTER_KEY, partition, event.kind, started)
+            else:
+                self._send(value, ledger_key(event.ledger_id), None, event.kind, started)
+        except KafkaError as error:
+            raise PublishError(f"cannot publish to {self.config.topic}: {error}") from error
+
+    def _send(self, value: bytes, key: bytes, partition: int | None, kind: int, started: float) -> None:
+        if not self._pending.acquire(timeout=self.config.max_block_ms / 1000):
+            raise PublishError(f"{self.config.max_pending} events still unacknowledged by Kafka")
+        try:
+            future = self._producer.send(self.config.topic, value=value, key=key, partition=partition)
+        except BaseException:
+            self._pending.release()
+            raise
+        future.add_callback(lambda _: self._acked(kind, started))
+        future.add_errback(self._failed)
+
+    def _acked(self, kind: int, started: float) -> None:
+        self._pending.release()
+        if self._on_ack is not None:
+            self._on_ack(kind, time.monotonic() - started)
+
+    def _failed(self, error: Exception) -> None:
+        self._pending.release()
+        log.error("an event could not be delivered to %s: %s", self.config.topic, error)
+        self.broken = str(error)
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Wait until every event sent so far is acknowledged (or failed)."""
+        try:
+            self._producer.flush(timeout=timeout_s)
+        except KafkaError as error:
+            raise PublishError(f"flush to {self.config.topic} failed: {error}") from error
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Flush what can be flushed within ``timeout_s`` and close the producer."""
+        self._producer.close(timeout=timeout_s)

@@ -1,0 +1,193 @@
+"""What the watcher knows of the cluster, and what changed: pure state and diffs, no I/O.
+
+A :class:`ClusterView` is one observation of BookKeeper's metadata: every ledger node (data and
+stat), every under-replication mark, the writable and read-only bookie registrations and
+Pulsar's rack node. :func:`diff` turns two observations into the :class:`Change` list that
+takes a consumer from the first to the second; :class:`KnownState` applies single live
+changes, dropping those older than what was already published (ZooKeeper's ``mzxid`` orders
+the versions of one node), so a late or duplicate notification never moves a ledger backwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStat:
+    """The parts of a znode's stat the watcher publishes."""
+
+    version: int
+    czxid: int
+    mzxid: int
+    ctime_ms: int
+    mtime_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A znode's data and stat."""
+
+    data: bytes
+    stat: NodeStat
+
+
+def node_stat_lag(node: Node, now_ms: int) -> float:
+    """Seconds from the node's last modification (ZooKeeper's mtime) to ``now_ms``, never negative."""
+    return max(0, now_ms - node.stat.mtime_ms) / 1000.0
+
+
+@dataclass
+class ClusterView:
+    """One observation of the metadata the checker needs."""
+
+    ledgers: dict[int, Node] = field(default_factory=dict)
+    marks: dict[int, Node] = field(default_factory=dict)
+    writable: dict[str, bytes] = field(default_factory=dict)
+    readonly: dict[str, bytes] = field(default_factory=dict)
+    racks: bytes | None = None
+
+
+class ChangeKind(StrEnum):
+    """What happened to one thing (names match the event kinds of proto/ledger_events.proto)."""
+
+    LEDGER_CREATED = "LEDGER_CREATED"
+    LEDGER_CHANGED = "LEDGER_CHANGED"
+    LEDGER_DELETED = "LEDGER_DELETED"
+    UNDER_REPLICATION_MARKED = "UNDER_REPLICATION_MARKED"
+    UNDER_REPLICATION_CLEARED = "UNDER_REPLICATION_CLEARED"
+    BOOKIE_REGISTERED = "BOOKIE_REGISTERED"
+    BOOKIE_UNREGISTERED = "BOOKIE_UNREGISTERED"
+    BOOKIE_READONLY = "BOOKIE_READONLY"
+    BOOKIE_WRITABLE = "BOOKIE_WRITABLE"
+    RACKS_CHANGED = "RACKS_CHANGED"
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One change: ``node`` for ledgers and marks (the last known one for deletions), ``data`` otherwise."""
+
+    kind: ChangeKind
+    ledger_id: int | None = None
+    node: Node | None = None
+    bookie_id: str | None = None
+    data: bytes = b""
+
+    @property
+    def is_cluster_wide(self) -> bool:
+        """Bookie and rack changes concern every ledger; they go to every partition."""
+        return self.ledger_id is None
+
+
+def diff(old: ClusterView, new: ClusterView) -> list[Change]:
+    """The changes from ``old`` to ``new``: cluster-wide ones first, then ledgers and marks by id."""
+    changes = list(_bookie_changes(old, new))
+    if old.racks != new.racks:
+        changes.append(Change(ChangeKind.RACKS_CHANGED, data=new.racks or b""))
+    changes.extend(_node_changes(old.ledgers, new.ledgers, ledgers=True))
+    changes.extend(_node_changes(old.marks, new.marks, ledgers=False))
+    return changes
+
+
+def _node_changes(old: dict[int, Node], new: dict[int, Node], *, ledgers: bool) -> Iterator[Change]:
+    created = ChangeKind.LEDGER_CREATED if ledgers else ChangeKind.UNDER_REPLICATION_MARKED
+    changed = ChangeKind.LEDGER_CHANGED if ledgers else ChangeKind.UNDER_REPLICATION_MARKED
+    deleted = ChangeKind.LEDGER_DELETED if ledgers else ChangeKind.UNDER_REPLICATION_CLEARED
+    for ledger_id in sorted(old.keys() | new.keys()):
+        before, after = old.get(ledger_id), new.get(ledger_id)
+        if after is None and before is not None:
+            yield Change(deleted, ledger_id, before)
+        elif before is None and after is not None:
+            yield Change(created, ledger_id, after)
+        elif before is not None and after is not None and _newer(after, before):
+            yield Change(changed, ledger_id, after)
+
+
+def _newer(after: Node, before: Node) -> bool:
+    return (after.stat.czxid, after.stat.mzxid) != (before.stat.czxid, before.stat.mzxid)
+
+
+def _bookie_changes(old: ClusterView, new: ClusterView) -> Iterator[Change]:
+    for bookie in sorted(old.writable.keys() | old.readonly.keys() | new.writable.keys() | new.readonly.keys()):
+        was = _registration(old, bookie)
+        now = _registration(new, bookie)
+        kind = _bookie_transition(was, now)
+        if kind is None and now is not None and _info(new, bookie) != _info(old, bookie):
+            kind = ChangeKind.BOOKIE_REGISTERED if now == "writable" else ChangeKind.BOOKIE_READONLY
+        if kind is not None:
+            yield Change(kind, bookie_id=bookie, data=_info(new, bookie) or b"")
+
+
+def _registration(view: ClusterView, bookie: str) -> str | None:
+    if bookie in view.readonly:
+        return "readonly"
+    if bookie in view.writable:
+        return "writable"
+    return None
+
+
+def _info(view: ClusterView, bookie: str) -> bytes | None:
+    if bookie in view.readonly:
+        return view.readonly[bookie]
+    return view.writable.get(bookie)
+
+
+def _bookie_transition(was: str | None, now: str | None) -> ChangeKind | None:
+    if was == now:
+        return None
+    if now is None:
+        return ChangeKind.BOOKIE_UNREGISTERED
+    if now == "readonly":
+        return ChangeKind.BOOKIE_READONLY
+    return ChangeKind.BOOKIE_WRITABLE if was == "readonly" else ChangeKind.BOOKIE_REGISTERED
+
+
+class KnownState:
+    """The last state published, updated change by change; refuses changes that would go backwards."""
+
+    def __init__(self, view: ClusterView | None = None) -> None:
+        self.view = view if view is not None else ClusterView()
+
+    def resync(self, observed: ClusterView) -> list[Change]:
+        """The changes from what was published to ``observed``, which becomes the known state."""
+        changes = diff(self.view, observed)
+        self.view = observed
+        return changes
+
+    def ledger(self, ledger_id: int, node: Node | None) -> Change | None:
+        """A ledger node read after a notification (None: it is gone); None when nothing new."""
+        return self._node(self.view.ledgers, ledger_id, node, ledgers=True)
+
+    def mark(self, ledger_id: int, node: Node | None) -> Change | None:
+        """An under-replication node read after a notification (None: it is gone)."""
+        return self._node(self.view.marks, ledger_id, node, ledgers=False)
+
+    def _node(self, nodes: dict[int, Node], ledger_id: int, node: Node | None, *, ledgers: bool) -> Change | None:
+        before = nodes.get(ledger_id)
+        stale = node is not None and before is not None and node.stat.czxid == before.stat.czxid
+        if stale and node is not None and before is not None and node.stat.mzxid <= before.stat.mzxid:
+            return None  # a late read of a version already published
+        changes = list(
+            _node_changes({ledger_id: before} if before else {}, {ledger_id: node} if node else {}, ledgers=ledgers)
+        )
+        if node is None:
+            nodes.pop(ledger_id, None)
+        else:
+            nodes[ledger_id] = node
+        return changes[0] if changes else None
+
+    def bookies(self, writable: dict[str, bytes], readonly: dict[str, bytes]) -> list[Change]:
+        """New registrations (after a change under ``available``): the bookie changes."""
+        new = ClusterView(self.view.ledgers, self.view.marks, writable, readonly, self.view.racks)
+        changes = list(_bookie_changes(self.view, new))
+        self.view.writable, self.view.readonly = writable, readonly
+        return changes
+
+    def racks(self, data: bytes | None) -> Change | None:
+        """Pulsar's rack node read after a notification (None: it is gone)."""
+        if data == self.view.racks:
+            return None
+        self.view.racks = data
+        return Change(ChangeKind.RACKS_CHANGED, data=data or b"")

@@ -1,0 +1,55 @@
+"""The watcher's Prometheus metrics, in a registry of its own (so several watchers can live in one process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from scrutiny.proto import ledger_events_pb2 as pb
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class WatcherMetrics:
+    """Events by kind, publish latency, resyncs, leadership, ZooKeeper session state and lag."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.events = Counter("scrutiny_watcher_events", "Events published, by kind", ["kind"], registry=r)
+        self.publish_latency = Histogram(
+            "scrutiny_watcher_publish_latency_seconds",
+            "From handing an event to the producer to its acknowledgement",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.change_lag = Histogram(
+            "scrutiny_watcher_change_lag_seconds",
+            "From a live change's ZooKeeper mtime to its event being handed to the producer",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.resyncs = Counter("scrutiny_watcher_resyncs", "Walks of the whole tree", ["origin"], registry=r)
+        self.resync_duration = Histogram(
+            "scrutiny_watcher_resync_duration_seconds", "Duration of a walk and its publication", registry=r
+        )
+        self.leader = Gauge("scrutiny_watcher_leader", "1 while this watcher is the active one", registry=r)
+        self.session = Gauge(
+            "scrutiny_watcher_zookeeper_session", "1 for the current ZooKeeper session state", ["state"], registry=r
+        )
+        self.errors = Counter("scrutiny_watcher_errors", "Errors retried, by where", ["where"], registry=r)
+        self.last_event = Gauge(
+            "scrutiny_watcher_last_event_timestamp_seconds", "When the last event was published", registry=r
+        )
+
+    def published(self, kind: int) -> None:
+        """Count one published event."""
+        self.events.labels(pb.EventKind.Name(kind)).inc()
+
+    def session_state(self, state: str) -> None:
+        """Record the ZooKeeper session's state (CONNECTED, SUSPENDED, LOST)."""
+        for name in ("CONNECTED", "SUSPENDED", "LOST"):
+            self.session.labels(name).set(1 if name == state else 0)
+
+    def serve(self, port: int, address: str = "127.0.0.1") -> None:
+        """Expose the metrics over HTTP on ``address:port``."""
+        start_http_server(port, addr=address, registry=self.registry)

@@ -1,0 +1,196 @@
+"""A walk of BookKeeper's whole metadata tree with pipelined asynchronous reads.
+
+Used by the watcher on start and after every reconnect: many requests in flight on the one
+ZooKeeper connection (a bounded window, so memory stays bounded), level by level for the
+ledger directories, then the ledger nodes' data. Nodes that vanish during the walk are simply
+not in the result (the persistent watch reports their deletion). Progress is reported through
+a callback.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from scrutiny.connectors.watch_state import ClusterView, Node, NodeStat
+from scrutiny.core.errors import PathError
+from scrutiny.core.zk_paths import (
+    LedgerManager,
+    available_path,
+    is_ledger_tree_child,
+    ledger_id_from_path,
+    ledger_id_from_underreplication_path,
+    readonly_path,
+    underreplication_ledgers_path,
+)
+
+T = TypeVar("T")
+Progress = Callable[[str, int], None]
+DEFAULT_WINDOW = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class TreeLayout:
+    """Where to look: the ledgers root, its ledger manager, and Pulsar's rack node."""
+
+    root: str = "/ledgers"
+    manager: LedgerManager = LedgerManager.HIERARCHICAL
+    racks_path: str = "/bookies"
+
+
+def node_of(data: bytes, stat: Any) -> Node:
+    """A Node from kazoo's (data, ZnodeStat)."""
+    return Node(data, NodeStat(stat.version, stat.czxid, stat.mzxid, stat.ctime, stat.mtime))
+
+
+def pipelined(
+    client: KazooClient, calls: Iterable[tuple[T, Callable[[], Any]]], *, window: int = DEFAULT_WINDOW
+) -> list[tuple[T, Any]]:
+    """Run asynchronous kazoo calls with at most ``window`` in flight; (key, result) of those that succeeded.
+
+    ``calls`` yields (key, start) where ``start()`` returns a kazoo IAsyncResult. NoNodeError
+    results are dropped; any other error is raised once all started calls have finished.
+    """
+    slots = threading.BoundedSemaphore(window)
+    lock = threading.Lock()
+    results: list[tuple[T, Any]] = []
+    errors: list[BaseException] = []
+    pending = [0]
+    finished = threading.Event()
+    finished.set()
+
+    def done(key: T, async_result: Any) -> None:
+        try:
+            value = async_result.get_nowait()
+        except NoNodeError:
+            value = None
+        except BaseException as error:  # recorded, raised by the caller's thread
+            with lock:
+                errors.append(error)
+            value = None
+        with lock:
+            if value is not None:
+                results.append((key, value))
+            pending[0] -= 1
+            if pending[0] == 0:
+                finished.set()
+        slots.release()
+
+    for key, start in calls:
+        slots.acquire()
+        with lock:
+            pending[0] += 1
+            finished.clear()
+        start().rawlink(lambda result, key=key: done(key, result))
+    finished.wait()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def read_cluster(
+    client: KazooClient, layout: TreeLayout, *, progress: Progress | None = None, window: int = DEFAULT_WINDOW
+) -> ClusterView:
+    """Everything the watcher publishes, read now: ledgers, marks, registrations and racks."""
+    report = progress or (lambda phase, count: None)
+    view = ClusterView()
+    leaves = _ledger_leaves(client, layout, window)
+    report("ledger nodes found", len(leaves))
+    for ledger_id, (data, stat) in pipelined(client, ((i, get_data_call(client, p)) for i, p in leaves), window=window):
+        view.ledgers[ledger_id] = node_of(data, stat)
+    report("ledgers read", len(view.ledgers))
+    marks = _mark_leaves(client, layout.root, window)
+    for ledger_id, (data, stat) in pipelined(client, ((i, get_data_call(client, p)) for i, p in marks), window=window):
+        view.marks[ledger_id] = node_of(data, stat)
+    report("under-replication marks read", len(view.marks))
+    view.writable, view.readonly = read_registrations(client, layout.root, window=window)
+    view.racks = read_optional(client, layout.racks_path)
+    return view
+
+
+def read_registrations(
+    client: KazooClient, root: str, *, window: int = DEFAULT_WINDOW
+) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    """Writable and read-only bookie registrations: bookie id -> raw BookieServiceInfo bytes."""
+    out: list[dict[str, bytes]] = []
+    for parent in (available_path(root=root), readonly_path(root=root)):
+        try:
+            names = [n for n in client.get_children(parent) if n != "readonly"]
+        except NoNodeError:
+            names = []
+        calls = ((name, get_data_call(client, f"{parent}/{name}")) for name in names)
+        out.append({name: data for name, (data, _) in pipelined(client, calls, window=window)})
+    return out[0], out[1]
+
+
+def read_optional(client: KazooClient, path: str) -> bytes | None:
+    """A node's data, or None when it does not exist."""
+    try:
+        data, _ = client.get(path)
+    except NoNodeError:
+        return None
+    return bytes(data)
+
+
+def get_data_call(client: KazooClient, path: str) -> Callable[[], Any]:
+    """A starter for :func:`pipelined`: reads the node's data and stat."""
+    return lambda: client.get_async(path)
+
+
+def _children(client: KazooClient, paths: list[str], window: int) -> list[tuple[str, list[str]]]:
+    calls = ((path, (lambda path=path: client.get_children_async(path))) for path in paths)
+    return pipelined(client, calls, window=window)
+
+
+def _ledger_leaves(client: KazooClient, layout: TreeLayout, window: int) -> list[tuple[int, str]]:
+    """(ledger id, path) of every ledger node, level by level below the root."""
+    root = layout.root.rstrip("/") or ""
+    try:
+        top = client.get_children(layout.root)
+    except NoNodeError:
+        return []
+    level = [f"{root}/{name}" for name in top if is_ledger_tree_child(name, manager=layout.manager)]
+    if layout.manager is LedgerManager.FLAT:
+        return _as_ledgers(level, layout)
+    leaf_paths: list[str] = []
+    while level:
+        next_level: list[str] = []
+        for parent, names in _children(client, level, window):
+            for name in names:
+                (leaf_paths if name.startswith("L") else next_level).append(f"{parent}/{name}")
+        level = next_level
+    return _as_ledgers(leaf_paths, layout)
+
+
+def _as_ledgers(paths: list[str], layout: TreeLayout) -> list[tuple[int, str]]:
+    out: list[tuple[int, str]] = []
+    for path in paths:
+        try:
+            out.append((ledger_id_from_path(path, manager=layout.manager, root=layout.root), path))
+        except PathError:
+            continue  # not a ledger node of this manager: ignored, as BookKeeper does
+    return out
+
+
+def _mark_leaves(client: KazooClient, root: str, window: int) -> list[tuple[int, str]]:
+    level = [underreplication_ledgers_path(root=root)]
+    leaves: list[tuple[int, str]] = []
+    while level:
+        next_level: list[str] = []
+        for parent, names in _children(client, level, window):
+            for name in names:
+                path = f"{parent}/{name}"
+                if name.startswith("urL"):
+                    try:
+                        leaves.append((ledger_id_from_underreplication_path(path, root=root), path))
+                    except PathError:
+                        continue
+                else:
+                    next_level.append(path)
+        level = next_level
+    return leaves

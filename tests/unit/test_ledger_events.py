@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import pytest
+
+from scrutiny.connectors.ledger_events import Publisher, event_for_change, ledger_key, marker_event, parse_event
+from scrutiny.connectors.watch_state import Change, ChangeKind, Node, NodeStat
+from scrutiny.core.errors import FormatError
+from scrutiny.core.ledger_metadata import Segment, build_ledger_metadata, encode_ledger_metadata_v3
+from scrutiny.core.zk_records import UnderReplicationMark, format_underreplication_mark
+from scrutiny.proto import ledger_events_pb2 as pb
+
+ME = Publisher("w1", 7, "/ledgers")
+STAT = NodeStat(3, 100, 120, 1_700_000_000_000, 1_700_000_000_500)
+
+
+def test_ledger_key_is_decimal_ascii() -> None:
+    assert ledger_key(2**63 - 1) == b"9223372036854775807"
+
+
+def test_ledger_event_carries_bytes_stat_and_publisher() -> None:
+    metadata = build_ledger_metadata(ensemble_size=1, write_quorum=1, ack_quorum=1, segments=[Segment(0, ("a:1",))])
+    data = encode_ledger_metadata_v3(metadata)
+    event = event_for_change(Change(ChangeKind.LEDGER_CREATED, 42, Node(data, STAT)), pb.Origin.LIVE, ME, observed_ms=9)
+    back = parse_event(event.SerializeToString())
+    assert back.kind == pb.EventKind.LEDGER_CREATED and back.origin == pb.Origin.LIVE
+    assert (back.ledger_id, back.metadata, back.decode_error) == (42, data, "")
+    assert (back.stat.version, back.stat.mzxid, back.stat.mtime_ms) == (3, 120, 1_700_000_000_500)
+    assert (back.watcher_id, back.epoch, back.ledgers_root, back.observed_ms) == ("w1", 7, "/ledgers", 9)
+
+
+def test_undecodable_metadata_travels_with_its_error() -> None:
+    event = event_for_change(
+        Change(ChangeKind.LEDGER_CHANGED, 5, Node(b"\x00junk", STAT)), pb.Origin.LIVE, ME, observed_ms=0
+    )
+    assert event.metadata == b"\x00junk" and "missing header" in event.decode_error
+
+
+def test_under_replication_mark_is_parsed() -> None:
+    raw = format_underreplication_mark(UnderReplicationMark(("b1:3181",), 1234))
+    event = event_for_change(
+        Change(ChangeKind.UNDER_REPLICATION_MARKED, 5, Node(raw, STAT)), pb.Origin.RESYNC, ME, observed_ms=0
+    )
+    mark = event.under_replication
+    assert list(mark.replicas) == ["b1:3181"] and mark.has_ctime and mark.ctime_ms == 1234 and mark.raw == raw
+    bad = event_for_change(
+        Change(ChangeKind.UNDER_REPLICATION_MARKED, 5, Node(b"replica: ", STAT)), pb.Origin.RESYNC, ME, observed_ms=0
+    )
+    assert bad.under_replication.decode_error and not bad.under_replication.replicas
+
+
+def test_bookie_and_marker_events() -> None:
+    event = event_for_change(
+        Change(ChangeKind.BOOKIE_READONLY, bookie_id="b:1", data=b"i"), pb.Origin.LIVE, ME, observed_ms=0
+    )
+    assert (event.kind, event.bookie_id, event.bookie_info) == (pb.EventKind.BOOKIE_READONLY, "b:1", b"i")
+    tick = marker_event(pb.EventKind.TICK, pb.Origin.LIVE, ME, observed_ms=5)
+    assert parse_event(tick.SerializeToString()).kind == pb.EventKind.TICK
+
+
+def test_garbage_is_not_an_event() -> None:
+    with pytest.raises(FormatError):
+        parse_event(b"\xff\xff\xff")
+    with pytest.raises(FormatError, match="no event kind"):
+        parse_event(b"")

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+from scrutiny.connectors.watch_state import ChangeKind, ClusterView, KnownState, Node, NodeStat, diff, node_stat_lag
+
+
+def node(mzxid: int, data: bytes = b"x", czxid: int = 1, version: int = 0) -> Node:
+    return Node(data, NodeStat(version, czxid, mzxid, 1000, 2000 + mzxid))
+
+
+def kinds(changes: list) -> list[tuple[str, object]]:  # type: ignore[type-arg]
+    return [(c.kind.value, c.ledger_id if c.ledger_id is not None else c.bookie_id) for c in changes]
+
+
+def test_first_snapshot_creates_everything() -> None:
+    view = ClusterView(
+        ledgers={2: node(5), 1: node(3)},
+        marks={1: node(7)},
+        writable={"b1:3181": b""},
+        readonly={"b2:3181": b""},
+        racks=b"{}",
+    )
+    assert kinds(diff(ClusterView(), view)) == [
+        ("BOOKIE_REGISTERED", "b1:3181"),
+        ("BOOKIE_READONLY", "b2:3181"),
+        ("RACKS_CHANGED", None),
+        ("LEDGER_CREATED", 1),
+        ("LEDGER_CREATED", 2),
+        ("UNDER_REPLICATION_MARKED", 1),
+    ]
+
+
+def test_resync_publishes_only_differences() -> None:
+    old = ClusterView(ledgers={1: node(3), 2: node(4), 3: node(5)}, marks={2: node(6)}, writable={"a": b"", "b": b""})
+    new = ClusterView(ledgers={1: node(3), 2: node(9), 4: node(10)}, marks={}, writable={"a": b""}, readonly={"b": b""})
+    assert kinds(diff(old, new)) == [
+        ("BOOKIE_READONLY", "b"),
+        ("LEDGER_CHANGED", 2),
+        ("LEDGER_DELETED", 3),
+        ("LEDGER_CREATED", 4),
+        ("UNDER_REPLICATION_CLEARED", 2),
+    ]
+    deleted = next(c for c in diff(old, new) if c.kind is ChangeKind.LEDGER_DELETED)
+    assert deleted.node == node(5)  # the last known stat travels with the deletion
+
+
+def test_bookie_transitions() -> None:
+    state = KnownState(ClusterView(writable={"a": b"", "b": b""}, readonly={"c": b""}))
+    changes = state.bookies({"a": b"info", "c": b""}, {})
+    assert kinds(changes) == [("BOOKIE_REGISTERED", "a"), ("BOOKIE_UNREGISTERED", "b"), ("BOOKIE_WRITABLE", "c")]
+    assert state.bookies({"a": b"info", "c": b""}, {}) == []
+
+
+def test_live_reads_never_go_backwards() -> None:
+    state = KnownState()
+    assert kinds([state.ledger(7, node(10))]) == [("LEDGER_CREATED", 7)]  # type: ignore[list-item]
+    assert state.ledger(7, node(10)) is None  # duplicate notification
+    assert state.ledger(7, node(9)) is None  # a late read of an older version
+    changed = state.ledger(7, node(12, b"y", version=1))
+    assert changed is not None and changed.kind is ChangeKind.LEDGER_CHANGED
+    deleted = state.ledger(7, None)
+    assert deleted is not None and deleted.kind is ChangeKind.LEDGER_DELETED
+    assert state.ledger(7, None) is None
+    recreated = state.ledger(7, node(20, czxid=20))
+    assert recreated is not None and recreated.kind is ChangeKind.LEDGER_CREATED
+
+
+def test_marks_and_racks() -> None:
+    state = KnownState()
+    marked = state.mark(3, node(4))
+    assert marked is not None and marked.kind is ChangeKind.UNDER_REPLICATION_MARKED
+    remarked = state.mark(3, node(8))
+    assert remarked is not None and remarked.kind is ChangeKind.UNDER_REPLICATION_MARKED
+    cleared = state.mark(3, None)
+    assert cleared is not None and cleared.kind is ChangeKind.UNDER_REPLICATION_CLEARED
+    racks = state.racks(b'{"default": {}}')
+    assert racks is not None and racks.data == b'{"default": {}}'
+    assert state.racks(b'{"default": {}}') is None
+    gone = state.racks(None)
+    assert gone is not None and gone.data == b""
+
+
+def test_lag() -> None:
+    assert node_stat_lag(node(0), 2500) == 0.5
+    assert node_stat_lag(node(0), 0) == 0.0
