@@ -1,0 +1,224 @@
+"""Fixtures for tests against a real ZooKeeper and a Kafka-protocol broker.
+
+Session scope: ``zookeeper_server``, ``kafka_server`` (:class:`ServerEndpoint`) and ``services``
+(both, as :class:`Endpoints`) start Debian's ZooKeeper and the Tansu broker once per session with
+``scrutiny.connectors.services`` in a temporary directory, and always stop them: at the end of
+the session, on failure, on Ctrl-C and on SIGTERM (both become KeyboardInterrupt; pytest tears
+fixtures down then), at interpreter exit as a last resort, and even when pytest is killed
+outright (the kernel sends them SIGTERM when their parent dies: ``die_with_parent``).
+``service_settings`` is the environment's settings (``SCRUTINY_CONFIG``,
+``SCRUTINY_<SECTION>_<KEY>``: auth, SASL/SSL) pointed at those servers.
+
+External servers: with ``SCRUTINY_TEST_ZOOKEEPER=host:port[,host:port...]`` and/or
+``SCRUTINY_TEST_KAFKA=host:port[,...]`` set, nothing is started for that service and the same
+fixtures, clients and tests use the given servers (credentials from the settings).
+
+Function scope: ``zk_client`` is a started KazooClient built by ``build_zookeeper_client``
+confined to a fresh chroot (deleted afterwards); ``kafka_topic`` is a fresh one-partition topic
+(``kafka_topic_factory`` makes others), deleted afterwards.
+
+When a test that uses the servers fails, its report gets a section with each server's last log
+lines.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import signal
+import uuid
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+from kafka import KafkaAdminClient
+from kazoo.client import KazooClient
+
+from scrutiny.connectors.kafka_config import admin_kwargs
+from scrutiny.connectors.services import Endpoints, RunningServer, start_tansu, start_zookeeper
+from scrutiny.connectors.zookeeper_client import build_zookeeper_client
+from scrutiny.streaming.settings import Settings, load_settings
+
+EXTERNAL_ZOOKEEPER_ENV = "SCRUTINY_TEST_ZOOKEEPER"
+EXTERNAL_KAFKA_ENV = "SCRUTINY_TEST_KAFKA"
+TEST_CHROOT_PARENT = "/scrutiny-test"
+_SERVER_FIXTURES = ("zookeeper_server", "kafka_server", "services")
+
+#: Servers this session started, by service name: for log tails on failure and the exit guard.
+_live_servers: dict[str, RunningServer] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class ServerEndpoint:
+    """A server the tests use: its address, and the server object when this session started it."""
+
+    name: str
+    address: str
+    server: RunningServer | None
+
+    @property
+    def external(self) -> bool:
+        """True when the server was given by SCRUTINY_TEST_* and not started here."""
+        return self.server is None
+
+
+def _stop_leftovers() -> None:
+    """Last resort at interpreter exit: stop what a teardown did not (never anything else)."""
+    for server in list(_live_servers.values()):
+        server.stop()
+    _live_servers.clear()
+
+
+atexit.register(_stop_leftovers)
+
+
+def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Treat SIGTERM (e.g. from ``timeout``) like Ctrl-C, so that fixture teardown stops the servers."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+
+
+def _serve(
+    name: str, env_name: str, start: Callable[..., RunningServer], base: Path
+) -> Generator[ServerEndpoint, None, None]:
+    external = os.environ.get(env_name, "").strip()
+    if external:
+        yield ServerEndpoint(name, external, None)
+        return
+    server = start(base, die_with_parent=True)
+    _live_servers[name] = server
+    try:
+        yield ServerEndpoint(name, server.address, server)
+    finally:
+        _live_servers.pop(name, None)
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerEndpoint]:
+    """A ZooKeeper for the whole session (or the external one of SCRUTINY_TEST_ZOOKEEPER)."""
+    yield from _serve("zookeeper", EXTERNAL_ZOOKEEPER_ENV, start_zookeeper, tmp_path_factory.mktemp("zookeeper"))
+
+
+@pytest.fixture(scope="session")
+def kafka_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerEndpoint]:
+    """A Kafka-protocol broker for the whole session (or the external one of SCRUTINY_TEST_KAFKA)."""
+    yield from _serve("kafka", EXTERNAL_KAFKA_ENV, start_tansu, tmp_path_factory.mktemp("kafka"))
+
+
+@pytest.fixture(scope="session")
+def services(zookeeper_server: ServerEndpoint, kafka_server: ServerEndpoint) -> Endpoints:
+    """Both servers' addresses."""
+    return Endpoints(zookeeper=zookeeper_server.address, kafka=kafka_server.address)
+
+
+@pytest.fixture(scope="session")
+def service_settings(services: Endpoints) -> Settings:
+    """The environment's settings (auth, SASL/SSL, ...) with the connection strings of the test servers."""
+    base = load_settings()
+    return replace(
+        base,
+        zookeeper=replace(base.zookeeper, connect=services.zookeeper, metadata_uri=""),
+        kafka=replace(base.kafka, bootstrap_servers=services.kafka),
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    """Attach the servers' last log lines to the report of a failed test that used them."""
+    report = yield
+    uses_servers = any(name in getattr(item, "fixturenames", ()) for name in _SERVER_FIXTURES)
+    if report.failed and uses_servers:
+        for name, server in _live_servers.items():
+            report.sections.append((f"{name} log {server.record.log_file} (last lines)", server.log_tail()))
+    return report
+
+
+def _unique(request: pytest.FixtureRequest) -> str:
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", request.node.name)[:60].strip("-")
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def _with_chroot(connect: str, chroot: str) -> str:
+    hosts, _, existing = connect.partition("/")
+    prefix = "/" + existing.strip("/") if existing.strip("/") else ""
+    return f"{hosts}{prefix}{chroot}"
+
+
+@pytest.fixture(scope="session")
+def zk_root_client(service_settings: Settings) -> Iterator[KazooClient]:
+    """A session-wide client on the real root (creates and deletes the per-test chroots)."""
+    client = build_zookeeper_client(service_settings.zookeeper)
+    client.start(timeout=15)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
+@pytest.fixture
+def zk_client(
+    request: pytest.FixtureRequest, service_settings: Settings, zk_root_client: KazooClient
+) -> Iterator[KazooClient]:
+    """A started client confined to a fresh chroot ``/scrutiny-test/<test>-<random>``, deleted after the test."""
+    chroot = f"{TEST_CHROOT_PARENT}/{_unique(request)}"
+    zk_root_client.ensure_path(chroot)
+    client = build_zookeeper_client(
+        service_settings.zookeeper, hosts=_with_chroot(service_settings.zookeeper.connect, chroot)
+    )
+    client.start(timeout=15)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+        zk_root_client.delete(chroot, recursive=True)
+
+
+@pytest.fixture(scope="session")
+def kafka_admin(service_settings: Settings) -> Iterator[KafkaAdminClient]:
+    """A session-wide admin client of the test broker."""
+    admin = KafkaAdminClient(**admin_kwargs(service_settings.kafka, client_id="scrutiny-test-admin"))
+    try:
+        yield admin
+    finally:
+        admin.close()
+
+
+KafkaTopicFactory = Callable[..., str]
+
+
+@pytest.fixture
+def kafka_topic_factory(
+    request: pytest.FixtureRequest, service_settings: Settings, kafka_admin: KafkaAdminClient
+) -> Iterator[KafkaTopicFactory]:
+    """``make(partitions=1) -> name``: creates fresh topics for this test, all deleted after it."""
+    created: list[str] = []
+
+    def make(partitions: int = 1) -> str:
+        name = f"scrutiny-test-{_unique(request)}"
+        spec = {"num_partitions": partitions, "replication_factor": service_settings.kafka.replication_factor}
+        kafka_admin.create_topics({name: spec}, wait_for_metadata=True)
+        created.append(name)
+        return name
+
+    try:
+        yield make
+    finally:
+        if created:
+            kafka_admin.delete_topics(created)
+
+
+@pytest.fixture
+def kafka_topic(kafka_topic_factory: KafkaTopicFactory) -> str:
+    """A fresh one-partition topic, deleted after the test."""
+    return kafka_topic_factory()
