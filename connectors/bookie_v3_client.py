@@ -1,0 +1,589 @@
+"""An asyncio client of BookKeeper's v3 wire protocol for GetListOfEntriesOfLedger.
+
+A frame is a 4-byte big-endian length followed by one protobuf ``Request`` or ``Response``
+(:mod:`scrutiny.proto.bookkeeper_protocol_pb2`); no handshake (authentication disabled).
+
+:class:`BookieV3Client` keeps one connection to one bookie and pipelines any number of
+requests on it, matching responses to requests by ``txnId`` in whatever order they come.
+Every request has a deadline. The rule that matters most, and which every path keeps:
+
+* EOK with valid listing bytes is a positive answer (:meth:`BookieAnswer.listing`);
+* ENOLEDGER is the only negative (:meth:`BookieAnswer.no_ledger`);
+* everything else is unknown with a short reason: other statuses, a timeout, a refused,
+  closed or broken connection, an oversized or undecodable frame, a wrong ledger id echoed,
+  malformed listing bytes.
+
+Nothing a bookie sends (or fails to send) raises out of the client. A broken connection
+(EOF, reset, a frame above ``max_frame_bytes``, bytes that are not a ``Response``) makes every
+request pending on it unknown; the next request reconnects, after a delay that grows with
+consecutive failures (:class:`RetryPolicy`). :class:`BookieV3Pool` keeps one client per bookie
+id, resolving ids to addresses with a resolver (see :mod:`scrutiny.connectors.bookie_addresses`).
+
+A client belongs to the event loop it is first used on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import random
+import ssl as ssl_module
+import struct
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from scrutiny.connectors.bookie_addresses import Address
+from scrutiny.core.errors import ListingFormatError, ScrutinyError
+from scrutiny.core.listing_codec import decode_listing_compact
+from scrutiny.core.verdict import BookieAnswer
+from scrutiny.proto import bookkeeper_protocol_pb2 as pb
+
+logger = logging.getLogger(__name__)
+
+#: BookKeeper's default maximum frame size (``nettyMaxFrameSizeBytes``): 5 MiB.
+DEFAULT_MAX_FRAME_BYTES = 5 * 1024 * 1024
+_LENGTH = struct.Struct(">i")
+_UINT64 = 2**64
+_MAX_LEDGER_ID = 2**63 - 1
+
+# --------------------------------------------------------------------------- framing (shared with the server)
+
+
+class FrameSizeError(ScrutinyError):
+    """A frame whose announced length is negative or above the limit: the stream cannot be trusted."""
+
+    def __init__(self, length: int, limit: int) -> None:
+        self.length = length
+        self.limit = limit
+        super().__init__(f"frame of {length} bytes is outside the {_size_text(limit)} limit")
+
+
+def _size_text(size: int) -> str:
+    return f"{size // 1024 // 1024} MiB" if size % (1024 * 1024) == 0 else f"{size} B"
+
+
+def encode_frame(payload: bytes) -> bytes:
+    """``payload`` with its 4-byte big-endian length in front."""
+    return _LENGTH.pack(len(payload)) + payload
+
+
+async def read_frame(reader: asyncio.StreamReader, max_frame_bytes: int) -> bytes:
+    """The next frame's payload. Raises ``asyncio.IncompleteReadError`` at EOF and
+    :class:`FrameSizeError` (before reading the payload) when the length is out of range."""
+    (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
+    if length < 0 or length > max_frame_bytes:
+        raise FrameSizeError(length, max_frame_bytes)
+    return await reader.readexactly(length)
+
+
+def listing_request(txn_id: int, ledger_id: int) -> pb.Request:
+    """A v3 GetListOfEntriesOfLedger request."""
+    request = pb.Request()
+    header = request.header
+    header.version = pb.VERSION_THREE
+    header.operation = pb.GET_LIST_OF_ENTRIES_OF_LEDGER
+    header.txnId = txn_id
+    request.getListOfEntriesOfLedgerRequest.ledgerId = ledger_id
+    return request
+
+
+def status_name(status: int) -> str:
+    """``"EIO"`` for 501; ``"status 999"`` style text for a number the schema does not name."""
+    try:
+        return pb.StatusCode.Name(status)
+    except ValueError:
+        return f"code {status}"
+
+
+# --------------------------------------------------------------------------- classification (pure)
+
+_STATUS_HINTS: dict[int, str] = {
+    pb.EUA: "bookie requires authentication",
+    pb.EBADREQ: "the bookie rejected the request (it may not support GetListOfEntriesOfLedger)",
+    pb.EBADVERSION: "the bookie rejected the protocol version",
+    pb.ETOOMANYREQUESTS: "the bookie is overloaded",
+}
+
+
+def _status_reason(status: int) -> str:
+    hint = _STATUS_HINTS.get(status)
+    return f"status {status_name(status)}" + (f": {hint}" if hint else "")
+
+
+def check_response(ledger_id: int, response: pb.Response) -> BookieAnswer | bytes:
+    """The answer a matched response gives, or the listing bytes still to decode.
+
+    The effective status is the outer one unless it is EOK, then the inner one. Only EOK
+    (with the ledger id echoed and listing bytes present) and ENOLEDGER (with the ledger id
+    echoed) are answers; every other case is :meth:`BookieAnswer.unknown`.
+    """
+    if response.header.operation != pb.GET_LIST_OF_ENTRIES_OF_LEDGER:
+        return BookieAnswer.unknown("response to another operation")
+    if not response.HasField("status"):
+        return BookieAnswer.unknown("response without a status code BookKeeper defines")
+    inner = response.getListOfEntriesOfLedgerResponse if response.HasField("getListOfEntriesOfLedgerResponse") else None
+    status = response.status
+    if status == pb.EOK:
+        if inner is None:
+            return BookieAnswer.unknown("EOK without a GetListOfEntriesOfLedger response")
+        if not inner.HasField("status"):
+            return BookieAnswer.unknown("inner response without a status code BookKeeper defines")
+        status = inner.status
+    if status not in (pb.EOK, pb.ENOLEDGER):
+        return BookieAnswer.unknown(_status_reason(status))
+    if inner is None or not inner.HasField("ledgerId"):
+        return BookieAnswer.unknown(f"{status_name(status)} without the ledger id echoed")
+    if inner.ledgerId != ledger_id:
+        return BookieAnswer.unknown(f"{status_name(status)} for ledger {inner.ledgerId}, asked for {ledger_id}")
+    if status == pb.ENOLEDGER:
+        return BookieAnswer.no_ledger()
+    if not inner.HasField("availabilityOfEntriesOfLedger"):
+        return BookieAnswer.unknown("EOK without listing bytes")
+    return inner.availabilityOfEntriesOfLedger
+
+
+def decode_listing_answer(data: bytes) -> BookieAnswer:
+    """A positive answer from listing bytes, or unknown when they are malformed."""
+    try:
+        return BookieAnswer.listing(decode_listing_compact(data))
+    except ListingFormatError as err:
+        return BookieAnswer.unknown(f"malformed listing: {err.reason}")
+
+
+def classify_response(ledger_id: int, response: pb.Response) -> BookieAnswer:
+    """:func:`check_response` followed by decoding the listing bytes."""
+    checked = check_response(ledger_id, response)
+    return checked if isinstance(checked, BookieAnswer) else decode_listing_answer(checked)
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """When to connect again after consecutive failures (failed connects, or connections lost
+    before any valid response): ``initial_delay_s * multiplier ** (failures - 1)``, capped at
+    ``max_delay_s``, times a uniform factor in ``[1 - jitter, 1 + jitter]``.
+
+    A request whose deadline ends before the next attempt is due is answered unknown at once
+    instead of waiting. A valid response resets the count.
+    """
+
+    initial_delay_s: float = 0.1
+    max_delay_s: float = 10.0
+    multiplier: float = 2.0
+    jitter: float = 0.2
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.initial_delay_s <= self.max_delay_s and self.multiplier >= 1 and 0 <= self.jitter < 1):
+            raise ValueError(f"inconsistent retry policy {self}")
+
+    def delay_s(self, failures: int, unit_random: float) -> float:
+        """The delay after ``failures`` (≥ 1) consecutive failures; ``unit_random`` is in [0, 1)."""
+        exponent = min(max(failures - 1, 0), 64)
+        base = min(self.max_delay_s, self.initial_delay_s * self.multiplier**exponent)
+        return base * (1 - self.jitter + 2 * self.jitter * unit_random)
+
+
+@dataclass(frozen=True, slots=True)
+class BookieClientConfig:
+    """Timeouts and limits of a :class:`BookieV3Client` (all durations in seconds).
+
+    ``decode_in_thread_bytes``: listings at least this big (a Java bookie's one-group-per-run
+    listing of a large ledger is megabytes) are decoded in a worker thread so the event loop
+    keeps serving other requests meanwhile.
+    """
+
+    request_timeout_s: float = 5.0
+    connect_timeout_s: float = 2.0
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    retry: RetryPolicy = RetryPolicy()
+    decode_in_thread_bytes: int = 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.request_timeout_s <= 0 or self.connect_timeout_s <= 0 or self.max_frame_bytes <= 0:
+            raise ValueError(f"timeouts and the frame limit must be positive: {self}")
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, ConnectionRefusedError):
+        return "connection refused"
+    return str(err) or type(err).__name__
+
+
+def _seconds(value: float) -> str:
+    text = f"{value:.3g}"
+    return text if ("." in text or "e" in text) else f"{text}.0"
+
+
+# --------------------------------------------------------------------------- one connection
+
+#: What a pending request's future resolves to: the matched response, or why the connection was lost.
+_Outcome = pb.Response | str
+
+
+class _Connection:
+    """One stream and its requests in flight; a reader task resolves them by ``txnId``.
+
+    Runs until EOF, an error, a frame it cannot trust, or :meth:`close`; then every pending
+    future resolves to the reason, and ``on_lost`` is told (unless the client closed it).
+    """
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        max_frame_bytes: int,
+        on_response: Callable[[], None],
+        on_lost: Callable[[_Connection, str], None],
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._max_frame_bytes = max_frame_bytes
+        self._on_response = on_response
+        self._on_lost = on_lost
+        self.pending: dict[int, asyncio.Future[_Outcome]] = {}
+        self.lost: str | None = None
+        self._out: list[bytes] = []
+        self._task = asyncio.get_running_loop().create_task(self._read_loop())
+
+    def send(self, requests: list[tuple[int, bytes]]) -> list[asyncio.Future[_Outcome]]:
+        """Register ``(txn_id, frame)`` pairs and queue their frames; one future per request.
+
+        Frames queued by any caller during one turn of the event loop go out in one write.
+        """
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[_Outcome]] = []
+        for txn_id, _ in requests:
+            future: asyncio.Future[_Outcome] = loop.create_future()
+            if self.lost is not None:
+                future.set_result(self.lost)
+            else:
+                self.pending[txn_id] = future
+            futures.append(future)
+        if self.lost is None:
+            if not self._out:
+                loop.call_soon(self._flush)
+            self._out.extend(frame for _, frame in requests)
+        return futures
+
+    def _flush(self) -> None:
+        """Write every frame queued during this turn of the event loop in one write."""
+        out, self._out = self._out, []
+        if self.lost is None and out:
+            self._writer.write(b"".join(out))
+
+    async def drain(self) -> None:
+        """Wait while the transport's write buffer is full; a failed write breaks the connection."""
+        try:
+            await self._writer.drain()
+        except (OSError, RuntimeError) as err:
+            self._fail(f"write failed: {_describe(err)}")
+
+    def forget(self, txn_ids: Iterable[int]) -> None:
+        """Stop waiting for these requests (deadline passed): late answers are dropped."""
+        for txn_id in txn_ids:
+            self.pending.pop(txn_id, None)
+
+    async def close(self, reason: str) -> None:
+        """Close the stream; pending requests resolve to ``reason``. Bounded (≤ 1 s)."""
+        self._fail(reason, notify=False)
+        self._task.cancel()
+        await asyncio.wait([self._task])
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(1.0):
+                await self._writer.wait_closed()
+
+    async def _read_loop(self) -> None:
+        reason = "connection closed by the bookie"
+        try:
+            reason = await self._dispatch_frames()
+        except asyncio.IncompleteReadError as err:
+            reason = "connection closed by the bookie" + (" in the middle of a frame" if err.partial else "")
+        except FrameSizeError as err:
+            reason = str(err)
+        except (OSError, ssl_module.SSLError) as err:
+            reason = f"connection error: {_describe(err)}"
+        finally:
+            self._fail(reason)
+
+    async def _dispatch_frames(self) -> str:
+        """Resolve pending requests until a frame cannot be trusted; returns why it stopped."""
+        while True:
+            frame = await read_frame(self._reader, self._max_frame_bytes)
+            response = pb.Response()
+            try:
+                response.ParseFromString(frame)
+            except DecodeError:
+                return f"undecodable response frame ({len(frame)} bytes)"
+            if not response.header.HasField("txnId"):
+                return "response without a transaction id"
+            future = self.pending.pop(response.header.txnId, None)
+            if future is not None and not future.done():
+                future.set_result(response)
+            self._on_response()
+
+    def _fail(self, reason: str, *, notify: bool = True) -> None:
+        if self.lost is not None:
+            return
+        self.lost = reason
+        pending, self.pending = self.pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_result(reason)
+        self._writer.close()
+        if notify:
+            self._on_lost(self, reason)
+
+
+# --------------------------------------------------------------------------- the client
+
+
+class BookieV3Client:
+    """Pipelined GetListOfEntriesOfLedger requests to one bookie over one connection.
+
+    Connects lazily on the first request. ``ssl``: a client context to wrap the connection in
+    TLS from the first byte (``server_hostname`` defaults to ``host``). Never raises for
+    anything the bookie does; raises ``ValueError`` for a ledger id outside 0..2^63-1.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        config: BookieClientConfig | None = None,
+        ssl: ssl_module.SSLContext | None = None,
+        server_hostname: str | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.address: Address = (host, port)
+        self._config = config or BookieClientConfig()
+        self._ssl = ssl
+        self._server_hostname = server_hostname
+        self._rng = rng or random.Random()
+        self._txn_ids = itertools.count(1)
+        self._conn: _Connection | None = None
+        self._connecting: asyncio.Task[_Connection | str] | None = None
+        self._failures = 0
+        self._next_attempt = 0.0
+        self._last_error = ""
+        self._closed = False
+
+    @property
+    def config(self) -> BookieClientConfig:
+        """The client's timeouts and limits."""
+        return self._config
+
+    @property
+    def in_flight(self) -> int:
+        """Requests currently waiting for an answer on the connection."""
+        return len(self._conn.pending) if self._conn is not None else 0
+
+    async def get_listing(self, ledger_id: int, *, timeout: float | None = None) -> BookieAnswer:
+        """The bookie's answer for one ledger within ``timeout`` seconds (default: the config's)."""
+        return (await self.get_listings((ledger_id,), timeout=timeout))[ledger_id]
+
+    async def get_listings(self, ledger_ids: Iterable[int], *, timeout: float | None = None) -> dict[int, BookieAnswer]:
+        """Answers for many ledgers, all requests pipelined on the one connection.
+
+        ``timeout`` bounds the whole call (connecting included); requests not answered by then
+        are unknown. Duplicate ids are asked once. Returns one answer per distinct id.
+        """
+        seconds = self._config.request_timeout_s if timeout is None else timeout
+        ids = list(dict.fromkeys(ledger_ids))
+        for ledger_id in ids:
+            if not 0 <= ledger_id <= _MAX_LEDGER_ID:
+                raise ValueError(f"ledger id {ledger_id} is outside 0..2^63-1")
+        if not ids:
+            return {}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        conn = await self._connection(deadline, seconds)
+        if isinstance(conn, str):
+            return dict.fromkeys(ids, BookieAnswer.unknown(conn))
+        txn_ids = [next(self._txn_ids) % _UINT64 for _ in ids]
+        frames = [
+            encode_frame(listing_request(t, lid).SerializeToString()) for t, lid in zip(txn_ids, ids, strict=True)
+        ]
+        futures = conn.send(list(zip(txn_ids, frames, strict=True)))
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(deadline):
+                    await conn.drain()
+                    await asyncio.wait(futures)
+        finally:
+            conn.forget(t for t, f in zip(txn_ids, futures, strict=True) if not f.done())
+        return {lid: await self._answer(lid, f, seconds) for lid, f in zip(ids, futures, strict=True)}
+
+    async def close(self) -> None:
+        """Close the connection; requests in flight and later calls are answered unknown."""
+        self._closed = True
+        if self._connecting is not None:
+            self._connecting.cancel()
+            await asyncio.wait([self._connecting])
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close("client closed")
+
+    async def __aenter__(self) -> BookieV3Client:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def _answer(self, ledger_id: int, future: asyncio.Future[_Outcome], seconds: float) -> BookieAnswer:
+        if not future.done():
+            return BookieAnswer.unknown(f"timeout after {_seconds(seconds)} s")
+        outcome = future.result()
+        if isinstance(outcome, str):
+            return BookieAnswer.unknown(f"connection lost: {outcome}")
+        checked = check_response(ledger_id, outcome)
+        if isinstance(checked, BookieAnswer):
+            return checked
+        if len(checked) >= self._config.decode_in_thread_bytes:
+            return await asyncio.to_thread(decode_listing_answer, checked)
+        return decode_listing_answer(checked)
+
+    # ----------------------------------------------------------------------- connecting
+
+    async def _connection(self, deadline: float, seconds: float) -> _Connection | str:
+        """A live connection, or why there is none by ``deadline`` (never waits past it)."""
+        if self._closed:
+            return "client closed"
+        if self._conn is not None and self._conn.lost is None:
+            return self._conn
+        loop = asyncio.get_running_loop()
+        if self._connecting is None:
+            wait = self._next_attempt - loop.time()
+            if wait > deadline - loop.time():
+                return f"not connected ({self._last_error}); next attempt in {_seconds(wait)} s"
+            self._connecting = loop.create_task(self._connect(max(wait, 0.0)))
+        task = self._connecting
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await asyncio.shield(task)
+        except TimeoutError:
+            last = f" (last error: {self._last_error})" if self._last_error else ""
+            return f"timeout after {_seconds(seconds)} s while connecting{last}"
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if task.cancelled() and current is not None and current.cancelling() == 0:
+                return "client closed"
+            raise
+
+    async def _connect(self, wait: float) -> _Connection | str:
+        """One connection attempt after ``wait`` seconds; records the failure for backoff."""
+        try:
+            if wait > 0:
+                await asyncio.sleep(wait)
+            host, port = self.address
+            try:
+                async with asyncio.timeout(self._config.connect_timeout_s):
+                    reader, writer = await asyncio.open_connection(
+                        host,
+                        port,
+                        ssl=self._ssl,
+                        server_hostname=(self._server_hostname or host) if self._ssl is not None else None,
+                    )
+            except TimeoutError:
+                return self._failed(
+                    f"connect to {host}:{port} timed out after {_seconds(self._config.connect_timeout_s)} s"
+                )
+            except (OSError, ssl_module.SSLError) as err:
+                return self._failed(f"cannot connect to {host}:{port}: {_describe(err)}")
+            self._conn = _Connection(
+                reader,
+                writer,
+                max_frame_bytes=self._config.max_frame_bytes,
+                on_response=self._responded,
+                on_lost=self._lost,
+            )
+            return self._conn
+        finally:
+            self._connecting = None
+
+    def _failed(self, reason: str) -> str:
+        self._failures += 1
+        delay = self._config.retry.delay_s(self._failures, self._rng.random())
+        self._next_attempt = asyncio.get_running_loop().time() + delay
+        self._last_error = reason
+        logger.debug("bookie %s:%s: %s; next attempt in %.3f s", *self.address, reason, delay)
+        return reason
+
+    def _responded(self) -> None:
+        self._failures = 0
+
+    def _lost(self, conn: _Connection, reason: str) -> None:
+        if self._conn is conn:
+            self._conn = None
+        self._failed(f"connection lost: {reason}")
+
+
+# --------------------------------------------------------------------------- many bookies
+
+Resolver = Callable[[str], Address]
+
+
+class BookieV3Pool:
+    """One :class:`BookieV3Client` per bookie id, addresses from ``resolver``.
+
+    The resolver (e.g. ``BookieAddressBook.resolve``) is asked on every call; when a bookie's
+    address changes its old client is closed and a new one made. A resolver error
+    (:class:`ScrutinyError`) makes that bookie's answers unknown; nothing raises.
+    """
+
+    def __init__(
+        self,
+        resolver: Resolver,
+        *,
+        config: BookieClientConfig | None = None,
+        ssl: ssl_module.SSLContext | None = None,
+    ) -> None:
+        self._resolver = resolver
+        self._config = config or BookieClientConfig()
+        self._ssl = ssl
+        self._clients: dict[str, BookieV3Client] = {}
+
+    async def client(self, bookie_id: str) -> BookieV3Client:
+        """The client for ``bookie_id`` at its current address; raises the resolver's error."""
+        address = self._resolver(bookie_id)
+        client = self._clients.get(bookie_id)
+        if client is not None and client.address == address:
+            return client
+        fresh = BookieV3Client(*address, config=self._config, ssl=self._ssl)
+        self._clients[bookie_id] = fresh
+        if client is not None:
+            await client.close()
+        return fresh
+
+    async def get_listing(self, bookie_id: str, ledger_id: int, *, timeout: float | None = None) -> BookieAnswer:
+        """One bookie's answer for one ledger (see :meth:`BookieV3Client.get_listing`)."""
+        return (await self.get_listings(bookie_id, (ledger_id,), timeout=timeout))[ledger_id]
+
+    async def get_listings(
+        self, bookie_id: str, ledger_ids: Iterable[int], *, timeout: float | None = None
+    ) -> dict[int, BookieAnswer]:
+        """One bookie's answers for many ledgers, pipelined (see :meth:`BookieV3Client.get_listings`)."""
+        ids = list(ledger_ids)
+        try:
+            client = await self.client(bookie_id)
+        except ScrutinyError as err:
+            return dict.fromkeys(ids, BookieAnswer.unknown(f"cannot resolve bookie {bookie_id}: {err}"))
+        return await client.get_listings(ids, timeout=timeout)
+
+    async def forget(self, bookie_id: str) -> None:
+        """Close and drop the client of a bookie (e.g. it left the cluster)."""
+        client = self._clients.pop(bookie_id, None)
+        if client is not None:
+            await client.close()
+
+    async def close(self) -> None:
+        """Close every client."""
+        clients, self._clients = self._clients, {}
+        await asyncio.gather(*(client.close() for client in clients.values()))
