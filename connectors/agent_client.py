@@ -1,0 +1,193 @@
+"""The checker's client of a bookie agent: many ledgers per call, answers as :class:`BookieAnswer`.
+
+:meth:`AgentClient.get_listings` never raises for trouble on the agent's side or on the way:
+a failed call (unreachable agent, deadline, UNAUTHENTICATED, INVALID_ARGUMENT...) makes every
+ledger of its batch unknown with the reason, and so do an agent that answers for another bookie
+than expected, a missing answer, a malformed listing or an unrecognised status. Only programming
+errors (bad arguments to the constructor) raise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from scrutiny.connectors.agent_server import DEFAULT_MAX_RESPONSE_BYTES, SERVICE_NAME
+from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.listing_codec import decode_listing_compact
+from scrutiny.core.verdict import BookieAnswer
+from scrutiny.proto import bookie_agent_pb2 as pb
+
+DEFAULT_CHUNK_SIZE = 1000
+DEFAULT_TIMEOUT_S = 10.0
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_Status = pb.LedgerListing.Status
+
+
+class AgentClientError(ScrutinyError, ValueError):
+    """A client configuration that cannot work (chunk size, timeout...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentAnswer:
+    """One ledger's answer and the time it is valid as of (ms since the epoch; None when unknown)."""
+
+    answer: BookieAnswer
+    as_of_ms: int | None = None
+
+
+class AgentClient:
+    """A connection to one bookie agent at ``target`` (``host:port``).
+
+    Ledgers are sent ``chunk_size`` per call, at most ``max_in_flight`` calls at once, each with a
+    deadline of ``timeout_s``. ``token`` is sent as ``authorization: Bearer <token>``. With
+    ``tls`` the channel is TLS, verified against ``root_certificates`` (PEM; default: the
+    system's roots) and ``server_name`` (default: the target's host). ``expected_bookie_id``,
+    when given, makes answers from an agent that says it serves another bookie unknown.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        token: str | None = None,
+        tls: bool = False,
+        root_certificates: bytes | None = None,
+        server_name: str | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_in_flight: int = 2,
+        expected_bookie_id: str | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    ) -> None:
+        if chunk_size < 1 or max_in_flight < 1 or timeout_s <= 0:
+            raise AgentClientError("chunk_size and max_in_flight must be at least 1, timeout_s positive")
+        self.target = target
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._chunk_size = chunk_size
+        self._timeout_s = timeout_s
+        self._max_in_flight = max_in_flight
+        self._expected_bookie_id = expected_bookie_id
+        options: list[tuple[str, Any]] = [("grpc.max_receive_message_length", max_response_bytes)]
+        if tls:
+            if server_name is not None:
+                options.append(("grpc.ssl_target_name_override", server_name))
+            credentials = grpc.ssl_channel_credentials(root_certificates=root_certificates)
+            self._channel = grpc.secure_channel(target, credentials, options=options)
+        else:
+            self._channel = grpc.insecure_channel(target, options=options)
+        self._get_listings = self._channel.unary_unary(
+            f"/{SERVICE_NAME}/GetListings",
+            request_serializer=pb.ListingsRequest.SerializeToString,
+            response_deserializer=pb.ListingsResponse.FromString,
+        )
+        self._health = self._channel.unary_unary(
+            f"/{SERVICE_NAME}/Health",
+            request_serializer=pb.HealthRequest.SerializeToString,
+            response_deserializer=pb.HealthResponse.FromString,
+        )
+
+    def __enter__(self) -> AgentClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the channel."""
+        self._channel.close()
+
+    def get_listings(self, ledger_ids: Iterable[int]) -> dict[int, BookieAnswer]:
+        """The agent's answer for each distinct id: a listing, no-ledger or unknown (never raises)."""
+        return {ledger_id: found.answer for ledger_id, found in self.fetch(ledger_ids).items()}
+
+    def fetch(self, ledger_ids: Iterable[int]) -> dict[int, AgentAnswer]:
+        """Like :meth:`get_listings`, with each answer's as-of time."""
+        ids = list(dict.fromkeys(ledger_ids))
+        out: dict[int, AgentAnswer] = {}
+        valid = []
+        for ledger_id in ids:
+            if _INT64_MIN <= ledger_id <= _INT64_MAX:
+                valid.append(ledger_id)
+            else:
+                out[ledger_id] = AgentAnswer(BookieAnswer.unknown(f"ledger id {ledger_id} is not a 64-bit integer"))
+        chunks = [valid[i : i + self._chunk_size] for i in range(0, len(valid), self._chunk_size)]
+        for start in range(0, len(chunks), self._max_in_flight):
+            window = chunks[start : start + self._max_in_flight]
+            calls = [self._call(chunk) for chunk in window]
+            for chunk, call in zip(window, calls, strict=True):
+                out.update(self._collect(chunk, call))
+        return {ledger_id: out[ledger_id] for ledger_id in ids}
+
+    def health(self) -> pb.HealthResponse:
+        """The agent's Health answer. Raises ``grpc.RpcError`` on failure (a tool's call, not the checker's)."""
+        response: pb.HealthResponse = self._health(pb.HealthRequest(), timeout=self._timeout_s, metadata=self._metadata)
+        return response
+
+    def _call(self, chunk: Sequence[int]) -> Any:
+        """The call's future, or a :class:`_NotSent` when it could not even start (e.g. a closed channel)."""
+        try:
+            return self._get_listings.future(
+                pb.ListingsRequest(ledger_ids=chunk), timeout=self._timeout_s, metadata=self._metadata
+            )
+        except Exception as error:
+            return _NotSent(error)
+
+    def _collect(self, chunk: Sequence[int], call: Any) -> dict[int, AgentAnswer]:
+        try:
+            if isinstance(call, _NotSent):  # (a gRPC future is itself an Exception: test for this type)
+                raise call.error
+            response: pb.ListingsResponse = call.result()
+        except grpc.RpcError as error:
+            return self._all_unknown(chunk, f"{_code(error)}: {_details(error)}")
+        except Exception as error:
+            return self._all_unknown(chunk, f"{type(error).__name__}: {error}")
+        expected = self._expected_bookie_id
+        if expected is not None and response.bookie_id and response.bookie_id != expected:
+            return self._all_unknown(chunk, f"the agent serves bookie {response.bookie_id!r}, not {expected!r}")
+        by_id = {listing.ledger_id: listing for listing in response.listings}
+        out: dict[int, AgentAnswer] = {}
+        for ledger_id in chunk:
+            listing = by_id.get(ledger_id)
+            if listing is None:
+                out[ledger_id] = AgentAnswer(BookieAnswer.unknown(f"agent {self.target} did not answer this ledger"))
+            else:
+                out[ledger_id] = _answer_of(listing)
+        return out
+
+    def _all_unknown(self, chunk: Sequence[int], reason: str) -> dict[int, AgentAnswer]:
+        answer = AgentAnswer(BookieAnswer.unknown(f"agent {self.target}: {reason}"))
+        return dict.fromkeys(chunk, answer)
+
+
+@dataclass(frozen=True, slots=True)
+class _NotSent:
+    error: Exception
+
+
+def _answer_of(listing: pb.LedgerListing) -> AgentAnswer:
+    """One ``LedgerListing`` as a checker's answer."""
+    if listing.status == _Status.POSITIVE:
+        try:
+            groups = decode_listing_compact(listing.listing)
+        except ValueError as error:  # ListingFormatError, or anything else a bad listing provokes
+            return AgentAnswer(BookieAnswer.unknown(f"agent sent a malformed listing: {error}"))
+        return AgentAnswer(BookieAnswer.listing(groups), listing.as_of_ms)
+    if listing.status == _Status.NO_LEDGER:
+        return AgentAnswer(BookieAnswer.no_ledger(), listing.as_of_ms)
+    if listing.status == _Status.UNKNOWN:
+        return AgentAnswer(BookieAnswer.unknown(listing.reason or "agent gave no reason"))
+    return AgentAnswer(BookieAnswer.unknown(f"agent sent status {listing.status}, which this client does not know"))
+
+
+def _code(error: Any) -> str:
+    code = error.code() if hasattr(error, "code") else None
+    return str(code.name) if code is not None else "RPC error"
+
+
+def _details(error: Any) -> str:
+    details = error.details() if hasattr(error, "details") else None
+    return str(details) if details else str(error)

@@ -1,0 +1,389 @@
+"""The bookie agent's gRPC server: answers ``BookieAgent.GetListings`` from a :class:`ListingBackend`.
+
+The agent runs on a bookie host. The server does what is the same for every backend: token
+authentication (``authorization: Bearer <token>`` metadata, compared in constant time; rejected
+calls are answered UNAUTHENTICATED, logged without the token and never reach the backend),
+optional TLS, bounded requests (ledgers per call, message sizes), bounded concurrency,
+graceful shutdown and Prometheus metrics. What a ledger's listing *is* comes from the backend:
+today :class:`scrutiny.connectors.agent_dbstorage.DbLedgerStorageBackend` (reads DbLedgerStorage's
+RocksDB index); a backend that forwards to the local bookie's v3 protocol can implement the same
+:class:`ListingBackend` protocol without touching this module.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, Protocol
+from wsgiref.simple_server import WSGIServer
+
+import grpc
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from scrutiny.core.errors import ScrutinyError
+from scrutiny.proto import bookie_agent_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+#: The full gRPC service name, from the generated descriptor (``scrutiny.agent.v1.BookieAgent``).
+SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["BookieAgent"].full_name
+DEFAULT_MAX_LEDGERS_PER_CALL = 10_000
+DEFAULT_MAX_REQUEST_BYTES = 1 << 20
+DEFAULT_MAX_RESPONSE_BYTES = 64 << 20
+_RESPONSE_SLACK_BYTES = 4096
+_TOO_LARGE = "answer too large for one response; ask for fewer ledgers per call"
+
+
+class AgentServerError(ScrutinyError):
+    """The agent server cannot start (address in use, bad TLS material, bad limits)."""
+
+
+class ListingStatus(IntEnum):
+    """What the agent says about one ledger (values of ``LedgerListing.Status``)."""
+
+    POSITIVE = pb.LedgerListing.Status.POSITIVE
+    NO_LEDGER = pb.LedgerListing.Status.NO_LEDGER
+    UNKNOWN = pb.LedgerListing.Status.UNKNOWN
+
+
+_PROTO_STATUS = {
+    ListingStatus.POSITIVE: pb.LedgerListing.POSITIVE,
+    ListingStatus.NO_LEDGER: pb.LedgerListing.NO_LEDGER,
+    ListingStatus.UNKNOWN: pb.LedgerListing.UNKNOWN,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerAnswer:
+    """A backend's answer for one ledger; the fields of ``LedgerListing``."""
+
+    ledger_id: int
+    status: ListingStatus
+    listing: bytes = b""
+    reason: str = ""
+    as_of_ms: int = 0
+    fenced: bool = False
+    has_ledger_record: bool = False
+
+    @classmethod
+    def unknown(cls, ledger_id: int, reason: str) -> LedgerAnswer:
+        """No usable answer, with the reason."""
+        return cls(ledger_id, ListingStatus.UNKNOWN, reason=reason)
+
+    def to_proto(self) -> pb.LedgerListing:
+        """The wire message."""
+        return pb.LedgerListing(
+            ledger_id=self.ledger_id,
+            status=_PROTO_STATUS[self.status],
+            reason=self.reason,
+            listing=self.listing,
+            as_of_ms=self.as_of_ms,
+            fenced=self.fenced,
+            has_ledger_record=self.has_ledger_record,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SourceHealth:
+    """Whether one source of answers (a ledger directory for DbLedgerStorage) is readable now."""
+
+    index: int
+    path: str
+    ok: bool
+    reason: str = ""
+    caught_up_ms: int = 0
+
+
+class ListingBackend(Protocol):
+    """Where listings come from. Implementations must be safe to call from several threads."""
+
+    def get_listings(self, ledger_ids: Sequence[int]) -> list[LedgerAnswer]:
+        """One answer per id of ``ledger_ids`` (distinct), in order.
+
+        Storage trouble is answered as ``UNKNOWN`` with a reason, never as ``NO_LEDGER`` and never
+        raised; the server turns an unexpected exception into ``UNKNOWN`` answers too.
+        """
+        ...
+
+    def health(self) -> list[SourceHealth]:
+        """The state of each source, checked now."""
+        ...
+
+    def close(self) -> None:
+        """Release everything; called once, after the last call has finished."""
+        ...
+
+
+class AgentMetrics:
+    """The agent's Prometheus metrics, on a registry of their own (several agents per process in tests)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry = registry if registry is not None else CollectorRegistry()
+        self.requests = Counter(
+            "scrutiny_agent_requests",
+            "Calls by method and gRPC status code",
+            ["method", "code"],
+            registry=registry,
+        )
+        self.ledgers = Counter(
+            "scrutiny_agent_ledgers_answered", "Ledgers answered, by status", ["status"], registry=registry
+        )
+        self.latency = Histogram(
+            "scrutiny_agent_request_duration_seconds",
+            "Time to serve a call",
+            ["method"],
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=registry,
+        )
+        self.in_flight = Gauge("scrutiny_agent_in_flight_requests", "Calls being served", registry=registry)
+        self.catch_up = Histogram(
+            "scrutiny_agent_catch_up_duration_seconds",
+            "Time to catch a secondary instance up with the bookie's database",
+            ["directory", "database"],
+            buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
+            registry=registry,
+        )
+        self.catch_up_failures = Counter(
+            "scrutiny_agent_catch_up_failures",
+            "Catch-ups (or opens) that failed",
+            ["directory", "database"],
+            registry=registry,
+        )
+        self._http: WSGIServer | None = None
+
+    def observe_catch_up(self, directory: int, database: str, seconds: float, ok: bool) -> None:
+        """Record one catch-up (the DbLedgerStorage backend's ``on_catch_up`` callback)."""
+        labels = {"directory": str(directory), "database": database}
+        self.catch_up.labels(**labels).observe(seconds)
+        if not ok:
+            self.catch_up_failures.labels(**labels).inc()
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> int:
+        """Serve ``/metrics`` over HTTP on ``host:port`` (0: any free port); returns the bound port."""
+        try:
+            server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as error:
+            raise AgentServerError(f"cannot serve metrics on {host}:{port}: {error.strerror or error}") from error
+        self._http = server
+        return int(server.server_port)
+
+    def stop(self) -> None:
+        """Stop the metrics HTTP server, if started."""
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
+
+
+@dataclass(frozen=True)
+class AgentServerConfig:
+    """How the server listens and what it accepts. ``token`` None means no authentication."""
+
+    listen: str = "127.0.0.1:0"
+    bookie_id: str = ""
+    token: str | None = field(default=None, repr=False)
+    tls_cert_chain: bytes | None = field(default=None, repr=False)
+    tls_private_key: bytes | None = field(default=None, repr=False)
+    max_ledgers_per_call: int = DEFAULT_MAX_LEDGERS_PER_CALL
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    max_concurrent_calls: int = 4
+    grace_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if (self.tls_cert_chain is None) != (self.tls_private_key is None):
+            raise AgentServerError("TLS needs both a certificate chain and a private key")
+        if self.token is not None and not self.token:
+            raise AgentServerError("the token is empty")
+        for name in ("max_ledgers_per_call", "max_request_bytes", "max_response_bytes", "max_concurrent_calls"):
+            if getattr(self, name) < 1:
+                raise AgentServerError(f"{name} must be at least 1")
+
+
+class AgentServer:
+    """The gRPC server around a backend. ``start`` binds and serves; ``stop`` drains and closes the backend."""
+
+    def __init__(self, backend: ListingBackend, config: AgentServerConfig, metrics: AgentMetrics | None = None) -> None:
+        self.backend = backend
+        self.config = config
+        self.metrics = metrics if metrics is not None else AgentMetrics()
+        self._server: Any = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._port = 0
+        self._stopped = threading.Event()
+
+    @property
+    def port(self) -> int:
+        """The bound port (after ``start``)."""
+        return self._port
+
+    def start(self) -> int:
+        """Bind ``config.listen`` and start serving; returns the bound port. Raises :class:`AgentServerError`."""
+        cfg = self.config
+        self._executor = ThreadPoolExecutor(max_workers=cfg.max_concurrent_calls, thread_name_prefix="agent-rpc")
+        server = grpc.server(
+            self._executor,
+            handlers=[self._handlers()],
+            interceptors=[_TokenInterceptor(cfg.token, self.metrics)] if cfg.token is not None else [],
+            options=[
+                ("grpc.max_receive_message_length", cfg.max_request_bytes),
+                ("grpc.max_send_message_length", cfg.max_response_bytes),
+                ("grpc.so_reuseport", 0),
+            ],
+            maximum_concurrent_rpcs=cfg.max_concurrent_calls,
+        )
+        try:
+            if cfg.tls_cert_chain is not None and cfg.tls_private_key is not None:
+                credentials = grpc.ssl_server_credentials([(cfg.tls_private_key, cfg.tls_cert_chain)])
+                port = server.add_secure_port(cfg.listen, credentials)
+            else:
+                port = server.add_insecure_port(cfg.listen)
+        except (RuntimeError, ValueError) as error:
+            self._executor.shutdown(wait=False)
+            raise AgentServerError(f"cannot listen on {cfg.listen}: {error}") from error
+        if not port:
+            self._executor.shutdown(wait=False)
+            raise AgentServerError(f"cannot listen on {cfg.listen}")
+        server.start()
+        self._server, self._port = server, int(port)
+        return self._port
+
+    def stop(self, grace_s: float | None = None) -> None:
+        """Stop accepting calls, let in-flight calls finish within the grace period, then close the backend.
+
+        Idempotent. Calls still running after the grace period are cancelled; the backend is
+        closed only once their threads have returned.
+        """
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        grace = self.config.grace_s if grace_s is None else grace_s
+        if self._server is not None:
+            self._server.stop(grace).wait(grace + 5.0)
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+        self.backend.close()
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Block until ``stop`` was called (or the timeout passes); True when stopped."""
+        return self._stopped.wait(timeout_s)
+
+    def _handlers(self) -> Any:
+        methods = {
+            "GetListings": grpc.unary_unary_rpc_method_handler(
+                self._timed("GetListings", self._get_listings),
+                request_deserializer=pb.ListingsRequest.FromString,
+                response_serializer=pb.ListingsResponse.SerializeToString,
+            ),
+            "Health": grpc.unary_unary_rpc_method_handler(
+                self._timed("Health", self._health),
+                request_deserializer=pb.HealthRequest.FromString,
+                response_serializer=pb.HealthResponse.SerializeToString,
+            ),
+        }
+        return grpc.method_handlers_generic_handler(SERVICE_NAME, methods)
+
+    def _timed(self, method: str, serve: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        metrics = self.metrics
+
+        def handler(request: Any, context: Any) -> Any:
+            started = time.perf_counter()
+            metrics.in_flight.inc()
+            code = "OK"
+            try:
+                return serve(request, context)
+            except Exception:
+                code = _code_name(context)
+                raise
+            finally:
+                metrics.in_flight.dec()
+                metrics.latency.labels(method=method).observe(time.perf_counter() - started)
+                metrics.requests.labels(method=method, code=code).inc()
+
+        return handler
+
+    def _get_listings(self, request: pb.ListingsRequest, context: Any) -> pb.ListingsResponse:
+        ids = list(dict.fromkeys(request.ledger_ids))
+        limit = self.config.max_ledgers_per_call
+        if len(ids) > limit:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{len(ids)} ledgers in one call; at most {limit}")
+        answers = self._answers(ids)
+        response = pb.ListingsResponse(bookie_id=self.config.bookie_id)
+        budget = self.config.max_response_bytes - _RESPONSE_SLACK_BYTES
+        for answer in answers:
+            message = answer.to_proto()
+            size = message.ByteSize() + 8
+            if size > budget:
+                message = LedgerAnswer.unknown(answer.ledger_id, _TOO_LARGE).to_proto()
+                size = message.ByteSize() + 8
+            budget -= size
+            response.listings.append(message)
+            self.metrics.ledgers.labels(status=pb.LedgerListing.Status.Name(message.status)).inc()
+        return response
+
+    def _answers(self, ids: list[int]) -> list[LedgerAnswer]:
+        if not ids:
+            return []
+        try:
+            answers = self.backend.get_listings(ids)
+        except Exception as error:
+            log.exception("the listing backend failed on a batch of %d ledgers", len(ids))
+            return [LedgerAnswer.unknown(i, f"agent backend error: {type(error).__name__}: {error}") for i in ids]
+        by_id = {answer.ledger_id: answer for answer in answers}
+        return [by_id.get(i) or LedgerAnswer.unknown(i, "the agent's backend gave no answer") for i in ids]
+
+    def _health(self, _request: pb.HealthRequest, _context: Any) -> pb.HealthResponse:
+        response = pb.HealthResponse(bookie_id=self.config.bookie_id)
+        for source in self.backend.health():
+            response.directories.append(
+                pb.DirectoryHealth(
+                    index=source.index,
+                    path=source.path,
+                    ok=source.ok,
+                    reason=source.reason,
+                    caught_up_ms=source.caught_up_ms,
+                )
+            )
+        return response
+
+
+def _code_name(context: Any) -> str:
+    code = context.code() if hasattr(context, "code") else None
+    return str(code.name) if code is not None and hasattr(code, "name") else "UNKNOWN"
+
+
+class _TokenInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+    """Lets a call through only with ``authorization: Bearer <token>``; otherwise answers UNAUTHENTICATED."""
+
+    def __init__(self, token: str, metrics: AgentMetrics) -> None:
+        self._expected = f"Bearer {token}".encode()
+        self._metrics = metrics
+
+    def intercept_service(self, continuation: Callable[[Any], Any], handler_call_details: Any) -> Any:
+        problem = self._problem(handler_call_details.invocation_metadata or ())
+        if problem is None:
+            return continuation(handler_call_details)
+        method = str(handler_call_details.method).rsplit("/", 1)[-1]
+        return grpc.unary_unary_rpc_method_handler(self._rejecter(method, problem))
+
+    def _problem(self, metadata: Sequence[Any]) -> str | None:
+        values = [m.value for m in metadata if m.key == "authorization"]
+        if not values:
+            return "no authorization metadata"
+        value = values[0]
+        provided = value.encode() if isinstance(value, str) else bytes(value)
+        return None if hmac.compare_digest(provided, self._expected) else "wrong token"
+
+    def _rejecter(self, method: str, problem: str) -> Callable[[Any, Any], Any]:
+        def reject(_request: Any, context: Any) -> Any:
+            log.warning("rejected %s call from %s: %s", method, context.peer(), problem)
+            self._metrics.requests.labels(method=method, code="UNAUTHENTICATED").inc()
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, problem)
+
+        return reject

@@ -1,0 +1,90 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ListingsRequest(_message.Message):
+    __slots__ = ("ledger_ids",)
+    LEDGER_IDS_FIELD_NUMBER: _ClassVar[int]
+    ledger_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ledger_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ListingsResponse(_message.Message):
+    __slots__ = ("listings", "bookie_id")
+    LISTINGS_FIELD_NUMBER: _ClassVar[int]
+    BOOKIE_ID_FIELD_NUMBER: _ClassVar[int]
+    listings: _containers.RepeatedCompositeFieldContainer[LedgerListing]
+    bookie_id: str
+    def __init__(self, listings: _Optional[_Iterable[_Union[LedgerListing, _Mapping]]] = ..., bookie_id: _Optional[str] = ...) -> None: ...
+
+class LedgerListing(_message.Message):
+    __slots__ = ("ledger_id", "status", "reason", "listing", "as_of_ms", "fenced", "has_ledger_record")
+    class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        STATUS_UNSPECIFIED: _ClassVar[LedgerListing.Status]
+        POSITIVE: _ClassVar[LedgerListing.Status]
+        NO_LEDGER: _ClassVar[LedgerListing.Status]
+        UNKNOWN: _ClassVar[LedgerListing.Status]
+    STATUS_UNSPECIFIED: LedgerListing.Status
+    POSITIVE: LedgerListing.Status
+    NO_LEDGER: LedgerListing.Status
+    UNKNOWN: LedgerListing.Status
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    LISTING_FIELD_NUMBER: _ClassVar[int]
+    AS_OF_MS_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FIELD_NUMBER: _ClassVar[int]
+    HAS_LEDGER_RECORD_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    status: LedgerListing.Status
+    reason: str
+    listing: bytes
+    as_of_ms: int
+    fenced: bool
+    has_ledger_record: bool
+    def __init__(self, ledger_id: _Optional[int] = ..., status: _Optional[_Union[LedgerListing.Status, str]] = ..., reason: _Optional[str] = ..., listing: _Optional[bytes] = ..., as_of_ms: _Optional[int] = ..., fenced: _Optional[bool] = ..., has_ledger_record: _Optional[bool] = ...) -> None: ...
+
+class HealthRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class HealthResponse(_message.Message):
+    __slots__ = ("bookie_id", "directories")
+    BOOKIE_ID_FIELD_NUMBER: _ClassVar[int]
+    DIRECTORIES_FIELD_NUMBER: _ClassVar[int]
+    bookie_id: str
+    directories: _containers.RepeatedCompositeFieldContainer[DirectoryHealth]
+    def __init__(self, bookie_id: _Optional[str] = ..., directories: _Optional[_Iterable[_Union[DirectoryHealth, _Mapping]]] = ...) -> None: ...
+
+class DirectoryHealth(_message.Message):
+    __slots__ = ("index", "path", "ok", "reason", "caught_up_ms")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CAUGHT_UP_MS_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    path: str
+    ok: bool
+    reason: str
+    caught_up_ms: int
+    def __init__(self, index: _Optional[int] = ..., path: _Optional[str] = ..., ok: _Optional[bool] = ..., reason: _Optional[str] = ..., caught_up_ms: _Optional[int] = ...) -> None: ...
+
+class LedgerData(_message.Message):
+    __slots__ = ("exists", "fenced", "master_key", "explicit_lac", "limbo")
+    EXISTS_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FIELD_NUMBER: _ClassVar[int]
+    MASTER_KEY_FIELD_NUMBER: _ClassVar[int]
+    EXPLICIT_LAC_FIELD_NUMBER: _ClassVar[int]
+    LIMBO_FIELD_NUMBER: _ClassVar[int]
+    exists: bool
+    fenced: bool
+    master_key: bytes
+    explicit_lac: bytes
+    limbo: bool
+    def __init__(self, exists: _Optional[bool] = ..., fenced: _Optional[bool] = ..., master_key: _Optional[bytes] = ..., explicit_lac: _Optional[bytes] = ..., limbo: _Optional[bool] = ...) -> None: ...

@@ -1,0 +1,163 @@
+"""``scrutiny agent``: run the bookie agent on a bookie host (DbLedgerStorage listings over gRPC).
+
+Binds 127.0.0.1 unless told otherwise, and refuses a non-loopback address without a token.
+Runs until SIGINT or SIGTERM, then stops accepting calls, lets in-flight calls finish within
+the grace period and exits 0. Configuration problems end it with exit code 2 and one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+
+from scrutiny.connectors.agent_dbstorage import DbLedgerStorageBackend
+from scrutiny.connectors.agent_server import (
+    DEFAULT_MAX_LEDGERS_PER_CALL,
+    AgentMetrics,
+    AgentServer,
+    AgentServerConfig,
+)
+from scrutiny.streaming.cli_io import InputError
+
+DEFAULT_LISTEN = "127.0.0.1:3185"
+log = logging.getLogger("scrutiny.agent")
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``agent``."""
+    agent = commands.add_parser(
+        "agent",
+        help="serve this bookie's entry listings (DbLedgerStorage) to the checker over gRPC",
+        description="Reads the bookie's RocksDB index as a secondary instance; never writes into its directories.",
+    )
+    agent.add_argument(
+        "--ledger-dirs",
+        required=True,
+        metavar="DIR[,DIR...]",
+        help="the bookie's ledger directories (its index directories if set apart), in its configured order",
+    )
+    agent.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help=f"default {DEFAULT_LISTEN}")
+    agent.add_argument("--token-file", metavar="FILE", help="file holding the shared secret callers must present")
+    agent.add_argument("--tls-cert", metavar="FILE", help="PEM certificate chain (with --tls-key: serve TLS)")
+    agent.add_argument("--tls-key", metavar="FILE", help="PEM private key")
+    agent.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port")
+    agent.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST", help="default 127.0.0.1")
+    agent.add_argument("--state-dir", metavar="DIR", help="where the agent keeps its own files (default: temp dir)")
+    agent.add_argument("--bookie-id", default="", metavar="ID", help="the bookie id this agent serves")
+    agent.add_argument("--max-ledgers-per-call", type=int, default=DEFAULT_MAX_LEDGERS_PER_CALL, metavar="N")
+    agent.add_argument("--max-concurrent-calls", type=int, default=4, metavar="N")
+    agent.add_argument("--grace", type=float, default=5.0, metavar="SECONDS", help="shutdown grace period")
+    agent.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    host, _port = split_listen(args.listen)
+    token = _read_token(args.token_file) if args.token_file else None
+    if token is None and not is_loopback(host):
+        raise InputError(f"refusing to listen on non-loopback {args.listen} without --token-file")
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise InputError("--tls-cert and --tls-key go together")
+    config = AgentServerConfig(
+        listen=args.listen,
+        bookie_id=args.bookie_id,
+        token=token,
+        tls_cert_chain=_read_file(args.tls_cert) if args.tls_cert else None,
+        tls_private_key=_read_file(args.tls_key) if args.tls_key else None,
+        max_ledgers_per_call=args.max_ledgers_per_call,
+        max_concurrent_calls=args.max_concurrent_calls,
+        grace_s=args.grace,
+    )
+    if token is not None and config.tls_cert_chain is None and not is_loopback(host):
+        log.warning("the token travels in clear text on %s: use --tls-cert/--tls-key", args.listen)
+    dirs = [d for d in args.ledger_dirs.split(",") if d]
+    metrics = AgentMetrics()
+    backend = DbLedgerStorageBackend(dirs, state_dir=args.state_dir, on_catch_up=metrics.observe_catch_up)
+    server = AgentServer(backend, config, metrics)
+    try:
+        _start(server, metrics, args, len(dirs))
+        _wait_for_signal()
+    finally:
+        server.stop()
+        metrics.stop()
+    log.info("scrutiny agent stopped")
+    return 0
+
+
+def _start(server: AgentServer, metrics: AgentMetrics, args: argparse.Namespace, dirs: int) -> None:
+    for source in server.backend.health():
+        if not source.ok:
+            log.warning("ledger directory %d (%s) is not readable yet: %s", source.index, source.path, source.reason)
+    port = server.start()
+    host, _ = split_listen(args.listen)
+    shown = f"[{host}]" if ":" in host else host
+    log.info(
+        "scrutiny agent listening on %s:%d (bookie id %r, %d ledger directories, TLS %s, token %s)",
+        shown,
+        port,
+        args.bookie_id,
+        dirs,
+        "on" if server.config.tls_cert_chain is not None else "off",
+        "required" if server.config.token is not None else "off",
+    )
+    if args.metrics_port is not None:
+        metrics_port = metrics.serve(args.metrics_port, args.metrics_host)
+        log.info("metrics on http://%s:%d/metrics", args.metrics_host, metrics_port)
+
+
+def _wait_for_signal() -> None:
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` as (host, port); raises :class:`InputError`."""
+    host, sep, port = listen.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise InputError(f"--listen expects HOST:PORT, not {listen!r}")
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is ``localhost`` or a loopback IP address (names other than localhost are not)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _read_token(name: str) -> str:
+    path = Path(name)
+    token = _read_file(name).decode("utf-8", errors="strict").strip()
+    if not token:
+        raise InputError(f"the token file {name} is empty")
+    if path.stat().st_mode & 0o077:
+        log.warning("the token file %s is readable by other users", name)
+    return token
+
+
+def _read_file(name: str) -> bytes:
+    try:
+        return Path(name).read_bytes()
+    except OSError as error:
+        raise InputError(f"cannot read {name}: {error.strerror or error}") from error
