@@ -69,6 +69,7 @@ class EventPublisher:
     """One producer for the event topic; stamps each event's sequence number when it is sent."""
 
     def __init__(self, client_options: Mapping[str, Any], config: TopicConfig, *, on_ack: Observer | None = None):
+        """``client_options``: kafka-python connection arguments only (servers, security, client id)."""
         self.config = config
         self._options = dict(client_options)
         self._on_ack = on_ack

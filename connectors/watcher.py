@@ -33,11 +33,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kazoo.exceptions import KazooException
-from kazoo.protocol.states import KazooState, WatchedEvent
+from kazoo.protocol.states import KazooState, KeeperState, WatchedEvent
 
 from scrutiny.connectors.event_publisher import EventPublisher, PublishError
 from scrutiny.connectors.ledger_events import Publisher, event_for_change, marker_event
-from scrutiny.connectors.watch_state import Change, KnownState, node_stat_lag
+from scrutiny.connectors.watch_state import Change, KnownState, Node, node_stat_lag
 from scrutiny.connectors.watcher_metrics import WatcherMetrics
 from scrutiny.connectors.zk_tree import (
     TreeLayout,
@@ -142,8 +142,7 @@ class Watcher:
                 self._publisher.close()
 
     def _elect_and_lead(self, stop: threading.Event) -> None:
-        if not self.zk.connected:
-            self.zk.start(timeout=self.zk._session_timeout_seconds())
+        self._connected(stop)
         lock = self.zk.Lock(self.config.election_path, self.config.watcher_id)
         while not stop.is_set():
             if lock.acquire(timeout=1.0):
@@ -163,6 +162,17 @@ class Watcher:
             if self.zk.connected:
                 with contextlib.suppress(KazooException):
                     lock.release()
+
+    def _connected(self, stop: threading.Event) -> None:
+        """Start the client if it never was; otherwise wait for kazoo's own reconnection (new session)."""
+        if self.zk.client_state == KeeperState.CLOSED:
+            self.zk.start(timeout=self.zk._session_timeout_seconds())
+            return
+        deadline = time.monotonic() + 2 * self.zk._session_timeout_seconds()
+        while not self.zk.connected and not stop.is_set():
+            if time.monotonic() > deadline:
+                raise LeadershipLost("ZooKeeper is unreachable")
+            stop.wait(0.1)
 
     # ------------------------------------------------------------------ leading
 
@@ -296,32 +306,39 @@ class Watcher:
                 return
 
     def _live(self, layout: TreeLayout, publisher: EventPublisher, paths: list[str]) -> None:
-        """Read the current state of the notified nodes and publish what is new."""
-        assert self.known is not None
-        ledgers, marks, registrations, racks = _classify(layout, dict.fromkeys(paths))
-        changes: list[Change] = []
-        if registrations:
-            changes.extend(self.known.bookies(*read_registrations(self.zk, layout.root)))
-        if racks:
-            change = self.known.racks(read_optional(self.zk, layout.racks_path))
-            changes.extend([change] if change else [])
-        for ledger_id, node in self._read_nodes(ledgers):
-            change = self.known.ledger(ledger_id, node)
-            changes.extend([change] if change else [])
-        for ledger_id, node in self._read_nodes(marks):
-            change = self.known.mark(ledger_id, node)
-            changes.extend([change] if change else [])
-        me, now = self._me(), self._now()
-        for change in changes:
-            if change.node is not None and change.ledger_id is not None and change.kind.value.startswith("LEDGER_"):
-                self.metrics.change_lag.observe(node_stat_lag(change.node, now["observed_ms"]))
-            self._publish(publisher, event_for_change(change, pb.Origin.LIVE, me, **now))
+        """Read the current state of the notified nodes and publish what is new, in notification order.
 
-    def _read_nodes(self, targets: dict[int, str]) -> list[tuple[int, Any]]:
-        if not targets:
-            return []
-        found = dict(pipelined(self.zk, ((i, get_data_call(self.zk, p)) for i, p in targets.items())))
-        return [(i, node_of(*found[i]) if i in found else None) for i in targets]
+        A node notified several times is read once, at the place of its last notification, so its
+        event follows those of the other nodes notified before (a ledger's mark cleared, then the
+        ledger deleted, stays in that order).
+        """
+        assert self.known is not None
+        targets = _classify(layout, paths)
+        found = self._read_nodes([path for (kind, _), path in targets.items() if kind in ("ledger", "mark")])
+        now = self._now()
+        for (kind, ident), path in targets.items():
+            for change in self._changes(kind, ident, found.get(path), layout):
+                if change.node is not None and change.kind.value.startswith("LEDGER_"):
+                    self.metrics.change_lag.observe(node_stat_lag(change.node, now["observed_ms"]))
+                self._publish(publisher, event_for_change(change, pb.Origin.LIVE, self._me(), **now))
+
+    def _changes(self, kind: str, ident: int, node: Node | None, layout: TreeLayout) -> list[Change]:
+        assert self.known is not None
+        if kind == "ledger":
+            change = self.known.ledger(ident, node)
+        elif kind == "mark":
+            change = self.known.mark(ident, node)
+        elif kind == "racks":
+            change = self.known.racks(read_optional(self.zk, layout.racks_path))
+        else:
+            return self.known.bookies(*read_registrations(self.zk, layout.root))
+        return [change] if change is not None else []
+
+    def _read_nodes(self, paths: list[str]) -> dict[str, Node]:
+        if not paths:
+            return {}
+        found = pipelined(self.zk, ((p, get_data_call(self.zk, p)) for p in paths))
+        return {path: node_of(*value) for path, value in found}
 
     # ------------------------------------------------------------------ publishing
 
@@ -371,27 +388,33 @@ def _lock_sequence(node: str | None) -> int:
     return int(match.group(1)) if match else 0
 
 
-def _classify(layout: TreeLayout, paths: dict[str, None]) -> tuple[dict[int, str], dict[int, str], bool, bool]:
-    """Ledger nodes, under-replication nodes, whether registrations or racks changed, from notified paths."""
-    ledgers: dict[int, str] = {}
-    marks: dict[int, str] = {}
-    registrations = racks = False
+def _classify(layout: TreeLayout, paths: list[str]) -> dict[tuple[str, int], str]:
+    """What each notified path concerns, keyed (kind, ledger id), in order of last notification.
+
+    Kinds: "ledger", "mark", "bookies" (any registration change) and "racks"; other nodes
+    (directories, locks, cookies) are left out.
+    """
+    out: dict[tuple[str, int], str] = {}
     marks_root = underreplication_ledgers_path(root=layout.root) + "/"
     available = available_path(root=layout.root)
     for path in paths:
+        key: tuple[str, int] | None
         if path == layout.racks_path:
-            racks = True
+            key = ("racks", 0)
         elif path == available or path.startswith(available + "/"):
-            registrations = True
+            key = ("bookies", 0)
         elif path.startswith(marks_root):
-            _add_id(marks, path, lambda p: ledger_id_from_underreplication_path(p, root=layout.root))
+            key = _keyed("mark", path, lambda p: ledger_id_from_underreplication_path(p, root=layout.root))
         else:
-            _add_id(ledgers, path, lambda p: ledger_id_from_path(p, manager=layout.manager, root=layout.root))
-    return ledgers, marks, registrations, racks
+            key = _keyed("ledger", path, lambda p: ledger_id_from_path(p, manager=layout.manager, root=layout.root))
+        if key is not None:
+            out.pop(key, None)
+            out[key] = path
+    return out
 
 
-def _add_id(out: dict[int, str], path: str, parse: Callable[[str], int]) -> None:
+def _keyed(kind: str, path: str, parse: Callable[[str], int]) -> tuple[str, int] | None:
     try:
-        out[parse(path)] = path
+        return kind, parse(path)
     except (PathError, FormatError):
-        return  # a directory or another node: nothing to publish
+        return None  # a directory or another node: nothing to publish

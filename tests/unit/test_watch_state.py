@@ -52,7 +52,7 @@ def test_bookie_transitions() -> None:
 
 def test_live_reads_never_go_backwards() -> None:
     state = KnownState()
-    assert kinds([state.ledger(7, node(10))]) == [("LEDGER_CREATED", 7)]  # type: ignore[list-item]
+    assert kinds([state.ledger(7, node(10))]) == [("LEDGER_CREATED", 7)]
     assert state.ledger(7, node(10)) is None  # duplicate notification
     assert state.ledger(7, node(9)) is None  # a late read of an older version
     changed = state.ledger(7, node(12, b"y", version=1))

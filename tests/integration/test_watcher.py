@@ -1,0 +1,244 @@
+"""The watcher against a real ZooKeeper and a real Kafka-protocol broker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from scrutiny.connectors.event_publisher import EventPublisher, TopicConfig
+from scrutiny.connectors.kafka_config import consumer_kwargs, kafka_client_config
+from scrutiny.connectors.services import start_tansu
+from scrutiny.connectors.watcher import Backoff, Watcher, WatcherConfig
+from scrutiny.connectors.zk_tree import TreeLayout, read_cluster
+from scrutiny.connectors.zookeeper_watch import PersistentWatchClient
+from scrutiny.core.ledger_metadata import LedgerState, Segment, build_ledger_metadata, encode_ledger_metadata_v3
+from scrutiny.core.zk_paths import available_bookie_path, ledger_path, readonly_bookie_path, underreplication_path
+from scrutiny.core.zk_records import (
+    UnderReplicationMark,
+    format_layout,
+    format_pulsar_racks,
+    format_underreplication_mark,
+    parse_layout,
+)
+from scrutiny.proto import ledger_events_pb2 as pb
+from scrutiny.streaming.settings import KafkaSection, Settings
+from tests.integration.event_log import Folded, Record, expected_from, fold, read_topic, wait_until
+
+pytestmark = pytest.mark.integration
+
+ENSEMBLE = ("bk1:3181", "bk2:3181", "bk3:3181")
+LONG_ID = 2**40 + 7  # a ledger id of the long hierarchical form
+LAYOUT = format_layout(parse_layout(b"2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:1"))
+
+
+def metadata(state: LedgerState = LedgerState.OPEN, last: int = -1, segments: int = 1) -> bytes:
+    parts = [Segment(0, ENSEMBLE)] + [Segment(10 * k, ("bk4:3181", *ENSEMBLE[1:])) for k in range(1, segments)]
+    md = build_ledger_metadata(
+        ensemble_size=3,
+        write_quorum=2,
+        ack_quorum=2,
+        segments=parts,
+        state=state,
+        last_entry_id=last,
+        length=max(0, last + 1) * 10,
+        custom_metadata={"pulsar/managed-ledger": b"public/default/persistent/t"},
+    )
+    return encode_ledger_metadata_v3(md)
+
+
+@contextmanager
+def running_watcher(
+    settings: Settings, chroot: str, topic: str, watcher_id: str, *, kafka: str | None = None
+) -> Iterator[Watcher]:
+    """A watcher on its own client and thread, stopped and closed afterwards whatever happens."""
+    zk = PersistentWatchClient(hosts=settings.zookeeper.connect + chroot, timeout=6.0)
+    kafka_settings = settings.kafka if kafka is None else _with_bootstrap(settings, kafka)
+    watcher = Watcher(
+        zk,
+        lambda: EventPublisher(
+            kafka_client_config(kafka_settings).kwargs("scrutiny-watcher"),
+            TopicConfig(topic, partitions=3, max_block_ms=2000),
+        ),
+        WatcherConfig(layout=TreeLayout(), watcher_id=watcher_id, tick_interval_s=0.5, backoff=Backoff(0.05, 0.5)),
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=watcher.run, args=(stop,), name=watcher_id, daemon=True)
+    thread.start()
+    try:
+        yield watcher
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        zk.stop()
+        zk.close()
+
+
+def _with_bootstrap(settings: Settings, address: str) -> KafkaSection:
+    return replace(settings.kafka, bootstrap_servers=address)
+
+
+def events(settings: Settings, topic: str, kafka: str | None = None) -> list[Record]:
+    kafka_settings = settings.kafka if kafka is None else _with_bootstrap(settings, kafka)
+    return read_topic(consumer_kwargs(kafka_settings), topic)
+
+
+def zk_state(client: KazooClient) -> Folded:
+    return expected_from(read_cluster(client, TreeLayout()))
+
+
+def converges(settings: Settings, topic: str, client: KazooClient, kafka: str | None = None) -> Folded:
+    """Wait until the events describe ZooKeeper's state exactly; return the fold."""
+    folded: list[Folded] = []
+
+    def same() -> bool:
+        folded[:] = [fold(events(settings, topic, kafka))]
+        return _comparable(folded[0]) == _comparable(zk_state(client))
+
+    wait_until(same, 40, "the events to describe ZooKeeper's state")
+    return folded[0]
+
+
+def _comparable(state: Folded) -> tuple[object, ...]:
+    return (state.ledgers, state.marks, state.writable, state.readonly, state.racks)
+
+
+def seed(client: KazooClient) -> None:
+    client.create("/ledgers/LAYOUT", LAYOUT, makepath=True)
+    client.create(ledger_path(1), metadata(), makepath=True)
+    client.create(ledger_path(LONG_ID), metadata(LedgerState.CLOSED, 99), makepath=True)
+    client.create(available_bookie_path("bk1:3181"), b"", ephemeral=True, makepath=True)
+
+
+def test_snapshot_then_live_changes_in_order(
+    service_settings: Settings, zk_client: KazooClient, kafka_topic_factory: object
+) -> None:
+    topic = kafka_topic_factory(partitions=3)  # type: ignore[operator]
+    seed(zk_client)
+    with running_watcher(service_settings, zk_client.chroot, topic, "w1") as watcher:
+        assert watcher.leading.wait(20)
+        converges(service_settings, topic, zk_client)
+        zk_client.set(ledger_path(1), metadata(LedgerState.OPEN, segments=2))  # ensemble change
+        zk_client.set(ledger_path(1), metadata(LedgerState.CLOSED, 25, segments=2))  # closed
+        zk_client.create(ledger_path(5), b"not metadata at all", makepath=True)
+        mark = format_underreplication_mark(UnderReplicationMark(("bk2:3181",), 1_700_000_000_000))
+        zk_client.create(underreplication_path(LONG_ID), mark, makepath=True)
+        zk_client.create(available_bookie_path("bk2:3181"), b"", ephemeral=True, makepath=True)
+        zk_client.delete(available_bookie_path("bk1:3181"))
+        zk_client.create(readonly_bookie_path("bk1:3181"), b"", ephemeral=True, makepath=True)
+        zk_client.create("/bookies", format_pulsar_racks({"default": {"bk1:3181": "/r1"}}))
+        zk_client.delete(underreplication_path(LONG_ID))
+        zk_client.delete(ledger_path(LONG_ID))
+        final = converges(service_settings, topic, zk_client)
+    records = events(service_settings, topic)
+    assert final.backwards == 0
+    by_ledger = _kinds_by_ledger(records)
+    # Two quick changes may be read as one: the last event always carries the final version.
+    assert by_ledger[1][0] == ("LEDGER_CREATED", "SNAPSHOT")
+    assert set(by_ledger[1][1:]) == {("LEDGER_CHANGED", "LIVE")} and len(by_ledger[1]) in (2, 3)
+    assert by_ledger[LONG_ID][0] == ("LEDGER_CREATED", "SNAPSHOT")
+    assert by_ledger[LONG_ID][-1] == ("LEDGER_DELETED", "LIVE")
+    assert ("UNDER_REPLICATION_MARKED", "LIVE") in by_ledger[LONG_ID]
+    bad = next(r.event for r in records if r.event.ledger_id == 5)
+    assert bad.metadata == b"not metadata at all" and "missing header" in bad.decode_error
+    assert all(r.key == str(r.event.ledger_id).encode() for r in records if r.event.ledger_id)
+    partitions = {r.partition for r in records}
+    for kind in ("SNAPSHOT_BEGIN", "SNAPSHOT_END", "BOOKIE_READONLY", "RACKS_CHANGED", "TICK"):
+        assert {r.partition for r in records if pb.EventKind.Name(r.event.kind) == kind} == partitions, kind
+    assert all(r.key == b"cluster" for r in records if not r.event.ledger_id)
+
+
+def _kinds_by_ledger(records: list[Record]) -> dict[int, list[tuple[str, str]]]:
+    out: dict[int, list[tuple[str, str]]] = {}
+    for record in records:
+        if record.event.ledger_id:
+            out.setdefault(record.event.ledger_id, []).append(
+                (pb.EventKind.Name(record.event.kind), pb.Origin.Name(record.event.origin))
+            )
+    return out
+
+
+def test_session_expiry_in_the_middle_of_changes(
+    service_settings: Settings, zk_client: KazooClient, kafka_topic_factory: object
+) -> None:
+    topic = kafka_topic_factory(partitions=2)  # type: ignore[operator]
+    seed(zk_client)
+    with running_watcher(service_settings, zk_client.chroot, topic, "w1") as watcher:
+        assert watcher.leading.wait(20)
+        converges(service_settings, topic, zk_client)
+        for ledger_id in range(100, 120):
+            zk_client.create(ledger_path(ledger_id), metadata(), makepath=True)
+        _expire_session(service_settings, watcher.zk)
+        for ledger_id in range(100, 110):
+            zk_client.set(ledger_path(ledger_id), metadata(LedgerState.CLOSED, 3))
+        for ledger_id in range(110, 115):
+            zk_client.delete(ledger_path(ledger_id))
+        final = converges(service_settings, topic, zk_client)
+        assert watcher.metrics.resyncs.labels("SNAPSHOT")._value.get() >= 1
+        assert watcher.metrics.resyncs.labels("RESYNC")._value.get() >= 1
+    assert final.backwards == 0
+
+
+def _expire_session(settings: Settings, zk: KazooClient) -> None:
+    """ZooKeeper's own way to expire a session: another client takes it over and closes it."""
+    session_id, password = zk.client_id
+    thief = KazooClient(hosts=settings.zookeeper.connect, client_id=(session_id, password))
+    thief.start(timeout=10)
+    thief.stop()
+    thief.close()
+
+
+def test_standby_takes_over_without_gaps(
+    service_settings: Settings, zk_client: KazooClient, kafka_topic_factory: object
+) -> None:
+    topic = kafka_topic_factory(partitions=2)  # type: ignore[operator]
+    seed(zk_client)
+    with (
+        running_watcher(service_settings, zk_client.chroot, topic, "standby") as standby,
+        running_watcher(service_settings, zk_client.chroot, topic, "leader") as leader,
+    ):
+        assert leader.leading.wait(20) or standby.leading.wait(20)
+        first = leader if leader.leading.is_set() else standby
+        second = standby if first is leader else leader
+        converges(service_settings, topic, zk_client)
+        assert not second.leading.is_set()
+        first_epoch = first.epoch
+        for ledger_id in range(200, 210):
+            zk_client.create(ledger_path(ledger_id), metadata(), makepath=True)
+        first.zk.stop()  # the active watcher dies: its session ends, its election node goes
+        zk_client.set(ledger_path(200), metadata(LedgerState.CLOSED, 5))
+        zk_client.delete(ledger_path(201))
+        assert second.leading.wait(30)
+        assert second.epoch > first_epoch
+        final = converges(service_settings, topic, zk_client)
+    assert final.backwards == 0
+
+
+def test_kafka_unavailable_for_a_while(service_settings: Settings, zk_client: KazooClient, tmp_path: Path) -> None:
+    broker = start_tansu(tmp_path / "tansu")
+    try:
+        seed(zk_client)
+        with running_watcher(service_settings, zk_client.chroot, "events", "w1", kafka=broker.address) as watcher:
+            assert watcher.leading.wait(20)
+            converges(service_settings, "events", zk_client, broker.address)
+            os.kill(broker.pid, signal.SIGSTOP)  # the broker stops answering, keeps its data
+            try:
+                for ledger_id in range(300, 310):
+                    zk_client.create(ledger_path(ledger_id), metadata(), makepath=True)
+                zk_client.set(ledger_path(1), metadata(LedgerState.CLOSED, 7))
+                zk_client.delete(ledger_path(LONG_ID))
+                time.sleep(4)
+            finally:
+                os.kill(broker.pid, signal.SIGCONT)
+            final = converges(service_settings, "events", zk_client, broker.address)
+        assert final.backwards == 0
+    finally:
+        broker.stop()
