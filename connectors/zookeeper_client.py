@@ -263,13 +263,15 @@ def build_zookeeper_client(
     connection_retry: RetryPolicy = CONNECTION_RETRY,
     command_retry: RetryPolicy = COMMAND_RETRY,
     read_only: bool = False,
+    client_class: type[KazooClient] = KazooClient,
 ) -> KazooClient:
     """A configured KazooClient, not started (call ``start(timeout)``; ``stop()`` and ``close()`` after).
 
-    ``hosts`` overrides the resolved hosts string (e.g. with a chroot for tests).
+    ``hosts`` overrides the resolved hosts string (e.g. with a chroot for tests); ``client_class``
+    may be a KazooClient subclass (the watcher's persistent-watch client).
     """
     auth = zookeeper_auth(settings)
-    return KazooClient(
+    return client_class(
         hosts=hosts if hosts is not None else zookeeper_target(settings).hosts,
         timeout=float(settings.session_timeout_seconds),
         auth_data=list(auth.auth_data) or None,

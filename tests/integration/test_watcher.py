@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -31,6 +33,7 @@ from scrutiny.core.zk_records import (
 )
 from scrutiny.proto import ledger_events_pb2 as pb
 from scrutiny.streaming.settings import KafkaSection, Settings
+from tests.integration.conftest import KafkaTopicFactory
 from tests.integration.event_log import Folded, Record, expected_from, fold, read_topic, wait_until
 
 pytestmark = pytest.mark.integration
@@ -119,9 +122,9 @@ def seed(client: KazooClient) -> None:
 
 
 def test_snapshot_then_live_changes_in_order(
-    service_settings: Settings, zk_client: KazooClient, kafka_topic_factory: object
+    service_settings: Settings, zk_client: KazooClient, kafka_topic_factory: KafkaTopicFactory
 ) -> None:
-    topic = kafka_topic_factory(partitions=3)  # type: ignore[operator]
+    topic = kafka_topic_factory(partitions=3)
     seed(zk_client)
     with running_watcher(service_settings, zk_client.chroot, topic, "w1") as watcher:
         assert watcher.leading.wait(20)
@@ -167,9 +170,9 @@ def _kinds_by_ledger(records: list[Record]) -> dict[int, list[tuple[str, str]]]:
 
 
 def test_session_expiry_in_the_middle_of_changes(
-    service_settings: Settings, zk_client: KazooClient, kafka_topic_factory: object
+    service_settings: Settings, zk_client: KazooClient, kafka_topic_factory: KafkaTopicFactory
 ) -> None:
-    topic = kafka_topic_factory(partitions=2)  # type: ignore[operator]
+    topic = kafka_topic_factory(partitions=2)
     seed(zk_client)
     with running_watcher(service_settings, zk_client.chroot, topic, "w1") as watcher:
         assert watcher.leading.wait(20)
@@ -197,9 +200,9 @@ def _expire_session(settings: Settings, zk: KazooClient) -> None:
 
 
 def test_standby_takes_over_without_gaps(
-    service_settings: Settings, zk_client: KazooClient, kafka_topic_factory: object
+    service_settings: Settings, zk_client: KazooClient, kafka_topic_factory: KafkaTopicFactory
 ) -> None:
-    topic = kafka_topic_factory(partitions=2)  # type: ignore[operator]
+    topic = kafka_topic_factory(partitions=2)
     seed(zk_client)
     with (
         running_watcher(service_settings, zk_client.chroot, topic, "standby") as standby,
@@ -242,3 +245,33 @@ def test_kafka_unavailable_for_a_while(service_settings: Settings, zk_client: Ka
         assert final.backwards == 0
     finally:
         broker.stop()
+
+
+def test_scrutiny_watch_command(
+    service_settings: Settings, zk_client: KazooClient, kafka_topic_factory: KafkaTopicFactory
+) -> None:
+    """The console script, configured only through the environment, publishes the snapshot and stops on time."""
+    topic = kafka_topic_factory(partitions=2)
+    seed(zk_client)
+    env = {
+        **os.environ,
+        "SCRUTINY_ZOOKEEPER": service_settings.zookeeper.connect + zk_client.chroot,
+        "SCRUTINY_KAFKA": service_settings.kafka.bootstrap_servers,
+        "SCRUTINY_KAFKA_TOPIC": topic,
+        "SCRUTINY_WATCHER_TICK_INTERVAL_SECONDS": "1",
+    }
+    scrutiny = Path(sys.executable).parent / "scrutiny"
+    done = subprocess.run(
+        [str(scrutiny), "watch", "--duration", "6", "--watcher-id", "cli"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "watcher cli stopped" in done.stderr
+    records = events(service_settings, topic)
+    assert _comparable(fold(records)) == _comparable(zk_state(zk_client))
+    assert {r.event.watcher_id for r in records} == {"cli"}
+    assert any(r.event.kind == pb.EventKind.TICK for r in records)
