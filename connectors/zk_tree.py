@@ -32,6 +32,8 @@ from scrutiny.core.zk_paths import (
 T = TypeVar("T")
 Progress = Callable[[str, int], None]
 DEFAULT_WINDOW = 2000
+#: Progress is reported after every this many ledgers read.
+PROGRESS_EVERY = 50_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +103,12 @@ def read_cluster(
     view = ClusterView()
     leaves = _ledger_leaves(client, layout, window)
     report("ledger nodes found", len(leaves))
-    for ledger_id, (data, stat) in pipelined(client, ((i, get_data_call(client, p)) for i, p in leaves), window=window):
-        view.ledgers[ledger_id] = node_of(data, stat)
-    report("ledgers read", len(view.ledgers))
+    for start in range(0, len(leaves), PROGRESS_EVERY):
+        chunk = leaves[start : start + PROGRESS_EVERY]
+        calls = ((ledger_id, get_data_call(client, path)) for ledger_id, path in chunk)
+        for ledger_id, (data, stat) in pipelined(client, calls, window=window):
+            view.ledgers[ledger_id] = node_of(data, stat)
+        report("ledgers read", len(view.ledgers))
     marks = _mark_leaves(client, layout.root, window)
     for ledger_id, (data, stat) in pipelined(client, ((i, get_data_call(client, p)) for i, p in marks), window=window):
         view.marks[ledger_id] = node_of(data, stat)

@@ -140,6 +140,7 @@ def test_snapshot_then_live_changes_in_order(
         zk_client.create("/bookies", format_pulsar_racks({"default": {"bk1:3181": "/r1"}}))
         zk_client.delete(underreplication_path(LONG_ID))
         zk_client.delete(ledger_path(LONG_ID))
+        zk_client.delete(available_bookie_path("bk2:3181"))  # a bookie lost
         final = converges(service_settings, topic, zk_client)
     records = events(service_settings, topic)
     assert final.backwards == 0
@@ -154,7 +155,8 @@ def test_snapshot_then_live_changes_in_order(
     assert bad.metadata == b"not metadata at all" and "missing header" in bad.decode_error
     assert all(r.key == str(r.event.ledger_id).encode() for r in records if r.event.ledger_id)
     partitions = {r.partition for r in records}
-    for kind in ("SNAPSHOT_BEGIN", "SNAPSHOT_END", "BOOKIE_READONLY", "RACKS_CHANGED", "TICK"):
+    cluster_kinds = ("SNAPSHOT_BEGIN", "SNAPSHOT_END", "BOOKIE_READONLY", "BOOKIE_UNREGISTERED", "RACKS_CHANGED")
+    for kind in (*cluster_kinds, "TICK"):
         assert {r.partition for r in records if pb.EventKind.Name(r.event.kind) == kind} == partitions, kind
     assert all(r.key == b"cluster" for r in records if not r.event.ledger_id)
 
