@@ -18,18 +18,11 @@ from pathlib import Path
 from typing import Protocol
 
 from scrutiny.core.errors import ConfigError
+from scrutiny.core.secret import Secret
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _MAX_PORT = 65535
-
-
-class SecretLike(Protocol):
-    """A credential that is printed never and revealed on request."""
-
-    def reveal(self) -> str:
-        """The secret itself."""
-        ...
 
 
 class KafkaSettings(Protocol):
@@ -44,7 +37,7 @@ class KafkaSettings(Protocol):
     @property
     def sasl_username(self) -> str: ...
     @property
-    def sasl_password(self) -> SecretLike: ...
+    def sasl_password(self) -> Secret: ...
     @property
     def ssl_cafile(self) -> str: ...
 

@@ -36,6 +36,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
 from scrutiny.core.errors import ConfigError, PathError, ScrutinyError
+from scrutiny.core.secret import Secret
 from scrutiny.core.zk_paths import LedgerManager, check_root, parse_metadata_uri
 
 T = TypeVar("T")
@@ -52,14 +53,6 @@ RETRYABLE_ZOOKEEPER_ERRORS: tuple[type[BaseException], ...] = (
 LOGGER_NAME = "scrutiny.zookeeper"
 
 
-class SecretLike(Protocol):
-    """A credential that is printed never and revealed on request."""
-
-    def reveal(self) -> str:
-        """The secret itself."""
-        ...
-
-
 class ZooKeeperSettings(Protocol):
     """The ``[zookeeper]`` settings this module reads."""
 
@@ -74,7 +67,7 @@ class ZooKeeperSettings(Protocol):
     @property
     def auth_scheme(self) -> str: ...
     @property
-    def auth_credentials(self) -> SecretLike: ...
+    def auth_credentials(self) -> Secret: ...
 
 
 class RetryExhaustedError(ScrutinyError):

@@ -21,28 +21,13 @@ from typing import Any
 
 from scrutiny.core.errors import ConfigError
 from scrutiny.core.placement import PlacementConfig, PlacementPolicy
+from scrutiny.core.secret import Secret
 from scrutiny.core.verdict import DEFAULT_UNDER_REPLICATION_GRACE_MS, VerdictConfig
 
 ENV_PREFIX = "SCRUTINY_"
 CONFIG_ENV = "SCRUTINY_CONFIG"
 #: Short variables that ``scrutiny services up`` prints, and what they set.
 ENV_ALIASES = {"SCRUTINY_ZOOKEEPER": ("zookeeper", "connect"), "SCRUTINY_KAFKA": ("kafka", "bootstrap_servers")}
-
-
-@dataclass(frozen=True, slots=True)
-class Secret:
-    """A password or credential: compare and pass it around, print it never."""
-
-    value: str = ""
-
-    def __repr__(self) -> str:
-        return "Secret('***')" if self.value else "Secret('')"
-
-    __str__ = __repr__
-
-    def reveal(self) -> str:
-        """The secret itself, for the one call that needs it."""
-        return self.value
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,8 +39,9 @@ from scrutiny.connectors.services import (
     zookeeper_answers,
 )
 from scrutiny.connectors.zookeeper_client import build_zookeeper_client
+from scrutiny.core.secret import Secret
 from scrutiny.streaming.cli import main
-from scrutiny.streaming.settings import Secret, Settings, ZooKeeperSection
+from scrutiny.streaming.settings import Settings, ZooKeeperSection
 from tests.integration.conftest import ServerEndpoint
 
 pytestmark = pytest.mark.integration

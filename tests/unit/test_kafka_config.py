@@ -16,7 +16,8 @@ from scrutiny.connectors.kafka_config import (
     producer_kwargs,
 )
 from scrutiny.core.errors import ConfigError
-from scrutiny.streaming.settings import KafkaSection, Secret, load_settings
+from scrutiny.core.secret import Secret
+from scrutiny.streaming.settings import KafkaSection, load_settings
 
 SASL = KafkaSection(
     bootstrap_servers="b1:9093, b2:9093",
