@@ -467,12 +467,22 @@ def java_binary() -> str:
     return java
 
 
-def zookeeper_command(config_file: Path) -> list[str]:
-    """The command line of a standalone Debian ZooKeeper reading ``config_file``."""
+def zookeeper_command(config_file: Path, *, jaas_file: Path | None = None) -> list[str]:
+    """The command line of a standalone Debian ZooKeeper reading ``config_file`` (and a JAAS file for SASL)."""
     if not ZOOKEEPER_JAR.is_file():
         raise ServicesError(f"{ZOOKEEPER_JAR} is missing: install Debian's zookeeper package (scripts/setup does)")
     classpath = ":".join(str(jar) for jar in (ZOOKEEPER_JAR, SLF4J_BINDING) if jar.is_file())
-    return [java_binary(), *ZOOKEEPER_JVM_OPTIONS, "-cp", classpath, ZOOKEEPER_MAIN, str(config_file)]
+    jaas = [f"-Djava.security.auth.login.config={jaas_file}"] if jaas_file is not None else []
+    return [java_binary(), *ZOOKEEPER_JVM_OPTIONS, *jaas, "-cp", classpath, ZOOKEEPER_MAIN, str(config_file)]
+
+
+def _sasl_files(directory: Path, users: Mapping[str, str]) -> tuple[str, Path]:
+    """The zoo.cfg lines and JAAS file that make ZooKeeper accept SASL DIGEST-MD5 logins of ``users``."""
+    jaas = directory / "jaas.conf"
+    accounts = "\n".join(f'    user_{name}="{password}"' for name, password in users.items())
+    jaas.write_text(f"Server {{\n    org.apache.zookeeper.server.auth.DigestLoginModule required\n{accounts};\n}};\n")
+    jaas.chmod(0o600)
+    return "authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider\n", jaas
 
 
 def tansu_binary() -> Path:
@@ -507,20 +517,27 @@ def start_zookeeper(
     port: int | None = None,
     timeout: float = DEFAULT_START_TIMEOUT,
     die_with_parent: bool = False,
+    sasl_users: Mapping[str, str] | None = None,
 ) -> RunningServer:
     """Start a standalone ZooKeeper with its data, config and log in ``directory``; return once it answers.
 
     ``port`` is tried first when given (another free port if it is taken). Its data survives a
     restart in the same directory. ``die_with_parent``: the kernel sends the server SIGTERM when
     the calling process dies, even by SIGKILL (for test sessions; needs util-linux ``setpriv``).
+    ``sasl_users`` (name -> password) turns on SASL DIGEST-MD5 authentication for those users.
     """
 
     def command(chosen: int) -> list[str]:
         config = directory / "zoo.cfg"
         data_dir = directory / "data"
         data_dir.mkdir(parents=True, exist_ok=True)
-        config.write_text(ZOOKEEPER_CONFIG.format(data_dir=data_dir, port=chosen, host=LOOPBACK))
-        return zookeeper_command(config)
+        text = ZOOKEEPER_CONFIG.format(data_dir=data_dir, port=chosen, host=LOOPBACK)
+        jaas: Path | None = None
+        if sasl_users:
+            extra, jaas = _sasl_files(directory, sasl_users)
+            text += extra
+        config.write_text(text)
+        return zookeeper_command(config, jaas_file=jaas)
 
     return _start(ZOOKEEPER, directory, command, port=port, timeout=timeout, die_with_parent=die_with_parent)
 
