@@ -21,7 +21,9 @@ from scrutiny.connectors.agent_server import (
     AgentMetrics,
     AgentServer,
     AgentServerConfig,
+    ListingBackend,
 )
+from scrutiny.connectors.agent_v3_forward import V3ForwardBackend
 from scrutiny.streaming.cli_io import InputError
 
 DEFAULT_LISTEN = "127.0.0.1:3185"
@@ -35,11 +37,16 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="serve this bookie's entry listings (DbLedgerStorage) to the checker over gRPC",
         description="Reads the bookie's RocksDB index as a secondary instance; never writes into its directories.",
     )
-    agent.add_argument(
+    source = agent.add_mutually_exclusive_group(required=True)
+    source.add_argument(
         "--ledger-dirs",
-        required=True,
         metavar="DIR[,DIR...]",
-        help="the bookie's ledger directories (its index directories if set apart), in its configured order",
+        help="DbLedgerStorage: the bookie's ledger directories (index directories if set apart), in configured order",
+    )
+    source.add_argument(
+        "--forward-v3",
+        metavar="HOST:PORT",
+        help="Sorted/Interleaved storage: forward to the bookie's own v3 protocol at HOST:PORT",
     )
     agent.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help=f"default {DEFAULT_LISTEN}")
     agent.add_argument("--token-file", metavar="FILE", help="file holding the shared secret callers must present")
@@ -75,12 +82,19 @@ def _run(args: argparse.Namespace) -> int:
     )
     if token is not None and config.tls_cert_chain is None and not is_loopback(host):
         log.warning("the token travels in clear text on %s: use --tls-cert/--tls-key", args.listen)
-    dirs = [d for d in args.ledger_dirs.split(",") if d]
     metrics = AgentMetrics()
-    backend = DbLedgerStorageBackend(dirs, state_dir=args.state_dir, on_catch_up=metrics.observe_catch_up)
+    backend: ListingBackend
+    if args.forward_v3:
+        bookie_host, bookie_port = split_listen(args.forward_v3)
+        backend = V3ForwardBackend(bookie_host, bookie_port)
+        sources = 1
+    else:
+        dirs = [d for d in args.ledger_dirs.split(",") if d]
+        backend = DbLedgerStorageBackend(dirs, state_dir=args.state_dir, on_catch_up=metrics.observe_catch_up)
+        sources = len(dirs)
     server = AgentServer(backend, config, metrics)
     try:
-        _start(server, metrics, args, len(dirs))
+        _start(server, metrics, args, sources)
         _wait_for_signal()
     finally:
         server.stop()
@@ -92,12 +106,12 @@ def _run(args: argparse.Namespace) -> int:
 def _start(server: AgentServer, metrics: AgentMetrics, args: argparse.Namespace, dirs: int) -> None:
     for source in server.backend.health():
         if not source.ok:
-            log.warning("ledger directory %d (%s) is not readable yet: %s", source.index, source.path, source.reason)
+            log.warning("source %d (%s) is not readable yet: %s", source.index, source.path, source.reason)
     port = server.start()
     host, _ = split_listen(args.listen)
     shown = f"[{host}]" if ":" in host else host
     log.info(
-        "scrutiny agent listening on %s:%d (bookie id %r, %d ledger directories, TLS %s, token %s)",
+        "scrutiny agent listening on %s:%d (bookie id %r, %d sources, TLS %s, token %s)",
         shown,
         port,
         args.bookie_id,
