@@ -92,6 +92,9 @@ class LeadershipLost(ScrutinyError):  # noqa: N818 - a state, not a failure
     """The ZooKeeper session ended: the watcher is no longer the active one."""
 
 
+_EXPECTED_ERRORS = (KazooException, PublishError, LeadershipLost, OSError, ScrutinyError)
+
+
 class Watcher:
     """One watcher process's loop: elect, lead, publish; see the module docstring."""
 
@@ -131,9 +134,12 @@ class Watcher:
                 try:
                     self._elect_and_lead(stop)
                     attempt = 0
-                except (KazooException, PublishError, LeadershipLost, OSError, ScrutinyError) as error:
+                except Exception as error:  # every failure is retried; unforeseen ones are logged in full
                     self.metrics.errors.labels(type(error).__name__).inc()
-                    log.warning("watcher: %s; retrying", error or type(error).__name__)
+                    if isinstance(error, _EXPECTED_ERRORS):
+                        log.warning("watcher: %s; retrying", error or type(error).__name__)
+                    else:
+                        log.exception("watcher: unexpected error; retrying")
                     stop.wait(self.config.backoff.delay(attempt))
                     attempt += 1
         finally:
