@@ -1,0 +1,335 @@
+"""One simulated bookie: the v3 protocol and the bookie agent's gRPC API over the same entry sets.
+
+A :class:`SimBookie` serves GetListOfEntriesOfLedger with a
+:class:`~scrutiny.connectors.bookie_v3_server.BookieV3Server` and ``BookieAgent.GetListings``
+with an :class:`~scrutiny.connectors.agent_server.AgentServer` over a :class:`MemoryListingBackend`,
+both on ``127.0.0.1`` (free ports unless told otherwise), both answering from one
+:class:`EntryStore`: per ledger the entries as sequence groups (never per-entry lists), filled
+explicitly or lazily by a loader (the simulated cluster derives them from its scenario).
+
+Faults (:class:`~scrutiny.connectors.sim_scenario.FaultSpec`, switchable at runtime) behave the
+same way on both APIs as far as each protocol allows:
+
+========================  ==========================================  ============================================
+fault                     v3 protocol                                 agent API
+========================  ==========================================  ============================================
+``unresponsive``          reads requests, never answers               the call hangs (until the bookie stops, 60 s)
+``slow`` (``delay_s``)    answers after the delay                     answers after the delay
+``status`` (e.g. EIO)     answers that status                         ``UNKNOWN``, reason ``bookie status EIO``
+``garbage``               a broken frame                              ``POSITIVE`` with listing bytes that do not
+                                                                      decode
+ledger in limbo           ``EUNKNOWNLEDGERSTATE``                     ``UNKNOWN``, reason ``ledger in limbo``
+========================  ==========================================  ============================================
+
+A ledger the bookie holds nothing of is ENOLEDGER / ``NO_LEDGER``. A stopped bookie listens on
+nothing: :meth:`SimBookie.stop`, then :meth:`SimBookie.start` again (same ports when still free).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Final
+
+from scrutiny.connectors.agent_server import (
+    AgentServer,
+    AgentServerConfig,
+    AgentServerError,
+    LedgerAnswer,
+    ListingStatus,
+    SourceHealth,
+)
+from scrutiny.connectors.bookie_v3_server import (
+    BookieV3Server,
+    Fault,
+    Garbage,
+    ListingEncoding,
+    ReplyStatus,
+    Slow,
+    Unresponsive,
+)
+from scrutiny.connectors.bookie_v3_server import GarbageKind as V3GarbageKind
+from scrutiny.connectors.sim_scenario import FaultKind, FaultSpec
+from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.listing_codec import encode_listing
+from scrutiny.core.sequence_groups import SequenceGroup
+from scrutiny.core.zk_records import BOOKIE_RPC_PROTOCOL, BookieServiceInfo, Endpoint
+from scrutiny.proto import bookkeeper_protocol_pb2 as bk_pb
+
+log = logging.getLogger(__name__)
+
+#: Protocol name of the agent endpoint a simulated bookie advertises in its BookieServiceInfo.
+AGENT_PROTOCOL: Final = "scrutiny-agent"
+#: How long an agent call of an unresponsive bookie hangs at most.
+HANG_S: Final = 60.0
+LOOPBACK: Final = "127.0.0.1"
+_LIMBO_REASON: Final = "ledger in limbo"
+#: Listing bytes that never decode: a header announcing one group, with none following.
+_BROKEN_LISTING: Final = b"\x00\x00\x00\x00\x00\x00\x00\x01" + b"\x00" * 56
+
+Groups = tuple[SequenceGroup, ...]
+Loader = Callable[[int], Groups | None]
+
+
+class SimBookieError(ScrutinyError):
+    """A simulated bookie that cannot start (no free port, bad state)."""
+
+
+class EntryStore:
+    """What a bookie holds, per ledger: sorted disjoint groups, or nothing (None). Thread-safe.
+
+    With a ``loader`` a ledger not stored yet is asked of the loader once and cached;
+    :meth:`invalidate` drops cached ledgers after the loader's source changed. :meth:`put`
+    stores explicitly (a loader is then not asked for that ledger).
+    """
+
+    def __init__(self, loader: Loader | None = None) -> None:
+        self._loader = loader
+        self._held: dict[int, Groups | None] = {}
+        self._lock = threading.Lock()
+
+    def get(self, ledger_id: int) -> Groups | None:
+        """The bookie's entries of the ledger (None: none)."""
+        with self._lock:
+            if ledger_id in self._held:
+                return self._held[ledger_id]
+            if self._loader is None:
+                return None
+            groups = self._loader(ledger_id)
+            self._held[ledger_id] = groups
+            return groups
+
+    def put(self, ledger_id: int, groups: Iterable[SequenceGroup] | None) -> None:
+        """Store the ledger's entries (sorted disjoint groups; None or empty: nothing)."""
+        held = None if groups is None else tuple(sorted(groups))
+        with self._lock:
+            self._held[ledger_id] = held or None
+
+    def invalidate(self, ledger_ids: Iterable[int]) -> None:
+        """Forget these ledgers (the loader is asked again next time)."""
+        with self._lock:
+            for ledger_id in ledger_ids:
+                self._held.pop(ledger_id, None)
+
+    def clear(self) -> None:
+        """Forget everything stored or cached."""
+        with self._lock:
+            self._held.clear()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(1 for groups in self._held.values() if groups)
+
+
+class FaultSwitch:
+    """The bookie's current fault and ledgers in limbo, read by both servers."""
+
+    def __init__(self, fault: FaultSpec | None = None, limbo: Iterable[int] = ()) -> None:
+        self.fault = fault
+        self.limbo = frozenset(limbo)
+
+    def fault_for(self, ledger_id: int) -> FaultSpec | None:
+        """The fault that applies to a request for the ledger (limbo aside)."""
+        fault = self.fault
+        return fault if fault is not None and fault.applies_to(ledger_id) else None
+
+
+class MemoryListingBackend:
+    """The agent's :class:`~scrutiny.connectors.agent_server.ListingBackend` over an :class:`EntryStore`."""
+
+    def __init__(self, store: EntryStore, faults: FaultSwitch, *, hang_s: float = HANG_S) -> None:
+        self._store = store
+        self._faults = faults
+        self._hang_s = hang_s
+        self._released = threading.Event()
+
+    def release(self) -> None:
+        """End every hanging or delayed call now (before the server stops)."""
+        self._released.set()
+
+    def get_listings(self, ledger_ids: Sequence[int]) -> list[LedgerAnswer]:
+        """One answer per ledger, after the longest delay any of them has."""
+        faults = [self._faults.fault_for(lid) for lid in ledger_ids]
+        if any(f is not None and f.kind is FaultKind.UNRESPONSIVE for f in faults):
+            self._released.wait(self._hang_s)
+            return [LedgerAnswer.unknown(lid, "the bookie did not answer") for lid in ledger_ids]
+        delay = max((f.delay_s for f in faults if f is not None and f.kind is FaultKind.SLOW), default=0.0)
+        if delay:
+            self._released.wait(delay)
+        now_ms = int(time.time() * 1000)
+        return [self._answer(lid, fault, now_ms) for lid, fault in zip(ledger_ids, faults, strict=True)]
+
+    def _answer(self, ledger_id: int, fault: FaultSpec | None, now_ms: int) -> LedgerAnswer:
+        if ledger_id in self._faults.limbo:
+            return LedgerAnswer.unknown(ledger_id, _LIMBO_REASON)
+        if fault is not None and fault.kind is FaultKind.STATUS:
+            return LedgerAnswer.unknown(ledger_id, f"bookie status {fault.status}")
+        if fault is not None and fault.kind is FaultKind.GARBAGE:
+            return LedgerAnswer(ledger_id, ListingStatus.POSITIVE, listing=_BROKEN_LISTING, as_of_ms=now_ms)
+        groups = self._store.get(ledger_id)
+        if groups is None:
+            return LedgerAnswer(ledger_id, ListingStatus.NO_LEDGER, as_of_ms=now_ms)
+        return LedgerAnswer(
+            ledger_id, ListingStatus.POSITIVE, listing=encode_listing(groups), as_of_ms=now_ms, has_ledger_record=True
+        )
+
+    def health(self) -> list[SourceHealth]:
+        """One in-memory source, always readable."""
+        return [SourceHealth(0, "memory", True, caught_up_ms=int(time.time() * 1000))]
+
+    def close(self) -> None:
+        """Nothing to release but hanging calls."""
+        self.release()
+
+
+def v3_fault(fault: FaultSpec) -> Fault:
+    """The v3 server's fault for a scenario fault."""
+    if fault.kind is FaultKind.UNRESPONSIVE:
+        return Unresponsive()
+    if fault.kind is FaultKind.SLOW:
+        return Slow(fault.delay_s)
+    if fault.kind is FaultKind.STATUS:
+        return ReplyStatus(fault.status_code)
+    return Garbage(V3GarbageKind(fault.garbage.value))
+
+
+class SimBookie:
+    """One simulated bookie (see the module doc). Start and stop it from one event loop."""
+
+    def __init__(
+        self,
+        bookie_id: str,
+        store: EntryStore,
+        *,
+        fault: FaultSpec | None = None,
+        limbo: Iterable[int] = (),
+        encoding: ListingEncoding = ListingEncoding.PER_RUN,
+        host: str = LOOPBACK,
+        v3_port: int = 0,
+        agent_port: int = 0,
+        seed: int | None = None,
+    ) -> None:
+        self.bookie_id = bookie_id
+        self.store = store
+        self.faults = FaultSwitch(fault, limbo)
+        self.encoding = encoding
+        self.host = host
+        self._v3_port = v3_port
+        self._agent_port = agent_port
+        self._seed = seed
+        self._v3: BookieV3Server | None = None
+        self._agent: AgentServer | None = None
+        self._backend: MemoryListingBackend | None = None
+
+    @property
+    def running(self) -> bool:
+        """Whether the bookie listens."""
+        return self._v3 is not None
+
+    @property
+    def v3_address(self) -> tuple[str, int]:
+        """(host, port) of the v3 protocol (the last bound one when stopped)."""
+        return self.host, self._v3_port
+
+    @property
+    def agent_address(self) -> str:
+        """``host:port`` of the agent API (the last bound one when stopped)."""
+        return f"{self.host}:{self._agent_port}"
+
+    def service_info(self) -> BookieServiceInfo:
+        """The registration data: ``bookie-rpc`` is the v3 address, ``scrutiny-agent`` the agent's."""
+        return BookieServiceInfo(
+            endpoints=(
+                Endpoint(id="bookie", host=self.host, port=self._v3_port, protocol=BOOKIE_RPC_PROTOCOL),
+                Endpoint(id=AGENT_PROTOCOL, host=self.host, port=self._agent_port, protocol=AGENT_PROTOCOL),
+            ),
+            properties=(("scrutiny.simulated", "true"),),
+        )
+
+    async def start(self) -> None:
+        """Listen on both APIs (the previous ports when free, else new ones). SimBookieError if impossible."""
+        if self._v3 is not None:
+            return
+        self._v3 = await self._start_v3()
+        self._v3_port = self._v3.port
+        self._apply_v3_faults()
+        try:
+            self._agent_port = self._start_agent()
+        except SimBookieError:
+            await self._v3.stop()
+            self._v3 = None
+            raise
+
+    async def _start_v3(self) -> BookieV3Server:
+        for port in dict.fromkeys((self._v3_port, 0)):
+            server = BookieV3Server(self.store.get, host=self.host, port=port, encoding=self.encoding, seed=self._seed)
+            try:
+                await server.start()
+            except OSError as error:
+                log.info("bookie %s: v3 port %d unavailable (%s)", self.bookie_id, port, error)
+                continue
+            return server
+        raise SimBookieError(f"bookie {self.bookie_id}: no port for the v3 protocol")
+
+    def _start_agent(self) -> int:
+        for port in dict.fromkeys((self._agent_port, 0)):
+            backend = MemoryListingBackend(self.store, self.faults)
+            config = AgentServerConfig(
+                listen=f"{self.host}:{port}", bookie_id=self.bookie_id, max_concurrent_calls=8, grace_s=0.5
+            )
+            agent = AgentServer(backend, config)
+            try:
+                bound = agent.start()
+            except AgentServerError as error:
+                log.info("bookie %s: agent port %d unavailable (%s)", self.bookie_id, port, error)
+                continue
+            self._agent, self._backend = agent, backend
+            return bound
+        raise SimBookieError(f"bookie {self.bookie_id}: no port for the agent API")
+
+    async def stop(self) -> None:
+        """Stop listening on both APIs; hanging agent calls end at once. Idempotent."""
+        v3, self._v3 = self._v3, None
+        agent, self._agent = self._agent, None
+        if self._backend is not None:
+            self._backend.release()
+            self._backend = None
+        if agent is not None:
+            await asyncio.to_thread(agent.stop, 0.2)
+        if v3 is not None:
+            await v3.stop()
+
+    def set_fault(self, fault: FaultSpec | None) -> None:
+        """Replace the bookie's fault (None: none) on both APIs."""
+        self.faults.fault = fault
+        self._apply_v3_faults()
+
+    def set_limbo(self, ledger_ids: Iterable[int]) -> None:
+        """Replace the set of ledgers in limbo."""
+        self.faults.limbo = frozenset(ledger_ids)
+        self._apply_v3_faults()
+
+    def _apply_v3_faults(self) -> None:
+        server = self._v3
+        if server is None:
+            return
+        server.clear_faults()
+        fault = self.faults.fault
+        if fault is not None:
+            if fault.ledgers is None:
+                server.set_fault(v3_fault(fault))
+            else:
+                for ledger_id in fault.ledgers:
+                    server.set_fault(v3_fault(fault), ledger_id=ledger_id)
+        for ledger_id in self.faults.limbo:
+            server.set_fault(ReplyStatus(bk_pb.EUNKNOWNLEDGERSTATE), ledger_id=ledger_id)
+
+    async def __aenter__(self) -> SimBookie:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()

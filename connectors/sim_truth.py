@@ -1,0 +1,618 @@
+"""Ground truth of a simulated cluster: the violations a perfect checker reports, and nothing else.
+
+Pure. Computed from the scenario's own description (:class:`~scrutiny.connectors.sim_scenario.ClusterState`:
+segments, the last entry written, each bookie's ``missing`` / ``add`` ranges, bookie modes and
+faults, marks) with arithmetic of its own — deliberately *not* with :mod:`scrutiny.core.verdict`,
+:mod:`scrutiny.core.periodic_sets`, :mod:`scrutiny.core.striping` or :mod:`scrutiny.core.placement`,
+so that it can catch their mistakes. The rules are those of ``docs/verdict.md``:
+
+* replica levels per entry over its write set, a bookie with an unknown answer (stopped,
+  unresponsive, too slow, wrong status, garbage, ledger in limbo) counting as holding everything;
+  the ledger classified once by its worst level; one ``MISSING_REPLICA`` row per (segment,
+  bookie) with a known answer, at the level's severity; a marked ledger reports only
+  ``NO_REPLICA``, without rows;
+* open and in-recovery ledgers only in the segments an ensemble change sealed;
+* ``ENTRIES_BEYOND_LAST_ENTRY`` per bookie of the last ensemble (critical when at least AQ
+  write-set bookies hold ``lastEntryId + 1``), placement per checked segment, ``ACK_QUORUM_ONE``,
+  ``BOOKIE_NOT_REGISTERED`` (closed ledgers, once per bookie), ``UNDER_REPLICATION_STUCK`` (strictly
+  older than the grace period; a mark without ctime counts from when it appeared);
+* and what the jobs around the verdict decide: ``BOOKIE_UNRESPONSIVE`` per (ledger, bookie) for a
+  registered bookie whose answer stays unknown while the checker needs it, ``METADATA_UNREADABLE``
+  (alone) for a corrupt znode. ``CHECK_OVERDUE`` never (a perfect checker is never late).
+
+The file format written by :func:`truth_document` is documented in ``docs/simulator.md``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from scrutiny.connectors.sim_scenario import (
+    MAX_ENTRY,
+    Change,
+    ClusterState,
+    LedgerSpec,
+    PlacementOutcome,
+    Range,
+    Scenario,
+    intersect_ranges,
+    normalize_ranges,
+    subtract_ranges,
+)
+from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.sequence_groups import SequenceGroup
+from scrutiny.core.vocabulary import Category, Severity
+
+TRUTH_FORMAT: Final = "scrutiny-simulator-truth"
+TRUTH_VERSION: Final = 1
+#: A grace period is judged strictly: the state after it applies from this long after it ends.
+GRACE_STEP_S: Final = 0.001
+_LEVELS: Final = (Category.NO_REPLICA, Category.BELOW_ACK_QUORUM, Category.BELOW_WRITE_QUORUM)
+_LEVEL_SEVERITY: Final = {
+    Category.NO_REPLICA: Severity.CRITICAL,
+    Category.BELOW_ACK_QUORUM: Severity.CRITICAL,
+    Category.BELOW_WRITE_QUORUM: Severity.WARNING,
+}
+_CATEGORY_ORDER: Final = {category: index for index, category in enumerate(Category)}
+
+#: The identity of a violation: (ledger id, category, bookie, segment first entry).
+TruthKey = tuple[int, Category, str | None, int | None]
+
+
+class TruthFileError(ScrutinyError):
+    """A ground-truth file that cannot be read or is not in the documented format."""
+
+
+@dataclass(frozen=True, slots=True)
+class TruthViolation:
+    """One violation a perfect checker reports. ``entries`` is None for categories without entries."""
+
+    ledger_id: int
+    category: Category
+    severity: Severity
+    bookie: str | None = None
+    segment_first_entry: int | None = None
+    entries: tuple[SequenceGroup, ...] | None = None
+
+    @property
+    def key(self) -> TruthKey:
+        """(ledger id, category, bookie, segment first entry): unique within one state."""
+        return (self.ledger_id, self.category, self.bookie, self.segment_first_entry)
+
+    @property
+    def count(self) -> int | None:
+        """How many entries, when the category has entries."""
+        return None if self.entries is None else sum(_group_count(g) for g in self.entries)
+
+    def sort_key(self) -> tuple[int, int, int, str]:
+        """Ledger, category (vocabulary order), segment, bookie."""
+        return (self.ledger_id, _CATEGORY_ORDER[self.category], self.segment_first_entry or 0, self.bookie or "")
+
+    def as_json_dict(self) -> dict[str, object]:
+        """The truth file's form of the violation."""
+        entries = None
+        if self.entries is not None:
+            entries = {"groups": [g.as_list() for g in self.entries], "count": self.count}
+        return {
+            "ledger_id": self.ledger_id,
+            "category": self.category.value,
+            "severity": self.severity.value,
+            "bookie": self.bookie,
+            "segment_first_entry": self.segment_first_entry,
+            "entries": entries,
+        }
+
+    @classmethod
+    def from_json_dict(cls, item: Mapping[str, object]) -> TruthViolation:
+        """Read one violation of a truth file (ValueError / KeyError / TypeError when malformed)."""
+        raw = item["entries"]
+        entries = None
+        if raw is not None:
+            if not isinstance(raw, dict) or not isinstance(raw.get("groups"), list):
+                raise ValueError("entries must be {groups, count}")
+            entries = tuple(SequenceGroup.of(*(int(v) for v in g)) for g in raw["groups"])
+        bookie, segment = item.get("bookie"), item.get("segment_first_entry")
+        return cls(
+            ledger_id=int(str(item["ledger_id"])),
+            category=Category(str(item["category"])),
+            severity=Severity(str(item["severity"])),
+            bookie=None if bookie is None else str(bookie),
+            segment_first_entry=None if segment is None else int(str(segment)),
+            entries=entries,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TruthState:
+    """The exact set of violations from ``at_s`` seconds after the start on, and what changed then."""
+
+    at_s: float
+    causes: tuple[str, ...]
+    violations: tuple[TruthViolation, ...]
+
+    def counts(self) -> dict[str, int]:
+        """Violations per category."""
+        out: dict[str, int] = {}
+        for violation in self.violations:
+            out[violation.category.value] = out.get(violation.category.value, 0) + 1
+        return out
+
+    def by_key(self) -> dict[TruthKey, TruthViolation]:
+        """The violations by identity."""
+        return {v.key: v for v in self.violations}
+
+
+# --------------------------------------------------------------------------- entry arithmetic
+
+
+def _group_count(group: SequenceGroup) -> int:
+    runs = 1 if group.period == 0 else (group.last_start - group.first_start) // group.period + 1
+    return runs * group.size
+
+
+def _stripe_residues(index: int, size: int, write_quorum: int) -> frozenset[int]:
+    """Residues mod E of the entries the bookie at ``index`` must hold: (index - e) mod E < WQ."""
+    return frozenset(r for r in range(size) if (index - r) % size < write_quorum)
+
+
+def residue_groups(lo: int, hi: int, residues: frozenset[int], modulus: int) -> list[SequenceGroup]:
+    """The entries of ``[lo, hi]`` whose residue mod ``modulus`` is in ``residues``, as disjoint groups."""
+    if hi < lo or not residues:
+        return []
+    if len(residues) == modulus:
+        return [SequenceGroup(lo, lo, hi - lo + 1, 0)]
+    out: list[SequenceGroup] = []
+    for start, length in _cyclic_runs(residues, modulus):
+        out.extend(_progression_in(start, length, modulus, lo, hi))
+    out.sort()
+    return out
+
+
+def _cyclic_runs(residues: frozenset[int], modulus: int) -> list[tuple[int, int]]:
+    """Maximal runs of consecutive residues (wrapping): (first residue, length)."""
+    runs = []
+    for residue in sorted(residues):
+        if (residue - 1) % modulus in residues:
+            continue
+        length = 1
+        while (residue + length) % modulus in residues:
+            length += 1
+        runs.append((residue, length))
+    return runs
+
+
+def _progression_in(anchor: int, size: int, period: int, lo: int, hi: int) -> list[SequenceGroup]:
+    """Runs ``[anchor + k*period, + size)`` for any integer k, cut to ``[lo, hi]`` (``size < period``)."""
+    out: list[SequenceGroup] = []
+    start = lo - (lo - anchor) % period  # the run starting at or before lo
+    if start < lo:
+        end = start + size - 1
+        if end >= lo:
+            out.append(SequenceGroup(lo, lo, min(end, hi) - lo + 1, 0))
+        start += period
+    if start > hi:
+        return out
+    whole = (hi - size + 1 - start) // period + 1 if hi - size + 1 >= start else 0
+    if whole == 1:
+        out.append(SequenceGroup(start, start, size, 0))
+    elif whole > 1:
+        out.append(SequenceGroup(start, start + (whole - 1) * period, size, period))
+    start += whole * period
+    if start <= hi:
+        out.append(SequenceGroup(start, start, hi - start + 1, 0))
+    return out
+
+
+def _contains(groups: Iterable[SequenceGroup], entry: int) -> bool:
+    for g in groups:
+        if g.first_start <= entry <= g.last_start + g.size - 1:
+            offset = entry - g.first_start
+            if g.period == 0 or offset % g.period < g.size:
+                return True
+    return False
+
+
+def iter_runs(groups: Iterable[SequenceGroup]) -> Iterator[tuple[int, int]]:
+    """The maximal runs of consecutive entries of disjoint groups, in order (lazily; one step per run)."""
+    streams = [_group_runs(g) for g in groups]
+    current: list[int] | None = None
+    for lo, hi in heapq.merge(*streams):
+        if current is not None and lo <= current[1] + 1:
+            current[1] = max(current[1], hi)
+            continue
+        if current is not None:
+            yield current[0], current[1]
+        current = [lo, hi]
+    if current is not None:
+        yield current[0], current[1]
+
+
+def _group_runs(group: SequenceGroup) -> Iterator[tuple[int, int]]:
+    step = group.period or 1
+    for start in range(group.first_start, group.last_start + 1, step):
+        yield start, start + group.size - 1
+
+
+def same_entries(a: Iterable[SequenceGroup], b: Iterable[SequenceGroup]) -> bool:
+    """Whether two collections of disjoint groups describe the same entries (counts first, then runs)."""
+    left, right = list(a), list(b)
+    if sum(_group_count(g) for g in left) != sum(_group_count(g) for g in right):
+        return False
+    return all(x == y for x, y in itertools.zip_longest(iter_runs(left), iter_runs(right)))
+
+
+# --------------------------------------------------------------------------- one ledger
+
+
+@dataclass(frozen=True, slots=True)
+class _Span:
+    """A segment's checked entries."""
+
+    index: int
+    first: int
+    last: int
+    ensemble: tuple[str, ...]
+
+
+def _metadata_spans(spec: LedgerSpec) -> list[_Span]:
+    """Segments as the checker sees them: all up to lastEntryId when closed, else the sealed ones."""
+    spans = []
+    for index, segment in enumerate(spec.segments):
+        if index + 1 < len(spec.segments):
+            last = spec.segments[index + 1].first - 1
+        elif spec.closed:
+            last = spec.last_entry
+        else:
+            break
+        spans.append(_Span(index, segment.first, last, segment.ensemble))
+    return spans
+
+
+def ledger_truth(state: ClusterState, ledger_id: int, now_s: float) -> list[TruthViolation]:
+    """What a perfect checker reports for one ledger at ``now_s`` seconds after the start."""
+    spec = state.ledgers.get(ledger_id)
+    if spec is None:
+        return []
+    if spec.corrupt is not None:
+        return [TruthViolation(ledger_id, Category.METADATA_UNREADABLE, Severity.CRITICAL)]
+    spans = _metadata_spans(spec)
+    checked = [span for span in spans if span.last >= span.first]
+    out: list[TruthViolation] = []
+    replicas = _ReplicaTruth(state, spec)
+    for span in checked:
+        replicas.add(span)
+    out += replicas.violations(marked=spec.mark is not None)
+    if spec.closed and spans:
+        out += _beyond(state, spec, spans[-1])
+    if spec.closed or spans:
+        out += _metadata_truth(state, spec, checked)
+    if spec.mark is not None and now_s > spec.mark.stuck_after_s(state.checker.under_replication_grace_s):
+        out.append(TruthViolation(ledger_id, Category.UNDER_REPLICATION_STUCK, Severity.CRITICAL))
+    for bookie in replicas.unknown:
+        if state.bookies[bookie].registered:
+            out.append(TruthViolation(ledger_id, Category.BOOKIE_UNRESPONSIVE, Severity.WARNING, bookie=bookie))
+    out.sort(key=TruthViolation.sort_key)
+    return out
+
+
+class _ReplicaTruth:
+    """Replica levels and per-bookie lacks of one ledger, interval by interval."""
+
+    def __init__(self, state: ClusterState, spec: LedgerSpec) -> None:
+        self.state = state
+        self.spec = spec
+        self.size, self.wq, self.aq = spec.ensemble_size, spec.write_quorum, spec.ack_quorum
+        self.levels: dict[Category, list[tuple[int, int, frozenset[int]]]] = {c: [] for c in _LEVELS}
+        self.lacks: dict[tuple[int, str], list[tuple[int, int, frozenset[int]]]] = {}
+        self.unknown: list[str] = []
+        self._write_sets: list[frozenset[int]] = []
+
+    @property
+    def write_sets(self) -> list[frozenset[int]]:
+        """Ensemble indexes of each residue's write set (made when first needed)."""
+        if not self._write_sets:
+            self._write_sets = [frozenset((r + w) % self.size for w in range(self.wq)) for r in range(self.size)]
+        return self._write_sets
+
+    def _expects(self, index: int, span: _Span) -> bool:
+        if span.last - span.first + 1 >= self.size:
+            return True
+        return any((index - e) % self.size < self.wq for e in range(span.first, span.last + 1))
+
+    def add(self, span: _Span) -> None:
+        """Count one checked segment."""
+        lack: dict[int, tuple[Range, ...]] = {}
+        for index, bookie in enumerate(span.ensemble):
+            if self.state.bookies[bookie].answers_unknown(self.spec.ledger_id, self.state.checker):
+                if self._expects(index, span) and bookie not in self.unknown:
+                    self.unknown.append(bookie)
+                continue
+            holding = self.spec.holding(bookie)
+            if not holding.missing:
+                continue
+            gone = intersect_ranges(subtract_ranges(holding.missing, holding.add), span.first, span.last)
+            if gone:
+                lack[index] = gone
+        if not lack:
+            return
+        cuts = sorted({span.first, span.last + 1} | {p for rs in lack.values() for a, b in rs for p in (a, b + 1)})
+        for lo, nxt in itertools.pairwise(cuts):
+            if lo < span.first or nxt - 1 > span.last:
+                continue
+            lacking = frozenset(i for i, rs in lack.items() if any(a <= lo <= b for a, b in rs))
+            if lacking:
+                self._interval(span, lo, nxt - 1, lacking)
+
+    def _interval(self, span: _Span, lo: int, hi: int, lacking: frozenset[int]) -> None:
+        present = range(self.size) if hi - lo + 1 >= self.size else sorted({e % self.size for e in range(lo, hi + 1)})
+        below: dict[Category, set[int]] = {c: set() for c in _LEVELS}
+        for residue in present:
+            copies = self.wq - len(self.write_sets[residue] & lacking)
+            if copies == 0:
+                below[Category.NO_REPLICA].add(residue)
+            if copies < self.aq:
+                below[Category.BELOW_ACK_QUORUM].add(residue)
+            if copies < self.wq:
+                below[Category.BELOW_WRITE_QUORUM].add(residue)
+        for category, residues in below.items():
+            if residues:
+                _append_piece(self.levels[category], lo, hi, frozenset(residues))
+        for index in sorted(lacking):
+            stripe = _stripe_residues(index, self.size, self.wq).intersection(present)
+            if stripe:
+                key = (span.first, span.ensemble[index])
+                _append_piece(self.lacks.setdefault(key, []), lo, hi, stripe)
+
+    def violations(self, *, marked: bool) -> list[TruthViolation]:
+        """The worst level once and the per-(segment, bookie) rows (see the module doc)."""
+        worst = next((c for c in _LEVELS if self.levels[c]), None)
+        if worst is None or (marked and worst is not Category.NO_REPLICA):
+            return []
+        severity = _LEVEL_SEVERITY[worst]
+        lid = self.spec.ledger_id
+        out = [TruthViolation(lid, worst, severity, entries=self._groups(self.levels[worst]))]
+        if marked:
+            return out
+        for (first, bookie), pieces in self.lacks.items():
+            out.append(
+                TruthViolation(lid, Category.MISSING_REPLICA, severity, bookie, first, entries=self._groups(pieces))
+            )
+        return out
+
+    def _groups(self, pieces: list[tuple[int, int, frozenset[int]]]) -> tuple[SequenceGroup, ...]:
+        out: list[SequenceGroup] = []
+        for lo, hi, residues in pieces:
+            out.extend(residue_groups(lo, hi, residues, self.size))
+        return tuple(sorted(out))
+
+
+def _append_piece(pieces: list[tuple[int, int, frozenset[int]]], lo: int, hi: int, residues: frozenset[int]) -> None:
+    """Add ``[lo, hi]`` x residues, fused with the previous piece when it continues it."""
+    if pieces and pieces[-1][1] + 1 == lo and pieces[-1][2] == residues:
+        pieces[-1] = (pieces[-1][0], hi, residues)
+    else:
+        pieces.append((lo, hi, residues))
+
+
+def _beyond(state: ClusterState, spec: LedgerSpec, last_span: _Span) -> list[TruthViolation]:
+    """Entries after lastEntryId on the last ensemble's bookies with a known answer."""
+    last = spec.last_entry
+    if last >= MAX_ENTRY:
+        return []
+    extra: dict[str, tuple[SequenceGroup, ...]] = {}
+    for index, bookie in enumerate(last_span.ensemble):
+        if state.bookies[bookie].answers_unknown(spec.ledger_id, state.checker):
+            continue
+        holding = spec.holding(bookie)
+        if spec.written <= last and not holding.add:
+            continue
+        cut = normalize_ranges((*holding.missing, *holding.add))
+        groups: list[SequenceGroup] = []
+        if spec.written > last:
+            residues = _stripe_residues(index, spec.ensemble_size, spec.write_quorum)
+            for lo, hi in subtract_ranges(((last + 1, spec.written),), cut):
+                groups += residue_groups(lo, hi, residues, spec.ensemble_size)
+        groups += [
+            SequenceGroup(lo, lo, hi - lo + 1, 0) for lo, hi in intersect_ranges(holding.add, last + 1, MAX_ENTRY)
+        ]
+        if groups:
+            extra[bookie] = tuple(sorted(groups))
+    if not extra:
+        return []
+    following = last + 1
+    holders = sum(
+        1
+        for w in range(spec.write_quorum)
+        if _contains(extra.get(last_span.ensemble[(following + w) % spec.ensemble_size], ()), following)
+    )
+    severity = Severity.CRITICAL if holders >= spec.ack_quorum else Severity.WARNING
+    return [
+        TruthViolation(spec.ledger_id, Category.ENTRIES_BEYOND_LAST_ENTRY, severity, bookie, last_span.first, groups)
+        for bookie, groups in extra.items()
+    ]
+
+
+def _metadata_truth(state: ClusterState, spec: LedgerSpec, checked: Sequence[_Span]) -> list[TruthViolation]:
+    """ACK_QUORUM_ONE, placement per checked segment, and unregistered bookies of closed ledgers."""
+    lid = spec.ledger_id
+    out: list[TruthViolation] = []
+    if spec.ack_quorum == 1:
+        out.append(TruthViolation(lid, Category.ACK_QUORUM_ONE, Severity.INFO))
+    for span in checked:
+        outcome = state.placement(span.ensemble, spec.write_quorum)
+        if outcome is PlacementOutcome.FAIL:
+            out.append(TruthViolation(lid, Category.PLACEMENT_FAIL, Severity.WARNING, segment_first_entry=span.first))
+        elif outcome is PlacementOutcome.SOFT:
+            out.append(TruthViolation(lid, Category.PLACEMENT_SOFT, Severity.INFO, segment_first_entry=span.first))
+    if spec.closed:
+        reported: set[str] = set()
+        for span in checked:
+            for bookie in span.ensemble:
+                if bookie not in reported and not state.bookies[bookie].registered:
+                    reported.add(bookie)
+                    out.append(
+                        TruthViolation(lid, Category.BOOKIE_NOT_REGISTERED, Severity.WARNING, bookie, span.first)
+                    )
+    return out
+
+
+# --------------------------------------------------------------------------- the whole cluster over time
+
+
+def cluster_truth(state: ClusterState, now_s: float) -> list[TruthViolation]:
+    """Every violation of every ledger at ``now_s``, sorted."""
+    out: list[TruthViolation] = []
+    for ledger_id in sorted(state.ledgers):
+        out += ledger_truth(state, ledger_id, now_s)
+    return out
+
+
+def truth_timeline(scenario: Scenario, *, horizon_s: float | None = None) -> list[TruthState]:
+    """The truth at the start and after every scheduled change and every mark's grace period.
+
+    Several changes at the same time make one state. Grace points (a mark becoming older than
+    the grace period) beyond ``horizon_s`` are left out; scheduled changes always count.
+    Only ledgers a change touches are judged again, so long schedules on large clusters stay cheap.
+    """
+    state = ClusterState.from_scenario(scenario)
+    grace = scenario.checker.under_replication_grace_s
+    per_ledger = {lid: ledger_truth(state, lid, 0.0) for lid in state.ledgers}
+    timeline = [TruthState(0.0, ("start",), _flatten(per_ledger))]
+    waiting: list[tuple[float, int]] = []
+    for lid, spec in state.ledgers.items():
+        _wait_for_grace(waiting, lid, spec, grace, 0.0)
+    events = list(scenario.schedule)
+    position = 0
+    while position < len(events) or waiting:
+        next_event = events[position].at_s if position < len(events) else None
+        next_grace = waiting[0][0] if waiting else None
+        if next_grace is not None and (next_event is None or next_grace < next_event):
+            if horizon_s is not None and next_grace > horizon_s:
+                waiting.clear()
+                continue
+            _, lid = heapq.heappop(waiting)
+            before = per_ledger.get(lid)
+            per_ledger[lid] = ledger_truth(state, lid, next_grace + GRACE_STEP_S)
+            if lid in state.ledgers and per_ledger[lid] != before:
+                timeline.append(TruthState(next_grace, (f"grace period of ledger {lid}'s mark",), _flatten(per_ledger)))
+            continue
+        assert next_event is not None
+        causes: list[str] = []
+        touched: set[int] = set()
+        while position < len(events) and events[position].at_s == next_event:
+            event = events[position]
+            touched |= _touched(state, state.apply(event))
+            causes.append(event.describe())
+            position += 1
+        for lid in touched:
+            if lid in state.ledgers:
+                per_ledger[lid] = ledger_truth(state, lid, next_event)
+                _wait_for_grace(waiting, lid, state.ledgers[lid], grace, next_event)
+            else:
+                per_ledger.pop(lid, None)
+        timeline.append(TruthState(next_event, tuple(causes), _flatten(per_ledger)))
+    return timeline
+
+
+def _wait_for_grace(waiting: list[tuple[float, int]], lid: int, spec: LedgerSpec, grace: float, now: float) -> None:
+    if spec.mark is not None and spec.corrupt is None:
+        due = spec.mark.stuck_after_s(grace)
+        if due >= now:
+            heapq.heappush(waiting, (due, lid))
+
+
+def _touched(state: ClusterState, change: Change) -> set[int]:
+    """The ledgers whose truth a change may alter."""
+    out = change.metadata | change.deleted | change.marks
+    for ledgers in change.data.values():
+        out |= ledgers
+    for bookie in change.stopped | change.started | change.wiped | change.registration | change.faults:
+        out |= state.ledgers_of(bookie)
+    return out
+
+
+def _flatten(per_ledger: Mapping[int, list[TruthViolation]]) -> tuple[TruthViolation, ...]:
+    return tuple(v for lid in sorted(per_ledger) for v in per_ledger[lid])
+
+
+# --------------------------------------------------------------------------- the truth file
+
+
+def truth_document(
+    scenario: Scenario,
+    timeline: Sequence[TruthState],
+    *,
+    started_at_ms: int | None = None,
+    bookies: Mapping[str, Mapping[str, str]] | None = None,
+) -> dict[str, object]:
+    """The truth file's JSON document (format in docs/simulator.md)."""
+    return {
+        "format": TRUTH_FORMAT,
+        "version": TRUTH_VERSION,
+        "scenario": {
+            "name": scenario.name,
+            "description": scenario.description,
+            "seed": scenario.seed,
+            "ledgers_root": scenario.cluster.ledgers_root,
+            "racks_path": scenario.cluster.racks_path,
+            "ledgers": len(scenario.ledgers),
+            "bookies": len(scenario.bookies),
+        },
+        "checker": scenario.checker.as_json_dict(),
+        "started_at_ms": started_at_ms,
+        "bookies": {k: dict(v) for k, v in (bookies or {}).items()},
+        "states": [
+            {
+                "at_s": state.at_s,
+                "at_ms": None if started_at_ms is None else started_at_ms + round(state.at_s * 1000),
+                "causes": list(state.causes),
+                "counts": state.counts(),
+                "violations": [v.as_json_dict() for v in state.violations],
+            }
+            for state in timeline
+        ],
+    }
+
+
+def write_truth(path: str | Path, document: Mapping[str, object]) -> None:
+    """Write the document as JSON (one violation per line, so files diff well)."""
+    states = document.get("states", [])
+    head = {k: v for k, v in document.items() if k != "states"}
+    lines = [json.dumps(head, sort_keys=False)[:-1] + ', "states": [']
+    assert isinstance(states, list)
+    for index, state in enumerate(states):
+        body = {k: v for k, v in state.items() if k != "violations"}
+        lines.append("  " + json.dumps(body)[:-1] + ', "violations": [')
+        violations = state["violations"]
+        lines += [f"    {json.dumps(v)}{',' if i + 1 < len(violations) else ''}" for i, v in enumerate(violations)]
+        lines.append("  ]}" + ("," if index + 1 < len(states) else ""))
+    lines.append("]}")
+    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def load_truth(path: str | Path) -> tuple[dict[str, object], list[TruthState]]:
+    """The document's header fields and its states; TruthFileError when it is not a truth file."""
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise TruthFileError(f"cannot read truth file {path}: {error}") from None
+    if not isinstance(document, dict) or document.get("format") != TRUTH_FORMAT:
+        raise TruthFileError(f"{path} is not a {TRUTH_FORMAT} document")
+    try:
+        states = [
+            TruthState(
+                float(state["at_s"]),
+                tuple(str(c) for c in state["causes"]),
+                tuple(TruthViolation.from_json_dict(v) for v in state["violations"]),
+            )
+            for state in document["states"]
+        ]
+    except (KeyError, TypeError, ValueError) as error:
+        raise TruthFileError(f"{path}: malformed state or violation ({error})") from None
+    return {k: v for k, v in document.items() if k != "states"}, states

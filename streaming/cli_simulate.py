@@ -1,0 +1,177 @@
+"""``scrutiny simulate``: run a simulated BookKeeper cluster from a scenario, or generate a scenario.
+
+Run: ``scrutiny simulate SCENARIO.toml [--zookeeper HOST:PORT[/CHROOT]] [--duration S]
+[--truth-out FILE] [--replace] [--keep-metadata] [--dry-run]`` writes the cluster to ZooKeeper,
+starts its bookies, prints one JSON line when it is up (bookie addresses, start time), carries out
+the schedule and runs until ``--duration`` has passed or SIGINT/SIGTERM; then it unregisters and
+stops every bookie and removes what it wrote (unless ``--keep-metadata``). ``--truth-out`` writes
+the ground truth (docs/simulator.md) once the cluster is up; with ``--dry-run`` only the scenario
+is checked and the truth written, nothing is started.
+
+Generate: ``scrutiny simulate --generate N --faults MIX --seed S --out FILE`` writes a random
+scenario of N ledgers (``--out -``: standard output) and prints its fault plan as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+
+from kazoo.client import KazooClient
+
+from scrutiny.connectors.sim_cluster import SimCluster
+from scrutiny.connectors.sim_generator import generate, parse_fault_mix
+from scrutiny.connectors.sim_scenario import Scenario, load_scenario
+from scrutiny.connectors.sim_truth import truth_document, truth_timeline, write_truth
+from scrutiny.connectors.zookeeper_client import ZooKeeperSettings, build_zookeeper_client
+from scrutiny.streaming.cli_io import InputError
+from scrutiny.streaming.settings import load_settings
+
+log = logging.getLogger("scrutiny.simulate")
+_CONNECT_TIMEOUT_S = 15.0
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``simulate``."""
+    sim = commands.add_parser(
+        "simulate",
+        help="run a simulated BookKeeper cluster from a scenario (or generate a scenario)",
+        description="Simulated bookies (v3 protocol and agent API) registered in ZooKeeper with real-format "
+        "metadata, faults and a schedule of changes; writes the ground truth. See docs/simulator.md.",
+    )
+    sim.add_argument("scenario", nargs="?", help="the scenario file (TOML)")
+    sim.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]", help="default: zookeeper.connect of the settings")
+    sim.add_argument("--config", help="configuration file (TOML; default: built-in defaults and the environment)")
+    sim.add_argument(
+        "--duration", type=float, metavar="SECONDS", help="stop after this long (default: run until SIGINT/SIGTERM)"
+    )
+    sim.add_argument("--truth-out", metavar="FILE", help="write the ground truth (JSON) here")
+    sim.add_argument("--replace", action="store_true", help="replace a cluster already at the ledgers root")
+    sim.add_argument("--keep-metadata", action="store_true", help="leave the metadata in ZooKeeper on exit")
+    sim.add_argument("--dry-run", action="store_true", help="check the scenario (and write the truth) only")
+    gen = sim.add_argument_group("generate a scenario instead")
+    gen.add_argument("--generate", type=int, metavar="N", help="number of ledgers of a random scenario")
+    gen.add_argument(
+        "--faults",
+        default="realistic",
+        metavar="MIX",
+        help="preset (none, ledgers, realistic) and/or name=value,... (default: realistic)",
+    )
+    gen.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    gen.add_argument("--bookies", type=int, default=9, help="number of bookies (default 9)")
+    gen.add_argument("--racks", type=int, default=3, help="number of racks (default 3)")
+    gen.add_argument("--out", metavar="FILE", help="where to write the generated scenario (- for stdout)")
+    sim.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.generate is not None:
+        return _generate(args)
+    if args.scenario is None:
+        raise InputError("give a scenario file, or --generate N --out FILE")
+    scenario = load_scenario(args.scenario)
+    if args.dry_run:
+        if args.truth_out:
+            write_truth(args.truth_out, truth_document(scenario, truth_timeline(scenario, horizon_s=args.duration)))
+        print(json.dumps({"scenario": scenario.name, "ledgers": len(scenario.ledgers), "ok": True}))
+        return 0
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    settings = load_settings(args.config)
+    hosts = args.zookeeper or settings.zookeeper.connect
+    client = _connect(settings.zookeeper, hosts)
+    try:
+        asyncio.run(_simulate(scenario, client, args, hosts))
+    finally:
+        client.stop()
+        client.close()
+    return 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    if args.scenario is not None:
+        raise InputError("--generate makes a new scenario: give no scenario file")
+    if not args.out:
+        raise InputError("--generate needs --out FILE (or --out - for standard output)")
+    started = time.perf_counter()
+    text, plan = generate(
+        args.generate, parse_fault_mix(args.faults), args.seed, bookies=args.bookies, racks=args.racks
+    )
+    if args.out == "-":
+        sys.stdout.write(text)
+        return 0
+    try:
+        Path(args.out).write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise InputError(f"cannot write {args.out}: {error.strerror or error}") from None
+    summary = {
+        "scenario": args.out,
+        "ledgers": args.generate,
+        "seconds": round(time.perf_counter() - started, 3),
+        "ledger_faults": {kind: len(ids) for kind, ids in plan.ledgers.items()},
+        "bookie_faults": plan.bookies,
+    }
+    print(json.dumps(summary))
+    return 0
+
+
+def _connect(zookeeper: ZooKeeperSettings, hosts: str) -> KazooClient:
+    """A started client on ``hosts``; its chroot is created first when missing."""
+    servers, _, chroot = hosts.partition("/")
+    if chroot.strip("/"):
+        root = build_zookeeper_client(zookeeper, hosts=servers)
+        _start(root, servers)
+        try:
+            root.ensure_path("/" + chroot.strip("/"))
+        finally:
+            root.stop()
+            root.close()
+    client = build_zookeeper_client(zookeeper, hosts=hosts)
+    _start(client, hosts)
+    return client
+
+
+def _start(client: KazooClient, hosts: str) -> None:
+    try:
+        client.start(timeout=_CONNECT_TIMEOUT_S)
+    except Exception as error:
+        client.close()
+        raise InputError(f"cannot connect to ZooKeeper at {hosts}: {error}") from None
+
+
+async def _simulate(scenario: Scenario, client: KazooClient, args: argparse.Namespace, hosts: str) -> None:
+    cluster = SimCluster(scenario, client, replace=args.replace)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await cluster.start()
+    try:
+        if args.truth_out:
+            timeline = truth_timeline(scenario, horizon_s=args.duration)
+            document = truth_document(
+                scenario, timeline, started_at_ms=cluster.started_at_ms, bookies=cluster.addresses()
+            )
+            write_truth(args.truth_out, document)
+        ready = {
+            "scenario": scenario.name,
+            "zookeeper": hosts,
+            "ledgers_root": scenario.cluster.ledgers_root,
+            "started_at_ms": cluster.started_at_ms,
+            "ledgers": cluster.stats.ledgers,
+            "write_seconds": round(cluster.stats.seconds, 3),
+            "bookies": cluster.addresses(),
+            "truth": args.truth_out,
+        }
+        print(json.dumps(ready), flush=True)
+        cluster.start_schedule()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=args.duration)
+    finally:
+        await cluster.stop(keep_metadata=args.keep_metadata)

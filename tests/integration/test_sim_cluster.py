@@ -1,0 +1,507 @@
+"""The simulated cluster against a real ZooKeeper: real-format nodes, bookies on both APIs, faults, schedule.
+
+Each test runs its own event loop and stops its cluster in ``finally`` (ephemeral nodes, ports, and
+the nodes it wrote), inside the per-test chroot of the ``zk_client`` fixture.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+
+from scrutiny.connectors.agent_client import AgentClient
+from scrutiny.connectors.bookie_v3_client import BookieClientConfig, BookieV3Client, RetryPolicy
+from scrutiny.connectors.sim_bookie import AGENT_PROTOCOL
+from scrutiny.connectors.sim_cluster import SimCluster
+from scrutiny.connectors.sim_generator import generate, parse_fault_mix
+from scrutiny.connectors.sim_scenario import ClusterState, Scenario, load_scenario, parse_scenario
+from scrutiny.connectors.sim_truth import cluster_truth, load_truth, same_entries
+from scrutiny.core.errors import MetadataFormatError
+from scrutiny.core.ledger_metadata import LedgerState, decode_ledger_metadata
+from scrutiny.core.verdict import AnswerKind, BookieAnswer
+from scrutiny.core.vocabulary import Category
+from scrutiny.core.zk_paths import (
+    LedgerManager,
+    available_bookie_path,
+    ledger_id_from_path,
+    ledger_path,
+    readonly_bookie_path,
+    underreplication_path,
+)
+from scrutiny.core.zk_records import (
+    parse_bookie_service_info,
+    parse_layout,
+    parse_pulsar_racks,
+    parse_underreplication_mark,
+)
+from tests.integration.conftest import ServerEndpoint
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "conf" / "scenarios" / "example.toml"
+V3_CONFIG = BookieClientConfig(
+    request_timeout_s=0.6, connect_timeout_s=0.5, retry=RetryPolicy(initial_delay_s=0.01, max_delay_s=0.05, jitter=0)
+)
+ROOT = "/ledgers"
+
+HEAD = """
+[scenario]
+seed = 5
+[cluster]
+bookies = 6
+racks = ["/r1", "/r2", "/r3"]
+[defaults]
+ensemble_size = 3
+write_quorum = 2
+last_entry = 49
+"""
+
+
+def run(body: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(body())
+
+
+async def with_cluster(scenario: Scenario, client: KazooClient, check: Callable[[SimCluster], Awaitable[None]]) -> None:
+    cluster = SimCluster(scenario, client)
+    await cluster.start()
+    try:
+        await check(cluster)
+    finally:
+        await cluster.stop()
+
+
+def v3_address(cluster: SimCluster, bookie: str) -> tuple[str, int]:
+    return cluster.bookies[bookie].v3_address
+
+
+async def v3_answers(address: tuple[str, int], ledgers: Iterable[int], timeout: float = 2.0) -> dict[int, BookieAnswer]:
+    client = BookieV3Client(*address, config=V3_CONFIG)
+    try:
+        return await client.get_listings(list(ledgers), timeout=timeout)
+    finally:
+        await client.close()
+
+
+async def agent_answers(address: str, ledgers: Iterable[int], timeout: float = 2.0) -> dict[int, BookieAnswer]:
+    def ask() -> dict[int, BookieAnswer]:
+        with AgentClient(address, timeout_s=timeout) as client:
+            return client.get_listings(list(ledgers))
+
+    return await asyncio.to_thread(ask)
+
+
+def assert_holds(answer: BookieAnswer, state: ClusterState, bookie: str, ledger_id: int) -> None:
+    expected = state.held_groups(bookie, ledger_id)
+    if expected is None:
+        assert answer.kind is AnswerKind.NO_LEDGER, (bookie, ledger_id, answer)
+    else:
+        assert answer.kind is AnswerKind.LISTING, (bookie, ledger_id, answer)
+        assert same_entries(answer.groups, expected), (bookie, ledger_id)
+
+
+def closed_port(address: tuple[str, int]) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(address) != 0
+
+
+def ledger_nodes(client: KazooClient, root: str = ROOT) -> list[str]:
+    """Every ledger znode below the root (hierarchical layout), by walking the 2- and 4-digit directories."""
+    out: list[str] = []
+    for top in (c for c in client.get_children(root) if c.isdigit()):
+        for middle in client.get_children(f"{root}/{top}"):
+            out += [f"{root}/{top}/{middle}/{leaf}" for leaf in client.get_children(f"{root}/{top}/{middle}")]
+    return out
+
+
+async def poll(condition: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await asyncio.to_thread(condition):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+# --------------------------------------------------------------------------- the example cluster
+
+
+def test_the_example_cluster_in_zookeeper_and_on_both_apis(zk_client: KazooClient) -> None:
+    scenario = load_scenario(EXAMPLE)
+
+    async def check(cluster: SimCluster) -> None:
+        assert cluster.started_at_ms is not None
+        data, _ = zk_client.get(f"{ROOT}/LAYOUT")
+        assert data == b"2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:1"
+        assert parse_layout(data).manager is LedgerManager.HIERARCHICAL
+        assert zk_client.get(f"{ROOT}/INSTANCEID")[0].decode() == scenario.cluster.instance_id
+        specs = {spec.ledger_id: spec for spec in scenario.ledgers}
+        found = {ledger_id_from_path(p, root=ROOT) for p in ledger_nodes(zk_client)}
+        assert found == set(specs)
+        for ledger_id, spec in specs.items():
+            data, _ = zk_client.get(ledger_path(ledger_id, root=ROOT))
+            if spec.corrupt is not None:
+                with pytest.raises(MetadataFormatError):
+                    decode_ledger_metadata(data)
+                continue
+            metadata = decode_ledger_metadata(data)
+            assert metadata.format_version == 3 and metadata.state is spec.state
+            assert (metadata.ensemble_size, metadata.write_quorum, metadata.ack_quorum) == (
+                spec.ensemble_size,
+                spec.write_quorum,
+                spec.ack_quorum,
+            )
+            assert [(s.first_entry_id, s.ensemble) for s in metadata.segments] == [
+                (s.first, s.ensemble) for s in spec.segments
+            ]
+            assert metadata.last_entry_id == (spec.last_entry if spec.closed else None)
+        assert decode_ledger_metadata(zk_client.get(ledger_path(1, root=ROOT))[0]).pulsar_topic == (
+            "persistent://public/default/orders-1"
+        )
+        mark = parse_underreplication_mark(zk_client.get(underreplication_path(9, root=ROOT))[0])
+        assert mark.replicas == ("bookie-3",) and mark.ctime_ms == cluster.started_at_ms - 7_200_000
+        assert dict(parse_pulsar_racks(zk_client.get("/bookies")[0]).racks) == scenario.racks()
+        assert sorted(zk_client.get_children(f"{ROOT}/available")) == [
+            "bookie-1",
+            "bookie-2",
+            "bookie-3",
+            "bookie-4",
+            "bookie-6",
+            "readonly",
+        ]
+        assert zk_client.get_children(f"{ROOT}/available/readonly") == ["bookie-5"]
+        for bookie_id, bookie in cluster.bookies.items():
+            path = (readonly_bookie_path if bookie_id == "bookie-5" else available_bookie_path)(bookie_id, root=ROOT)
+            data, stat = zk_client.get(path)
+            assert stat.ephemeralOwner != 0
+            info = parse_bookie_service_info(data)
+            assert info is not None and info.rpc_address() == bookie.v3_address
+            agent = [e for e in info.endpoints if e.protocol == AGENT_PROTOCOL]
+            assert [f"{e.host}:{e.port}" for e in agent] == [bookie.agent_address]
+            assert zk_client.get(f"{ROOT}/cookies/{bookie_id}")[0].startswith(b"5\n")
+        state = cluster.state
+        for bookie_id, bookie in cluster.bookies.items():
+            over_v3 = await v3_answers(bookie.v3_address, specs)
+            over_agent = await agent_answers(bookie.agent_address, specs)
+            for ledger_id in specs:
+                if state.bookies[bookie_id].answers_unknown(ledger_id, state.checker):
+                    continue
+                assert_holds(over_v3[ledger_id], state, bookie_id, ledger_id)
+                assert_holds(over_agent[ledger_id], state, bookie_id, ledger_id)
+        eio_v3, eio_agent = (
+            (await v3_answers(v3_address(cluster, "bookie-4"), [6]))[6],
+            (await agent_answers(cluster.bookies["bookie-4"].agent_address, [6]))[6],
+        )
+        assert eio_v3.kind is AnswerKind.UNKNOWN and "EIO" in eio_v3.reason
+        assert eio_agent.kind is AnswerKind.UNKNOWN and "EIO" in eio_agent.reason
+        limbo_v3 = (await v3_answers(v3_address(cluster, "bookie-6"), [12]))[12]
+        limbo_agent = (await agent_answers(cluster.bookies["bookie-6"].agent_address, [12]))[12]
+        assert limbo_v3.kind is AnswerKind.UNKNOWN and "EUNKNOWNLEDGERSTATE" in limbo_v3.reason
+        assert limbo_agent.kind is AnswerKind.UNKNOWN and "limbo" in limbo_agent.reason
+
+    cluster_ports: list[tuple[str, int]] = []
+
+    async def body() -> None:
+        cluster = SimCluster(scenario, zk_client)
+        await cluster.start()
+        try:
+            await check(cluster)
+            for bookie in cluster.bookies.values():
+                host, port = bookie.agent_address.split(":")
+                cluster_ports.extend([bookie.v3_address, (host, int(port))])
+        finally:
+            await cluster.stop()
+        assert zk_client.exists(ROOT) is None and zk_client.exists("/bookies") is None
+
+    run(body)
+    assert cluster_ports and all(closed_port(address) for address in cluster_ports)
+
+
+def test_refuses_to_overwrite_a_cluster_and_keeps_metadata_when_asked(zk_client: KazooClient) -> None:
+    scenario = parse_scenario(HEAD + '[[ledgers]]\nids = [[1, 3]]\nensemble = "auto"\n')
+
+    async def body() -> None:
+        first = SimCluster(scenario, zk_client)
+        await first.start()
+        await first.stop(keep_metadata=True)
+        assert zk_client.get_children(f"{ROOT}/available") == ["readonly"]  # registrations are gone
+        assert len(ledger_nodes(zk_client)) == 3
+        with pytest.raises(Exception, match="already holds a cluster"):
+            await SimCluster(scenario, zk_client).start()
+        again = SimCluster(scenario, zk_client, replace=True)
+        await again.start()
+        await again.stop()
+        assert zk_client.exists(ROOT) is None
+
+    run(body)
+
+
+# --------------------------------------------------------------------------- faults
+
+
+def test_faults_behave_as_described_on_both_apis(zk_client: KazooClient) -> None:
+    scenario = parse_scenario(
+        HEAD
+        + """
+[bookies.bookie-1]
+fault = "unresponsive"
+[bookies.bookie-2]
+fault = { kind = "garbage", garbage = "negative_length" }
+[bookies.bookie-3]
+fault = { kind = "slow", delay_s = 0.3 }
+[bookies.bookie-4]
+mode = "stopped"
+[bookies.bookie-5]
+fault = { kind = "status", status = "ETOOMANYREQUESTS", ledgers = [3] }
+[[ledgers]]
+ids = [1, 2]
+ensemble = ["bookie-1", "bookie-2", "bookie-3"]
+[[ledgers]]
+id = 3
+ensemble = ["bookie-4", "bookie-5", "bookie-6"]
+[[ledgers]]
+id = 4
+ensemble = ["bookie-6", "bookie-5", "bookie-3"]
+"""
+    )
+
+    async def check(cluster: SimCluster) -> None:
+        state = cluster.state
+        agent = {b: s.agent_address for b, s in cluster.bookies.items()}
+        started = time.monotonic()
+        v3, ag = await asyncio.gather(
+            v3_answers(v3_address(cluster, "bookie-1"), [1], timeout=0.5), agent_answers(agent["bookie-1"], [1], 0.5)
+        )
+        assert v3[1].kind is AnswerKind.UNKNOWN and "timeout" in v3[1].reason  # unresponsive
+        assert ag[1].kind is AnswerKind.UNKNOWN and "DEADLINE_EXCEEDED" in ag[1].reason
+        assert time.monotonic() - started < 2.0
+        v3 = await v3_answers(v3_address(cluster, "bookie-2"), [1])
+        ag = await agent_answers(agent["bookie-2"], [1])
+        assert v3[1].kind is AnswerKind.UNKNOWN and ag[1].kind is AnswerKind.UNKNOWN  # garbage
+        assert "malformed" in ag[1].reason
+        started = time.monotonic()
+        v3 = await v3_answers(v3_address(cluster, "bookie-3"), [1, 4])
+        ag = await agent_answers(agent["bookie-3"], [1, 4])
+        assert time.monotonic() - started >= 0.6  # slow: 0.3 s each way, but answered
+        for ledger_id in (1, 4):
+            assert_holds(v3[ledger_id], state, "bookie-3", ledger_id)
+            assert_holds(ag[ledger_id], state, "bookie-3", ledger_id)
+        stopped = cluster.bookies["bookie-4"]  # never started: nothing listens, nothing is registered
+        assert not stopped.running and zk_client.exists(available_bookie_path("bookie-4", root=ROOT)) is None
+        assert zk_client.exists(readonly_bookie_path("bookie-4", root=ROOT)) is None
+        v3 = await v3_answers(v3_address(cluster, "bookie-5"), [2, 3, 4])
+        ag = await agent_answers(agent["bookie-5"], [2, 3, 4])
+        assert v3[3].kind is AnswerKind.UNKNOWN and "ETOOMANYREQUESTS" in v3[3].reason
+        assert ag[3].kind is AnswerKind.UNKNOWN and "ETOOMANYREQUESTS" in ag[3].reason
+        for ledger_id in (2, 4):  # the fault is scoped to ledger 3
+            assert_holds(v3[ledger_id], state, "bookie-5", ledger_id)
+            assert_holds(ag[ledger_id], state, "bookie-5", ledger_id)
+        # The truth says what a perfect checker makes of this.
+        truth = {(v.ledger_id, v.category, v.bookie) for v in cluster_truth(state, 0.0)}
+        assert (1, Category.BOOKIE_UNRESPONSIVE, "bookie-1") in truth
+        assert (1, Category.BOOKIE_UNRESPONSIVE, "bookie-2") in truth
+        assert (3, Category.BOOKIE_UNRESPONSIVE, "bookie-5") in truth
+        assert (3, Category.BOOKIE_NOT_REGISTERED, "bookie-4") in truth
+        assert not any(v[2] == "bookie-3" for v in truth)
+
+    async def body() -> None:
+        started = time.monotonic()
+        await with_cluster(scenario, zk_client, check)
+        assert time.monotonic() - started < 10.0  # a hanging agent call does not hold up the stop
+
+    run(body)
+
+
+# --------------------------------------------------------------------------- the schedule
+
+
+def test_scheduled_changes_happen_at_their_time(zk_client: KazooClient) -> None:
+    scenario = parse_scenario(
+        HEAD
+        + """
+[[ledgers]]
+id = 1
+state = "OPEN"
+ensemble = ["bookie-1", "bookie-2", "bookie-3"]
+[[ledgers]]
+ids = [2, 3]
+ensemble = ["bookie-2", "bookie-3", "bookie-4"]
+
+[[schedule]]
+at = 0.3
+action = "close"
+ledger = 1
+[[schedule]]
+at = 0.3
+action = "kill"
+bookie = "bookie-2"
+[[schedule]]
+at = 0.8
+action = "revive"
+bookie = "bookie-2"
+[[schedule]]
+at = 0.8
+action = "wipe"
+bookie = "bookie-3"
+[[schedule]]
+at = 0.8
+action = "readonly"
+bookie = "bookie-4"
+[[schedule]]
+at = 0.8
+action = "mark"
+ledger = 2
+replicas = ["bookie-3"]
+[[schedule]]
+at = 0.8
+action = "delete"
+ledger = 3
+[[schedule]]
+at = 0.8
+action = "fault"
+bookie = "bookie-1"
+fault = { kind = "status", status = "EIO" }
+"""
+    )
+
+    def metadata(ledger_id: int) -> LedgerState:
+        return decode_ledger_metadata(zk_client.get(ledger_path(ledger_id, root=ROOT))[0]).state
+
+    async def check(cluster: SimCluster) -> None:
+        before = await v3_answers(v3_address(cluster, "bookie-2"), [1, 2])
+        assert metadata(1) is LedgerState.OPEN
+        cluster.start_schedule()
+        await poll(lambda: metadata(1) is LedgerState.CLOSED, "ledger 1 closed")
+        await poll(lambda: zk_client.exists(available_bookie_path("bookie-2", root=ROOT)) is None, "bookie-2 gone")
+        if cluster.elapsed_s() < 0.75:  # still stopped: refused, on the address it was registered with
+            refused = (await v3_answers(v3_address(cluster, "bookie-2"), [1], timeout=0.3))[1]
+            assert refused.kind is AnswerKind.UNKNOWN and "refused" in refused.reason
+        await poll(lambda: zk_client.exists(ledger_path(3, root=ROOT)) is None, "ledger 3 deleted")
+        await poll(lambda: len(cluster.applied) == len(scenario.schedule), "the whole schedule")
+        assert all(0 <= c.applied_s - c.planned_s < 0.5 for c in cluster.applied)
+        info = parse_bookie_service_info(zk_client.get(available_bookie_path("bookie-2", root=ROOT))[0])
+        assert info is not None and info.rpc_address() == cluster.bookies["bookie-2"].v3_address
+        after = await v3_answers(v3_address(cluster, "bookie-2"), [1, 2])
+        for ledger_id in (1, 2):  # revived with its data
+            assert same_entries(after[ledger_id].groups, before[ledger_id].groups)
+        wiped = cluster.bookies["bookie-3"]
+        assert zk_client.exists(available_bookie_path("bookie-3", root=ROOT)) is not None
+        assert all(a.kind is AnswerKind.NO_LEDGER for a in (await v3_answers(wiped.v3_address, [1, 2])).values())
+        assert all(a.kind is AnswerKind.NO_LEDGER for a in (await agent_answers(wiped.agent_address, [1, 2])).values())
+        assert zk_client.exists(readonly_bookie_path("bookie-4", root=ROOT)) is not None
+        assert zk_client.exists(available_bookie_path("bookie-4", root=ROOT)) is None
+        mark = parse_underreplication_mark(zk_client.get(underreplication_path(2, root=ROOT))[0])
+        assert mark.replicas == ("bookie-3",) and mark.ctime_ms is not None
+        eio = (await v3_answers(v3_address(cluster, "bookie-1"), [1]))[1]
+        assert eio.kind is AnswerKind.UNKNOWN and "EIO" in eio.reason
+
+    run(lambda: with_cluster(scenario, zk_client, check))
+
+
+# --------------------------------------------------------------------------- a large generated cluster
+
+
+def test_a_generated_cluster_of_100k_ledgers(zk_client: KazooClient) -> None:
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+    text, plan = generate(100_000, parse_fault_mix("ledgers"), 7)
+    timings["generate"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    scenario = parse_scenario(text)
+    timings["parse"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    truth = cluster_truth(ClusterState.from_scenario(scenario), 0.0)
+    timings["truth"] = time.perf_counter() - clock
+    counts: dict[Category, int] = {}
+    for violation in truth:
+        counts[violation.category] = counts.get(violation.category, 0) + 1
+    assert counts[Category.METADATA_UNREADABLE] == len(plan.ledgers["corrupt"]) == 50
+    assert counts[Category.NO_REPLICA] == len(plan.ledgers["no_replica"]) == 100
+    assert counts[Category.PLACEMENT_FAIL] == len(plan.ledgers["placement"]) == 500
+    assert counts[Category.ACK_QUORUM_ONE] == len(plan.ledgers["aq1"]) == 1000
+    assert counts[Category.BOOKIE_UNRESPONSIVE] == len(plan.ledgers["limbo"]) == 100
+    assert counts[Category.UNDER_REPLICATION_STUCK] == len(plan.ledgers["stuck"]) == 100
+    below = counts.get(Category.BELOW_ACK_QUORUM, 0) + counts.get(Category.BELOW_WRITE_QUORUM, 0)
+    assert below == len(plan.ledgers["missing"]) + len(plan.ledgers["nothing"])
+
+    async def body() -> None:
+        cluster = SimCluster(scenario, zk_client)
+        clock = time.perf_counter()
+        await cluster.start()
+        timings["start (write 100k ledgers, start 9 bookies)"] = time.perf_counter() - clock
+        try:
+            nodes = await asyncio.to_thread(ledger_nodes, zk_client)
+            assert len(nodes) == 100_000
+            for ledger_id in random.Random(1).sample(range(1, 100_001), 50):
+                spec = cluster.state.ledgers[ledger_id]
+                data, _ = zk_client.get(ledger_path(ledger_id, root=ROOT))
+                if spec.corrupt is None:
+                    segments = decode_ledger_metadata(data).segments
+                    assert [s.ensemble for s in segments] == [s.ensemble for s in spec.segments]
+            marks = len(plan.ledgers["stuck"]) + len(plan.ledgers["marked"])
+            assert cluster.stats.marks == marks
+            bookie = cluster.bookies["bookie-1"]
+            sample = sorted(cluster.state.ledgers_of("bookie-1"))[:500]
+            answers = await v3_answers(bookie.v3_address, sample, timeout=5.0)
+            for ledger_id in sample:
+                if not cluster.state.bookies["bookie-1"].answers_unknown(ledger_id, cluster.state.checker):
+                    assert_holds(answers[ledger_id], cluster.state, "bookie-1", ledger_id)
+        finally:
+            clock = time.perf_counter()
+            await cluster.stop()
+            timings["stop (delete everything)"] = time.perf_counter() - clock
+
+    run(body)
+    print("\n100k-ledger cluster: " + ", ".join(f"{k} {v:.2f} s" for k, v in timings.items()))
+    assert zk_client.exists(ROOT) is None
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def test_the_simulate_command(tmp_path: Path, zookeeper_server: ServerEndpoint, zk_root_client: KazooClient) -> None:
+    chroot = f"/scrutiny-test/simulate-cli-{uuid.uuid4().hex[:8]}"
+    zk_root_client.ensure_path(chroot)
+    truth = tmp_path / "truth.json"
+    command = [
+        sys.executable,
+        "-m",
+        "scrutiny.streaming.cli",
+        "simulate",
+        str(EXAMPLE),
+        "--zookeeper",
+        f"{zookeeper_server.address}{chroot}",
+        "--duration",
+        "1.0",
+        "--truth-out",
+        str(truth),
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        ready = json.loads(process.stdout.readline())
+        assert ready["scenario"] == "example" and set(ready["bookies"]) == {f"bookie-{i}" for i in range(1, 7)}
+        registered = zk_root_client.get_children(f"{chroot}{ROOT}/available")
+        assert "bookie-1" in registered
+        assert process.wait(timeout=15) == 0
+        header, states = load_truth(truth)
+        assert header["started_at_ms"] == ready["started_at_ms"] and header["bookies"] == ready["bookies"]
+        assert [s.at_s for s in states][:3] == [0.0, 2.0, 3.0]  # --duration 1 cuts only grace points
+        assert zk_root_client.exists(f"{chroot}{ROOT}") is None  # cleaned up on exit
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        zk_root_client.delete(chroot, recursive=True)

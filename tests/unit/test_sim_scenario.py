@@ -1,0 +1,344 @@
+"""The simulator's scenario format: parsing, validation, what bookies hold, and changes over time."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from scrutiny.connectors.sim_generator import FaultMix, generate, parse_fault_mix
+from scrutiny.connectors.sim_scenario import (
+    EVERYTHING,
+    Action,
+    BookieMode,
+    Change,
+    CheckerSpec,
+    ClusterState,
+    FaultKind,
+    Holding,
+    PlacementOutcome,
+    PlacementPolicy,
+    ScenarioError,
+    load_scenario,
+    normalize_ranges,
+    parse_scenario,
+    placement_outcome,
+    subtract_ranges,
+)
+from scrutiny.core.ledger_metadata import LedgerState
+from scrutiny.core.sequence_groups import expand
+from scrutiny.core.striping import expected_groups
+from scrutiny.streaming.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIOS = REPO / "conf" / "scenarios"
+
+BASE = """
+[scenario]
+name = "t"
+seed = 3
+
+[cluster]
+bookies = 4
+racks = ["/r1", "/r2", "/r3"]
+
+[defaults]
+ensemble_size = 3
+write_quorum = 2
+ack_quorum = 2
+last_entry = 29
+"""
+
+
+def scenario(extra: str) -> ClusterState:
+    return ClusterState.from_scenario(parse_scenario(BASE + extra))
+
+
+def held(state: ClusterState, bookie: str, ledger: int) -> list[int]:
+    return list(expand(state.held_groups(bookie, ledger) or ()))
+
+
+def test_the_shipped_scenarios_parse() -> None:
+    example = load_scenario(SCENARIOS / "example.toml")
+    assert example.name == "example"
+    assert len(example.bookies) == 6 and len(example.ledgers) == 12
+    by_id = {b.bookie_id: b for b in example.bookies}
+    assert by_id["bookie-1"].rack == "/rack-a" and by_id["bookie-4"].rack == "/rack-a"
+    assert by_id["bookie-5"].mode is BookieMode.READONLY
+    fault = by_id["bookie-4"].fault
+    assert fault is not None and fault.kind is FaultKind.STATUS and fault.status_code == 501
+    assert fault.ledgers == frozenset({6})
+    ledgers = {spec.ledger_id: spec for spec in example.ledgers}
+    assert ledgers[4].holding("bookie-2") == Holding(missing=((10, 19),))
+    assert ledgers[5].holding("bookie-3").missing == EVERYTHING
+    assert ledgers[9].mark is not None and ledgers[9].mark.ctime_s == -7200
+    assert dict(ledgers[1].custom)["pulsar/managed-ledger"] == b"persistent://public/default/orders-1"
+    assert [e.action for e in example.schedule][:2] == [Action.APPEND, Action.CHANGE_ENSEMBLE]
+    demo = load_scenario(SCENARIOS / "demo.toml")
+    assert len(demo.ledgers) > 1000 and len(demo.schedule) >= 15
+
+
+def test_id_ranges_defaults_and_topic_template() -> None:
+    state = scenario(
+        """
+[[ledgers]]
+ids = [[1, 3], 7]
+ensemble = ["bookie-1", "bookie-2", "bookie-3"]
+pulsar_topic = "persistent://t/ns/x-{id}"
+"""
+    )
+    assert sorted(state.ledgers) == [1, 2, 3, 7]
+    spec = state.ledgers[7]
+    assert (spec.ensemble_size, spec.write_quorum, spec.ack_quorum, spec.last_entry) == (3, 2, 2, 29)
+    assert dict(spec.custom) == {
+        "application": b"pulsar",
+        "component": b"managed-ledger",
+        "pulsar/managed-ledger": b"persistent://t/ns/x-7",
+    }
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("[[ledgers]]\nid = 1\nensemble = ['bookie-1', 'bookie-2']\n", "ledgers[0].segments[0]: 2 bookies"),
+        ("[[ledgers]]\nid = 1\nensemble = ['bookie-1', 'bookie-2', 'nobody']\n", "unknown bookie(s) nobody"),
+        ("[[ledgers]]\nid = 1\nensemble = 'auto'\ncolour = 'red'\n", "unknown key(s) colour"),
+        ("[[ledgers]]\nids = [1, 1]\nensemble = 'auto'\n", "ledger 1 is already defined"),
+        ("[[ledgers]]\nid = 1\nsegments = [{first = 5, ensemble = 'auto'}]\n", "must start at entry 0"),
+        (
+            "[[ledgers]]\nid = 1\nsegments = [{first = 0, ensemble = 'auto'}, {first = 40, ensemble = 'auto'}]\n",
+            "after last_entry + 1",
+        ),
+        ("[[ledgers]]\nid = 1\nensemble = 'auto'\nstate = 'OPEN'\ntruncated = 2\n", "only a closed ledger"),
+        ("[[ledgers]]\nid = 1\nensemble = 'auto'\nwrite_quorum = 4\n", "ledgers[0].write_quorum: 4 is out of range"),
+        ("[bookies.bookie-1]\nfault = { kind = 'status', status = 'ENOLEDGER' }\n", "not a BookKeeper error"),
+        ("[bookies.bookie-9]\nmode = 'readonly'\n", "unknown bookie(s) bookie-9"),
+        (
+            "[[ledgers]]\nid = 1\nensemble = 'auto'\n[[schedule]]\nat = 1\naction = 'close'\nledger = 1\n",
+            "schedule[0]: ledger 1 is already closed",
+        ),
+        (
+            "[[ledgers]]\nid = 1\nensemble = 'auto'\n[[schedule]]\nat = 1\naction = 'delete'\nledger = 1\n"
+            "[[schedule]]\nat = 2\naction = 'mark'\nledger = 1\n",
+            "schedule[1]: ledger 1 does not exist",
+        ),
+        ("[[schedule]]\nat = 1\naction = 'explode'\n", "'explode' is not one of"),
+        ("x = = 1\n", "not valid TOML"),
+    ],
+)
+def test_bad_scenarios_are_refused_with_the_place(extra: str, message: str) -> None:
+    with pytest.raises(ScenarioError, match=re.escape(message)):
+        parse_scenario(BASE + extra)
+
+
+def test_auto_ensembles_are_reproducible_and_meet_or_violate_placement() -> None:
+    text = BASE + "[checker]\nplacement = 'rackaware'\n[[ledgers]]\nids = [[1, 40]]\nensemble = 'auto'\n"
+    text += "[[ledgers]]\nids = [[41, 60]]\nensemble = 'auto'\nplacement = 'violate'\n"
+    first, again = parse_scenario(text), parse_scenario(text)
+    assert [s.segments for s in first.ledgers] == [s.segments for s in again.ledgers]
+    other = parse_scenario(text.replace("seed = 3", "seed = 4"))
+    assert [s.segments for s in first.ledgers] != [s.segments for s in other.ledgers]
+    racks = first.racks()
+    for spec in first.ledgers:
+        outcome, _ = placement_outcome(spec.segments[0].ensemble, spec.write_quorum, racks, first.checker)
+        assert (outcome is PlacementOutcome.FAIL) == (spec.ledger_id > 40)
+
+
+def test_placement_rule() -> None:
+    racks = {"a": "/r1", "b": "/r1", "c": "/r2", "z1": "/east/ud1", "z2": "/west/ud1", "z3": "/east/ud2"}
+    rack_aware = CheckerSpec(placement=PlacementPolicy.RACKAWARE)
+    assert placement_outcome(("a", "c", "b"), 2, racks, rack_aware)[0] is PlacementOutcome.FAIL  # b,a wrap
+    assert placement_outcome(("a", "c"), 2, racks, rack_aware)[0] is PlacementOutcome.STRICT
+    strict_default = CheckerSpec(placement=PlacementPolicy.RACKAWARE, enforce_min_racks=True)
+    assert placement_outcome(("a", "c", "x"), 1, racks, strict_default)[0] is PlacementOutcome.FAIL
+    zones = CheckerSpec(placement=PlacementPolicy.ZONEAWARE)
+    assert placement_outcome(("z1", "z2"), 2, racks, zones)[0] is PlacementOutcome.STRICT
+    assert placement_outcome(("z1", "z2", "a"), 3, racks, zones)[0] is PlacementOutcome.STRICT
+    assert placement_outcome(("z1", "z2", "z3"), 3, racks, zones)[0] is PlacementOutcome.SOFT
+    assert placement_outcome(("z1", "x"), 2, racks, zones)[0] is PlacementOutcome.FAIL
+
+
+def test_ranges() -> None:
+    assert normalize_ranges([(5, 9), (0, 2), (3, 3), (20, 19)]) == ((0, 3), (5, 9))
+    assert subtract_ranges(((0, 100),), ((10, 19), (50, 200))) == ((0, 9), (20, 49))
+    assert subtract_ranges(((0, 5),), ()) == ((0, 5),)
+
+
+def test_what_each_bookie_holds() -> None:
+    state = scenario(
+        """
+[[ledgers]]
+id = 1
+segments = [{ first = 0, ensemble = ["bookie-1", "bookie-2", "bookie-3"] },
+            { first = 20, ensemble = ["bookie-1", "bookie-4", "bookie-3"] }]
+holdings = [{ bookie = "bookie-2", missing = [[3, 8]] }, { bookie = "bookie-4", nothing = true },
+            { bookie = "bookie-3", add = [[0, 1]] }]
+truncated = 2
+"""
+    )
+    stripe = {
+        (bookie, ledger_range): list(expand(expected_groups(index, 3, 2, *ledger_range)))
+        for bookie, index, ledger_range in (
+            ("bookie-1", 0, (0, 19)),
+            ("bookie-1", 0, (20, 31)),
+            ("bookie-2", 1, (0, 19)),
+            ("bookie-3", 2, (0, 19)),
+            ("bookie-3", 2, (20, 31)),
+        )
+    }
+    assert held(state, "bookie-1", 1) == stripe["bookie-1", (0, 19)] + stripe["bookie-1", (20, 31)]
+    assert held(state, "bookie-2", 1) == [e for e in stripe["bookie-2", (0, 19)] if not 3 <= e <= 8]
+    assert held(state, "bookie-4", 1) == []
+    assert state.held_groups("bookie-4", 1) is None
+    assert held(state, "bookie-3", 1) == sorted({0, 1, *stripe["bookie-3", (0, 19)], *stripe["bookie-3", (20, 31)]})
+    assert max(held(state, "bookie-1", 1)) == 30  # entry 30, beyond the end (29), is on its stripe
+    groups = state.held_groups("bookie-1", 1)
+    assert groups is not None and all(a.last < b.first_start for a, b in itertools.pairwise(groups))
+
+
+def test_schedule_changes_the_state() -> None:
+    parsed = parse_scenario(
+        BASE
+        + """
+[[ledgers]]
+id = 1
+state = "OPEN"
+last_entry = 9
+ensemble = ["bookie-1", "bookie-2", "bookie-3"]
+holdings = [{ bookie = "bookie-2", missing = [[0, "end"]] }]
+
+[[ledgers]]
+id = 2
+ensemble = ["bookie-1", "bookie-2", "bookie-3"]
+
+[[schedule]]
+at = 1
+action = "append"
+ledger = 1
+last_entry = 19
+[[schedule]]
+at = 2
+action = "change_ensemble"
+ledger = 1
+first = 20
+ensemble = ["bookie-4", "bookie-2", "bookie-3"]
+[[schedule]]
+at = 2.5
+action = "append"
+ledger = 1
+last_entry = 29
+[[schedule]]
+at = 3
+action = "close"
+ledger = 1
+last_entry = 25
+[[schedule]]
+at = 4
+action = "change_ensemble"
+ledger = 2
+first = 0
+ensemble = ["bookie-4", "bookie-2", "bookie-3"]
+copied = false
+[[schedule]]
+at = 5
+action = "kill"
+bookie = "bookie-3"
+[[schedule]]
+at = 6
+action = "readonly"
+bookie = "bookie-3"
+[[schedule]]
+at = 7
+action = "revive"
+bookie = "bookie-3"
+[[schedule]]
+at = 8
+action = "mark"
+ledger = 2
+replicas = ["bookie-4"]
+age_s = 10
+[[schedule]]
+at = 9
+action = "wipe"
+bookie = "bookie-1"
+[[schedule]]
+at = 10
+action = "repair"
+ledger = 2
+bookie = "bookie-4"
+[[schedule]]
+at = 11
+action = "delete"
+ledger = 2
+"""
+    )
+    state = ClusterState.from_scenario(parsed)
+    events = iter(parsed.schedule)
+
+    def step() -> Change:
+        return state.apply(next(events))
+
+    step()  # append 10..19, written after bookie-2 lost everything: it holds its part of them
+    assert held(state, "bookie-2", 1)[:1] == [10]
+    assert 9 not in held(state, "bookie-2", 1)
+    step()  # ensemble change at 20
+    step()  # append 20..29
+    assert step().metadata == {1}  # close at 25 although 29 entries were written
+    spec = state.ledgers[1]
+    assert spec.state is LedgerState.CLOSED and spec.last_entry == 25 and spec.truncated == 4
+    assert [s.first for s in spec.segments] == [0, 20]
+    assert {27, 29} <= set(held(state, "bookie-4", 1))  # index 0 from entry 20: 27 and 29 are beyond the end
+    step()  # bookie-4 replaces bookie-1 in ledger 2, not copied
+    assert state.ledgers[2].holding("bookie-4").missing == ((0, 29),)
+    assert held(state, "bookie-4", 2) == []
+    assert step().stopped == {"bookie-3"}
+    assert step().registration == set()  # read-only while stopped: takes effect on revival
+    assert state.bookies["bookie-3"].mode is BookieMode.STOPPED
+    assert step().started == {"bookie-3"}
+    assert state.bookies["bookie-3"].mode.value == "readonly"
+    assert step().marks == {2}
+    mark = state.ledgers[2].mark
+    assert mark is not None and mark.replicas == ("bookie-4",) and mark.ctime_s == 8 - 10 and mark.seen_s == 8
+    assert step().wiped == {"bookie-1"}
+    assert held(state, "bookie-1", 1) == []
+    step()  # repair bookie-4's copy of ledger 2
+    assert state.ledgers[2].holding("bookie-4").default
+    assert held(state, "bookie-4", 2) == list(expand(expected_groups(0, 3, 2, 0, 29)))
+    assert step().deleted == {2}
+    assert 2 not in state.ledgers and state.ledgers_of("bookie-4") == {1}
+
+
+def test_generator_is_reproducible_and_follows_the_mix() -> None:
+    mix = parse_fault_mix("missing=0.01,corrupt=0.005,eio=1,stopped=1")
+    text, plan = generate(2000, mix, 5)
+    assert generate(2000, mix, 5)[0] == text
+    assert generate(2000, mix, 6)[0] != text
+    assert {k: len(v) for k, v in plan.ledgers.items()} == {"missing": 20, "corrupt": 10}
+    assert len(plan.bookies["eio"]) == 1 and len(plan.bookies["stopped"]) == 1
+    parsed = parse_scenario(text)
+    assert len(parsed.ledgers) == 2000
+    corrupt = [s.ledger_id for s in parsed.ledgers if s.corrupt is not None]
+    assert corrupt == plan.ledgers["corrupt"]
+    stopped = [b.bookie_id for b in parsed.bookies if b.mode is BookieMode.STOPPED]
+    assert stopped == plan.bookies["stopped"]
+    assert parse_fault_mix("realistic,eio=2").eio == 2
+    assert parse_fault_mix("none") == FaultMix()
+    for bad in ("missing=2", "bogus=1", "nothing=x", "missing=0.6,nothing=0.6", "nopreset"):
+        with pytest.raises(ScenarioError):
+            parse_fault_mix(bad)
+
+
+def test_cli_generates_and_dry_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "gen.toml"
+    assert main(["simulate", "--generate", "500", "--faults", "ledgers", "--seed", "2", "--out", str(out)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["ledgers"] == 500 and out.exists()
+    truth = tmp_path / "truth.json"
+    assert main(["simulate", str(out), "--dry-run", "--truth-out", str(truth)]) == 0
+    document = json.loads(truth.read_text())
+    assert document["format"] == "scrutiny-simulator-truth" and document["scenario"]["ledgers"] == 500
+    assert main(["simulate", str(tmp_path / "missing.toml"), "--dry-run"]) == 2
+    assert "cannot read scenario" in capsys.readouterr().err
