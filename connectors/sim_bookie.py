@@ -7,7 +7,7 @@ both on ``127.0.0.1`` (free ports unless told otherwise), both answering from on
 :class:`EntryStore`: per ledger the entries as sequence groups (never per-entry lists), filled
 explicitly or lazily by a loader (the simulated cluster derives them from its scenario).
 
-Faults (:class:`~scrutiny.connectors.sim_scenario.FaultSpec`, switchable at runtime) behave the
+Faults (:class:`~scrutiny.connectors.sim_model.FaultSpec`, switchable at runtime) behave the
 same way on both APIs as far as each protocol allows:
 
 ========================  ==========================================  ============================================
@@ -52,7 +52,7 @@ from scrutiny.connectors.bookie_v3_server import (
     Unresponsive,
 )
 from scrutiny.connectors.bookie_v3_server import GarbageKind as V3GarbageKind
-from scrutiny.connectors.sim_scenario import FaultKind, FaultSpec
+from scrutiny.connectors.sim_model import FaultKind, FaultSpec
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.listing_codec import encode_listing
 from scrutiny.core.sequence_groups import SequenceGroup

@@ -1,6 +1,6 @@
 """A simulated BookKeeper cluster: a scenario's bookies, listening, registered and described in ZooKeeper.
 
-:class:`SimCluster` runs one :class:`~scrutiny.connectors.sim_scenario.Scenario` against a real
+:class:`SimCluster` runs one :class:`~scrutiny.connectors.sim_model.Scenario` against a real
 ZooKeeper (a started kazoo client, chrooted or not):
 
 * every bookie not stopped is a :class:`~scrutiny.connectors.sim_bookie.SimBookie` on free
@@ -42,15 +42,8 @@ from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 
 from scrutiny.connectors.bookie_v3_server import ListingEncoding
 from scrutiny.connectors.sim_bookie import EntryStore, SimBookie
-from scrutiny.connectors.sim_scenario import (
-    BookieMode,
-    Change,
-    ClusterState,
-    CorruptKind,
-    Event,
-    LedgerSpec,
-    Scenario,
-)
+from scrutiny.connectors.sim_model import BookieMode, CorruptKind, Event, LedgerSpec, Scenario
+from scrutiny.connectors.sim_state import Change, ClusterState
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.ledger_metadata import build_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.zk_paths import (

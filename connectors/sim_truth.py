@@ -1,6 +1,6 @@
 """Ground truth of a simulated cluster: the violations a perfect checker reports, and nothing else.
 
-Pure. Computed from the scenario's own description (:class:`~scrutiny.connectors.sim_scenario.ClusterState`:
+Pure. Computed from the scenario's own description (:class:`~scrutiny.connectors.sim_state.ClusterState`:
 segments, the last entry written, each bookie's ``missing`` / ``add`` ranges, bookie modes and
 faults, marks) with arithmetic of its own — deliberately *not* with :mod:`scrutiny.core.verdict`,
 :mod:`scrutiny.core.periodic_sets`, :mod:`scrutiny.core.striping` or :mod:`scrutiny.core.placement`,
@@ -33,10 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from scrutiny.connectors.sim_scenario import (
+from scrutiny.connectors.sim_model import (
     MAX_ENTRY,
-    Change,
-    ClusterState,
     LedgerSpec,
     PlacementOutcome,
     Range,
@@ -45,6 +43,7 @@ from scrutiny.connectors.sim_scenario import (
     normalize_ranges,
     subtract_ranges,
 )
+from scrutiny.connectors.sim_state import Change, ClusterState
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.sequence_groups import SequenceGroup
 from scrutiny.core.vocabulary import Category, Severity

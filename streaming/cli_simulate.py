@@ -28,7 +28,8 @@ from kazoo.client import KazooClient
 
 from scrutiny.connectors.sim_cluster import SimCluster
 from scrutiny.connectors.sim_generator import generate, parse_fault_mix
-from scrutiny.connectors.sim_scenario import Scenario, load_scenario
+from scrutiny.connectors.sim_model import Scenario
+from scrutiny.connectors.sim_scenario import load_scenario
 from scrutiny.connectors.sim_truth import truth_document, truth_timeline, write_truth
 from scrutiny.connectors.zookeeper_client import ZooKeeperSettings, build_zookeeper_client
 from scrutiny.streaming.cli_io import InputError

@@ -26,7 +26,9 @@ from scrutiny.connectors.bookie_v3_client import BookieClientConfig, BookieV3Cli
 from scrutiny.connectors.sim_bookie import AGENT_PROTOCOL
 from scrutiny.connectors.sim_cluster import SimCluster
 from scrutiny.connectors.sim_generator import generate, parse_fault_mix
-from scrutiny.connectors.sim_scenario import ClusterState, Scenario, load_scenario, parse_scenario
+from scrutiny.connectors.sim_model import Scenario
+from scrutiny.connectors.sim_scenario import load_scenario, parse_scenario
+from scrutiny.connectors.sim_state import ClusterState
 from scrutiny.connectors.sim_truth import cluster_truth, load_truth, same_entries
 from scrutiny.core.errors import MetadataFormatError
 from scrutiny.core.ledger_metadata import LedgerState, decode_ledger_metadata

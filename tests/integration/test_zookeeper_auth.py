@@ -63,4 +63,3 @@ def test_digest_auth_reaches_digest_protected_nodes(tmp_path: Path) -> None:
             for client in (ops, anonymous):
                 client.stop()
                 client.close()
-

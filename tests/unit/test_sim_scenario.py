@@ -10,24 +10,22 @@ from pathlib import Path
 import pytest
 
 from scrutiny.connectors.sim_generator import FaultMix, generate, parse_fault_mix
-from scrutiny.connectors.sim_scenario import (
+from scrutiny.connectors.sim_model import (
     EVERYTHING,
     Action,
     BookieMode,
-    Change,
     CheckerSpec,
-    ClusterState,
     FaultKind,
     Holding,
     PlacementOutcome,
     PlacementPolicy,
     ScenarioError,
-    load_scenario,
     normalize_ranges,
-    parse_scenario,
     placement_outcome,
     subtract_ranges,
 )
+from scrutiny.connectors.sim_scenario import load_scenario, parse_scenario
+from scrutiny.connectors.sim_state import Change, ClusterState
 from scrutiny.core.ledger_metadata import LedgerState
 from scrutiny.core.sequence_groups import expand
 from scrutiny.core.striping import expected_groups

@@ -10,7 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scrutiny.connectors.sim_generator import generate, parse_fault_mix
-from scrutiny.connectors.sim_scenario import BookieMode, Change, ClusterState, Scenario, load_scenario, parse_scenario
+from scrutiny.connectors.sim_model import BookieMode, Scenario
+from scrutiny.connectors.sim_scenario import load_scenario, parse_scenario
+from scrutiny.connectors.sim_state import Change, ClusterState
 from scrutiny.connectors.sim_truth import (
     TruthViolation,
     cluster_truth,

@@ -1,0 +1,398 @@
+"""The simulated cluster's scenario over time.
+
+Pure (no I/O). :class:`ClusterState` is the scenario at one moment: the simulated cluster and the
+ground truth both step it through the schedule with :meth:`ClusterState.apply`, so they agree on
+what every change means. What a bookie holds of a ledger is *described* (segments, the last entry
+written, per-bookie ``missing`` / ``add`` entry ranges), never listed entry by entry:
+:meth:`ClusterState.held_groups` turns the description into sequence groups for the simulated
+bookies, and :mod:`scrutiny.connectors.sim_truth` reads the same description with arithmetic of
+its own.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Final
+
+from scrutiny.connectors.sim_model import (
+    EVERYTHING,
+    NO_DEVIATION,
+    Action,
+    AutoPlacement,
+    BookieMode,
+    CheckerSpec,
+    Event,
+    FaultKind,
+    FaultSpec,
+    Holding,
+    LedgerSpec,
+    MarkSpec,
+    PlacementOutcome,
+    Scenario,
+    SegmentSpec,
+    Where,
+    auto_ensemble,
+    check_ledger,
+    normalize_ranges,
+    placement_outcome,
+    subtract_ranges,
+)
+from scrutiny.core.ledger_metadata import LedgerState
+from scrutiny.core.sequence_groups import SequenceGroup, clip
+from scrutiny.core.striping import expected_groups
+
+
+@dataclass
+class BookieState:
+    """One bookie now."""
+
+    bookie_id: str
+    rack: str | None
+    mode: BookieMode
+    fault: FaultSpec | None
+    limbo: frozenset[int]
+    #: The mode a killed bookie comes back in.
+    revive_mode: BookieMode = BookieMode.WRITABLE
+
+    @property
+    def registered(self) -> bool:
+        """Whether the bookie has a writable or read-only registration."""
+        return self.mode is not BookieMode.STOPPED
+
+    def answers_unknown(self, ledger_id: int, checker: CheckerSpec) -> bool:
+        """Whether a checker with ``checker.request_timeout_s`` gets no usable answer for the ledger."""
+        if self.mode is BookieMode.STOPPED or ledger_id in self.limbo:
+            return True
+        fault = self.fault
+        if fault is None or not fault.applies_to(ledger_id):
+            return False
+        return fault.kind is not FaultKind.SLOW or fault.delay_s >= checker.request_timeout_s
+
+
+@dataclass
+class Change:
+    """What one scheduled change touched, for the simulated cluster to carry out."""
+
+    metadata: set[int] = field(default_factory=set)  # ledger znodes to (re)write
+    deleted: set[int] = field(default_factory=set)  # ledger znodes (and marks) to delete
+    marks: set[int] = field(default_factory=set)  # marks to (re)write or delete (per the state)
+    data: dict[str, set[int]] = field(default_factory=dict)  # bookie -> ledgers whose holdings changed
+    stopped: set[str] = field(default_factory=set)
+    started: set[str] = field(default_factory=set)
+    wiped: set[str] = field(default_factory=set)
+    registration: set[str] = field(default_factory=set)  # re-register (mode changed)
+    faults: set[str] = field(default_factory=set)
+
+    def touch(self, bookies: Iterable[str], ledger_id: int) -> None:
+        """Record that these bookies' holdings of the ledger changed."""
+        for bookie in bookies:
+            self.data.setdefault(bookie, set()).add(ledger_id)
+
+
+class ClusterState:
+    """The scenario at one moment; :meth:`apply` moves it through the schedule (see the module doc)."""
+
+    def __init__(
+        self, scenario: Scenario, bookies: dict[str, BookieState], ledgers: dict[int, LedgerSpec], now_s: float = 0.0
+    ) -> None:
+        self.scenario = scenario
+        self.checker = scenario.checker
+        self.bookies = bookies
+        self.ledgers = ledgers
+        self.now_s = now_s
+        self._auto_rng = random.Random(f"schedule:{scenario.seed}")
+        self._index: dict[str, set[int]] = {}
+        self._placement: dict[tuple[tuple[str, ...], int], PlacementOutcome] = {}
+        for spec in ledgers.values():
+            self._index_ledger(spec)
+
+    @classmethod
+    def from_scenario(cls, scenario: Scenario) -> ClusterState:
+        """The state at the start (wiped bookies have lost every ledger they had)."""
+        bookies = {
+            b.bookie_id: BookieState(
+                b.bookie_id,
+                b.rack,
+                b.mode,
+                b.fault,
+                b.limbo,
+                BookieMode.WRITABLE if b.mode is BookieMode.STOPPED else b.mode,
+            )
+            for b in scenario.bookies
+        }
+        ledgers = {spec.ledger_id: spec for spec in scenario.ledgers}
+        state = cls(scenario, bookies, ledgers)
+        for bookie in scenario.bookies:
+            if bookie.wiped:
+                state._lose_everything(bookie.bookie_id)
+        return state
+
+    def racks(self) -> dict[str, str]:
+        """Bookie id -> rack for bookies with one."""
+        return {b: s.rack for b, s in self.bookies.items() if s.rack is not None}
+
+    def placement(self, ensemble: tuple[str, ...], write_quorum: int) -> PlacementOutcome:
+        """:func:`placement_outcome` of a segment under the checker's policy (cached: racks never change)."""
+        key = (ensemble, write_quorum)
+        outcome = self._placement.get(key)
+        if outcome is None:
+            outcome, _ = placement_outcome(ensemble, write_quorum, self.racks(), self.checker)
+            self._placement[key] = outcome
+        return outcome
+
+    def ledgers_of(self, bookie_id: str) -> set[int]:
+        """The ledgers whose ensembles or holdings name the bookie."""
+        return set(self._index.get(bookie_id, ()))
+
+    def _index_ledger(self, spec: LedgerSpec) -> None:
+        for bookie in spec.bookies():
+            self._index.setdefault(bookie, set()).add(spec.ledger_id)
+
+    def _unindex_ledger(self, spec: LedgerSpec) -> None:
+        for bookie in spec.bookies():
+            self._index.get(bookie, set()).discard(spec.ledger_id)
+
+    def _put(self, spec: LedgerSpec) -> None:
+        old = self.ledgers.get(spec.ledger_id)
+        if old is not None:
+            self._unindex_ledger(old)
+        self.ledgers[spec.ledger_id] = spec
+        self._index_ledger(spec)
+
+    # ------------------------------------------------------------------- what a bookie holds
+
+    def held_groups(self, bookie_id: str, ledger_id: int) -> tuple[SequenceGroup, ...] | None:
+        """The entries the bookie holds of the ledger, as disjoint sorted groups; None when none."""
+        spec = self.ledgers.get(ledger_id)
+        if spec is None:
+            return None
+        holding = spec.holding(bookie_id)
+        cut = normalize_ranges((*holding.missing, *holding.add))
+        out: list[SequenceGroup] = []
+        for segment, lo, hi in spec.data_spans():
+            if bookie_id not in segment.ensemble or hi < lo:
+                continue
+            index = segment.ensemble.index(bookie_id)
+            for group in expected_groups(index, spec.ensemble_size, spec.write_quorum, lo, hi):
+                if not cut:
+                    out.append(group)
+                    continue
+                for a, b in subtract_ranges(((group.first, group.last),), cut):
+                    out.extend(clip(group, a, b))
+        out.extend(SequenceGroup.run(lo, hi) for lo, hi in holding.add)
+        out.sort()
+        return tuple(out) if out else None
+
+    # ------------------------------------------------------------------- changes
+
+    def apply(self, event: Event) -> Change:
+        """Carry out one scheduled change; ScenarioError (naming the event) when it cannot apply."""
+        where = Where("schedule").at(event.index)
+        self.now_s = event.at_s
+        change = Change()
+        handler = _HANDLERS[event.action]
+        handler(self, event, change, where)
+        return change
+
+    def _ledger(self, event: Event, where: Where) -> LedgerSpec:
+        assert event.ledger is not None
+        spec = self.ledgers.get(event.ledger)
+        if spec is None:
+            raise where.fail(f"ledger {event.ledger} does not exist at {event.at_s} s")
+        return spec
+
+    def _bookie(self, event: Event) -> BookieState:
+        assert event.bookie is not None
+        return self.bookies[event.bookie]
+
+    def _close(self, event: Event, change: Change, where: Where) -> None:
+        spec = self._ledger(event, where)
+        if spec.closed:
+            raise where.fail(f"ledger {spec.ledger_id} is already closed")
+        last = spec.written if event.last_entry is None else event.last_entry
+        if last > spec.written:
+            spec = self._written_to(spec, last, change)
+        closed = replace(spec, state=LedgerState.CLOSED, last_entry=last, truncated=spec.written - last)
+        check_ledger(closed, list(self.bookies), where)
+        self._put(closed)
+        change.metadata.add(spec.ledger_id)
+
+    def _append(self, event: Event, change: Change, where: Where) -> None:
+        spec = self._ledger(event, where)
+        assert event.last_entry is not None
+        if spec.closed:
+            raise where.fail(f"ledger {spec.ledger_id} is closed: nothing can be appended")
+        if event.last_entry <= spec.written:
+            raise where.fail(f"last_entry {event.last_entry} is not after the last written {spec.written}")
+        self._put(self._written_to(spec, event.last_entry, change))
+
+    def _written_to(self, spec: LedgerSpec, last: int, change: Change) -> LedgerSpec:
+        """The open ledger with entries up to ``last`` written: no bookie misses the new ones."""
+        fresh = ((spec.written + 1, last),)
+        holdings = {b: replace(h, missing=subtract_ranges(h.missing, fresh)) for b, h in spec.holdings.items()}
+        grown = replace(spec, last_entry=last, holdings={b: h for b, h in holdings.items() if not h.default})
+        change.touch(spec.segments[-1].ensemble, spec.ledger_id)
+        change.touch(spec.holdings, spec.ledger_id)
+        return grown
+
+    def _change_ensemble(self, event: Event, change: Change, where: Where) -> None:
+        spec = self._ledger(event, where)
+        assert event.first is not None
+        ensemble = event.ensemble or self._auto(spec, where)
+        existing = [i for i, s in enumerate(spec.segments) if s.first == event.first]
+        segments = list(spec.segments)
+        holdings = dict(spec.holdings)
+        if existing:
+            index = existing[-1]
+            old = segments[index]
+            segments[index] = SegmentSpec(old.first, ensemble)
+            spans = dict((s.first, (lo, hi)) for s, lo, hi in spec.data_spans())
+            lo, hi = spans[old.first]
+            for bookie in set(ensemble) - set(old.ensemble):
+                holding = holdings.get(bookie, NO_DEVIATION)
+                span = ((lo, hi),) if hi >= lo else ()
+                missing = (
+                    subtract_ranges(holding.missing, span)
+                    if event.copied
+                    else normalize_ranges((*holding.missing, *span))
+                )
+                holdings[bookie] = replace(holding, missing=missing)
+        else:
+            if spec.closed:
+                raise where.fail(f"ledger {spec.ledger_id} is closed: no new segment can start")
+            if event.first <= segments[-1].first or event.first > spec.written + 1:
+                raise where.fail(
+                    f"a new segment must start after {segments[-1].first} and at most at {spec.written + 1}"
+                )
+            segments.append(SegmentSpec(event.first, ensemble))
+        changed = replace(spec, segments=tuple(segments), holdings={b: h for b, h in holdings.items() if not h.default})
+        check_ledger(changed, list(self.bookies), where)
+        change.touch(spec.bookies() | changed.bookies(), spec.ledger_id)
+        self._put(changed)
+        change.metadata.add(spec.ledger_id)
+
+    def _auto(self, spec: LedgerSpec, where: Where) -> tuple[str, ...]:
+        chosen = auto_ensemble(
+            spec.ensemble_size,
+            spec.write_quorum,
+            [b for b, s in self.bookies.items() if s.mode is BookieMode.WRITABLE],
+            racks=self.racks(),
+            checker=self.checker,
+            want=AutoPlacement.SATISFY,
+            rng=self._auto_rng,
+        )
+        if chosen is None:
+            raise where.fail(f"no ensemble of {spec.ensemble_size} writable bookies for ledger {spec.ledger_id}")
+        return chosen
+
+    def _kill(self, event: Event, change: Change, where: Where) -> None:
+        bookie = self._bookie(event)
+        if bookie.mode is BookieMode.STOPPED:
+            raise where.fail(f"bookie {bookie.bookie_id} is already stopped")
+        bookie.revive_mode, bookie.mode = bookie.mode, BookieMode.STOPPED
+        change.stopped.add(bookie.bookie_id)
+
+    def _revive(self, event: Event, change: Change, where: Where) -> None:
+        bookie = self._bookie(event)
+        if bookie.mode is not BookieMode.STOPPED:
+            raise where.fail(f"bookie {bookie.bookie_id} is not stopped")
+        bookie.mode = bookie.revive_mode
+        change.started.add(bookie.bookie_id)
+
+    def _wipe(self, event: Event, change: Change, where: Where) -> None:
+        bookie = self._bookie(event)
+        touched = self._lose_everything(bookie.bookie_id)
+        change.wiped.add(bookie.bookie_id)
+        change.data.setdefault(bookie.bookie_id, set()).update(touched)
+
+    def _lose_everything(self, bookie_id: str) -> set[int]:
+        touched = self.ledgers_of(bookie_id)
+        for ledger_id in touched:
+            spec = self.ledgers[ledger_id]
+            holdings = dict(spec.holdings)
+            holdings[bookie_id] = Holding(EVERYTHING, ())
+            self._put(replace(spec, holdings=holdings))
+        return touched
+
+    def _set_mode(self, event: Event, change: Change, where: Where) -> None:
+        bookie = self._bookie(event)
+        mode = BookieMode.READONLY if event.action is Action.READONLY else BookieMode.WRITABLE
+        if bookie.mode is BookieMode.STOPPED:
+            bookie.revive_mode = mode
+            return
+        if bookie.mode is not mode:
+            bookie.mode = mode
+            change.registration.add(bookie.bookie_id)
+
+    def _fault(self, event: Event, change: Change, where: Where) -> None:
+        bookie = self._bookie(event)
+        bookie.fault = event.fault
+        change.faults.add(bookie.bookie_id)
+
+    def _limbo(self, event: Event, change: Change, where: Where) -> None:
+        bookie = self._bookie(event)
+        bookie.limbo = event.ledgers
+        change.faults.add(bookie.bookie_id)
+
+    def _mark(self, event: Event, change: Change, where: Where) -> None:
+        spec = self._ledger(event, where)
+        ctime = event.at_s - event.age_s if event.with_ctime else None
+        replicas = list(spec.mark.replicas) if spec.mark is not None else []
+        replicas += [b for b in event.replicas if b not in replicas]
+        self._put(replace(spec, mark=MarkSpec(tuple(replicas), ctime, event.at_s)))
+        change.marks.add(spec.ledger_id)
+
+    def _unmark(self, event: Event, change: Change, where: Where) -> None:
+        spec = self._ledger(event, where)
+        if spec.mark is None:
+            raise where.fail(f"ledger {spec.ledger_id} is not marked under-replicated")
+        self._put(replace(spec, mark=None))
+        change.marks.add(spec.ledger_id)
+
+    def _delete(self, event: Event, change: Change, where: Where) -> None:
+        spec = self._ledger(event, where)
+        self._unindex_ledger(spec)
+        del self.ledgers[spec.ledger_id]
+        change.deleted.add(spec.ledger_id)
+        change.touch(spec.bookies(), spec.ledger_id)
+
+    def _repair(self, event: Event, change: Change, where: Where) -> None:
+        spec = self._ledger(event, where)
+        bookies = [event.bookie] if event.bookie is not None else list(spec.holdings)
+        holdings = {b: h for b, h in spec.holdings.items() if b not in bookies}
+        self._put(replace(spec, holdings=holdings))
+        change.touch(bookies, spec.ledger_id)
+
+    def _create(self, event: Event, change: Change, where: Where) -> None:
+        assert event.spec is not None
+        if event.spec.ledger_id in self.ledgers:
+            raise where.fail(f"ledger {event.spec.ledger_id} already exists")
+        spec = replace(event.spec, mark=replace(event.spec.mark, seen_s=event.at_s) if event.spec.mark else None)
+        if spec.mark is not None and spec.mark.ctime_s is not None:
+            spec = replace(spec, mark=replace(spec.mark, ctime_s=spec.mark.ctime_s + event.at_s))
+        self._put(spec)
+        change.metadata.add(spec.ledger_id)
+        if spec.mark is not None:
+            change.marks.add(spec.ledger_id)
+        change.touch(spec.bookies(), spec.ledger_id)
+
+
+_HANDLERS: Final = {
+    Action.CLOSE: ClusterState._close,
+    Action.APPEND: ClusterState._append,
+    Action.CHANGE_ENSEMBLE: ClusterState._change_ensemble,
+    Action.KILL: ClusterState._kill,
+    Action.REVIVE: ClusterState._revive,
+    Action.WIPE: ClusterState._wipe,
+    Action.READONLY: ClusterState._set_mode,
+    Action.WRITABLE: ClusterState._set_mode,
+    Action.FAULT: ClusterState._fault,
+    Action.LIMBO: ClusterState._limbo,
+    Action.MARK: ClusterState._mark,
+    Action.UNMARK: ClusterState._unmark,
+    Action.DELETE: ClusterState._delete,
+    Action.CREATE: ClusterState._create,
+    Action.REPAIR: ClusterState._repair,
+}
