@@ -41,10 +41,8 @@ from scrutiny.connectors.watch_state import Change, KnownState, Node, node_stat_
 from scrutiny.connectors.watcher_metrics import WatcherMetrics
 from scrutiny.connectors.zk_tree import (
     TreeLayout,
-    get_data_call,
-    node_of,
-    pipelined,
     read_cluster,
+    read_nodes,
     read_optional,
     read_registrations,
 )
@@ -320,7 +318,7 @@ class Watcher:
         """
         assert self.known is not None
         targets = _classify(layout, paths)
-        found = self._read_nodes([path for (kind, _), path in targets.items() if kind in ("ledger", "mark")])
+        found = read_nodes(self.zk, [path for (kind, _), path in targets.items() if kind in ("ledger", "mark")])
         now = self._now()
         for (kind, ident), path in targets.items():
             for change in self._changes(kind, ident, found.get(path), layout):
@@ -339,12 +337,6 @@ class Watcher:
         else:
             return self.known.bookies(*read_registrations(self.zk, layout.root))
         return [change] if change is not None else []
-
-    def _read_nodes(self, paths: list[str]) -> dict[str, Node]:
-        if not paths:
-            return {}
-        found = pipelined(self.zk, ((p, get_data_call(self.zk, p)) for p in paths))
-        return {path: node_of(*value) for path, value in found}
 
     # ------------------------------------------------------------------ publishing
 

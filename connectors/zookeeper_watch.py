@@ -17,45 +17,17 @@ Guarantees and limits:
 
 from __future__ import annotations
 
-import struct
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.protocol.serialization import write_string
 from kazoo.protocol.states import WatchedEvent
 
+from scrutiny.connectors.zookeeper_requests import AddWatch, AddWatchMode
+
 WatchCallback = Callable[[WatchedEvent], None]
-
-
-class AddWatchMode(IntEnum):
-    """ZooKeeper's addWatch modes."""
-
-    PERSISTENT = 0
-    PERSISTENT_RECURSIVE = 1
-
-
-@dataclass(frozen=True)
-class AddWatch:
-    """The addWatch request (opcode 106): the path and the mode; the reply has no body."""
-
-    path: str
-    mode: AddWatchMode
-    type = 106
-
-    def serialize(self) -> bytearray:
-        """The request body as ZooKeeper's jute encoding: string path, int mode."""
-        body = bytearray(write_string(self.path))
-        body.extend(struct.pack(">i", int(self.mode)))
-        return body
-
-    @classmethod
-    def deserialize(cls, buffer: bytes, offset: int) -> bool:
-        """The reply carries nothing beyond its header."""
-        return True
 
 
 @dataclass(frozen=True)
