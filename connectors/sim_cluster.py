@@ -31,7 +31,6 @@ import functools
 import itertools
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ from scrutiny.connectors.bookie_v3_server import ListingEncoding
 from scrutiny.connectors.sim_bookie import EntryStore, SimBookie
 from scrutiny.connectors.sim_model import BookieMode, CorruptKind, Event, LedgerSpec, Scenario
 from scrutiny.connectors.sim_state import Change, ClusterState
+from scrutiny.connectors.zk_tree import pipelined
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.ledger_metadata import build_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.zk_paths import (
@@ -161,41 +161,7 @@ class _Pipeline:
 
         Errors of a ``tolerate`` type are skipped; any other is raised once all started calls ended.
         """
-        slots = threading.BoundedSemaphore(self.window)
-        lock = threading.Lock()
-        errors: list[BaseException] = []
-        results: list[tuple[str, Any]] = []
-        pending = [0]
-        idle = threading.Event()
-        idle.set()
-
-        def finished(key: str, result: Any) -> None:
-            try:
-                value = result.get_nowait()
-            except tolerate:
-                value = _SKIPPED
-            except BaseException as error:
-                value = _SKIPPED
-                with lock:
-                    errors.append(error)
-            with lock:
-                if value is not _SKIPPED:
-                    results.append((key, value))
-                pending[0] -= 1
-                if pending[0] == 0:
-                    idle.set()
-            slots.release()
-
-        for key, call in calls:
-            slots.acquire()
-            with lock:
-                pending[0] += 1
-                idle.clear()
-            call().rawlink(lambda result, key=key: finished(key, result))
-        idle.wait()
-        if errors:
-            raise errors[0]
-        return results
+        return pipelined(self.client, calls, window=self.window, tolerate=tolerate)
 
     def create_tree(self, nodes: Sequence[tuple[str, bytes]], known: set[str]) -> None:
         """Create the nodes' missing ancestors, then the nodes."""
@@ -263,9 +229,6 @@ class _Pipeline:
         for level in reversed(levels):
             self.transactions([(p, None) for p in level])
         return sum(len(level) for level in levels)
-
-
-_SKIPPED: Final = object()
 
 
 class SimCluster:

@@ -56,12 +56,17 @@ def node_of(data: bytes, stat: Any) -> Node:
 
 
 def pipelined(
-    client: KazooClient, calls: Iterable[tuple[T, Callable[[], Any]]], *, window: int = DEFAULT_WINDOW
+    client: KazooClient,
+    calls: Iterable[tuple[T, Callable[[], Any]]],
+    *,
+    window: int = DEFAULT_WINDOW,
+    tolerate: tuple[type[BaseException], ...] = (NoNodeError,),
 ) -> list[tuple[T, Any]]:
     """Run asynchronous kazoo calls with at most ``window`` in flight; (key, result) of those that succeeded.
 
-    ``calls`` yields (key, start) where ``start()`` returns a kazoo IAsyncResult. NoNodeError
-    results are dropped; any other error is raised once all started calls have finished.
+    ``calls`` yields (key, start) where ``start()`` returns a kazoo IAsyncResult. Results in
+    completion order. Errors of a ``tolerate`` type (by default: the node does not exist) are
+    skipped; any other error is raised once all started calls have finished.
     """
     slots = threading.BoundedSemaphore(window)
     lock = threading.Lock()
@@ -73,16 +78,15 @@ def pipelined(
 
     def done(key: T, async_result: Any) -> None:
         try:
-            value = async_result.get_nowait()
-        except NoNodeError:
-            value = None
+            results_entry: list[tuple[T, Any]] = [(key, async_result.get_nowait())]
+        except tolerate:
+            results_entry = []
         except BaseException as error:  # recorded, raised by the caller's thread
+            results_entry = []
             with lock:
                 errors.append(error)
-            value = None
         with lock:
-            if value is not None:
-                results.append((key, value))
+            results.extend(results_entry)
             pending[0] -= 1
             if pending[0] == 0:
                 finished.set()
