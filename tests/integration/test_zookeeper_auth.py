@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from kazoo.exceptions import NoAuthError
-from kazoo.security import make_acl, make_digest_acl
+from kazoo.security import ACL, make_acl, make_digest_acl
 
 from scrutiny.connectors.services import start_zookeeper
 from scrutiny.connectors.zookeeper_client import build_zookeeper_client
@@ -16,22 +16,28 @@ from scrutiny.streaming.settings import ZooKeeperSection
 pytestmark = pytest.mark.integration
 
 
+def assert_only_the_user_reads(server_address: str, scheme: str, credentials: str, acl: ACL) -> None:
+    """A client logged in with ``credentials`` creates a node only it may read; an anonymous one is refused."""
+    user = build_zookeeper_client(
+        ZooKeeperSection(connect=server_address, auth_scheme=scheme, auth_credentials=Secret(credentials))
+    )
+    anonymous = build_zookeeper_client(ZooKeeperSection(connect=server_address))
+    try:
+        user.start(timeout=15)
+        anonymous.start(timeout=15)
+        user.create("/private", b"ledger metadata", acl=[acl])
+        assert user.get("/private")[0] == b"ledger metadata"
+        with pytest.raises(NoAuthError):
+            anonymous.get("/private")
+    finally:
+        for client in (user, anonymous):
+            client.stop()
+            client.close()
+
+
 def test_sasl_digest_md5_login_reaches_sasl_protected_nodes(tmp_path: Path) -> None:
     with start_zookeeper(tmp_path / "zk", sasl_users={"bob": "s3cret"}, die_with_parent=True) as server:
-        settings = ZooKeeperSection(connect=server.address, auth_scheme="sasl", auth_credentials=Secret("bob:s3cret"))
-        bob = build_zookeeper_client(settings)
-        bob.start(timeout=15)
-        anonymous = build_zookeeper_client(ZooKeeperSection(connect=server.address))
-        anonymous.start(timeout=15)
-        try:
-            bob.create("/private", b"ledger metadata", acl=[make_acl("sasl", "bob", all=True)])
-            assert bob.get("/private")[0] == b"ledger metadata"
-            with pytest.raises(NoAuthError):
-                anonymous.get("/private")
-        finally:
-            for client in (bob, anonymous):
-                client.stop()
-                client.close()
+        assert_only_the_user_reads(server.address, "sasl", "bob:s3cret", make_acl("sasl", "bob", all=True))
 
 
 def test_wrong_sasl_password_does_not_connect(tmp_path: Path) -> None:
@@ -49,17 +55,4 @@ def test_wrong_sasl_password_does_not_connect(tmp_path: Path) -> None:
 
 def test_digest_auth_reaches_digest_protected_nodes(tmp_path: Path) -> None:
     with start_zookeeper(tmp_path / "zk", die_with_parent=True) as server:
-        settings = ZooKeeperSection(connect=server.address, auth_scheme="digest", auth_credentials=Secret("ops:pw1"))
-        ops = build_zookeeper_client(settings)
-        ops.start(timeout=15)
-        anonymous = build_zookeeper_client(ZooKeeperSection(connect=server.address))
-        anonymous.start(timeout=15)
-        try:
-            ops.create("/private", b"x", acl=[make_digest_acl("ops", "pw1", all=True)])
-            assert ops.get("/private")[0] == b"x"
-            with pytest.raises(NoAuthError):
-                anonymous.get("/private")
-        finally:
-            for client in (ops, anonymous):
-                client.stop()
-                client.close()
+        assert_only_the_user_reads(server.address, "digest", "ops:pw1", make_digest_acl("ops", "pw1", all=True))
