@@ -2,17 +2,19 @@
 
 Run from the repository root::
 
-    .venv/bin/python -m bench.watcher_bench                    # 100k ledgers (~2 min here)
-    .venv/bin/python -m bench.watcher_bench --quick            # 20k ledgers, short live phase (~30 s)
+    .venv/bin/python -m bench.watcher_bench                    # 100k ledgers (~45 s here)
+    .venv/bin/python -m bench.watcher_bench --quick            # 20k ledgers, short live phase (~15 s)
     .venv/bin/python -m bench.watcher_bench --ledgers 1000000  # the 1M-ledger walk (see bench/README.md)
 
 It starts its own ZooKeeper and Tansu (:mod:`scrutiny.connectors.services`) in a temporary
 directory and always stops them at the end, on error, on Ctrl-C and on SIGTERM. Then, in one run:
 
 1. **tree**: N ledgers of BookKeeper's real v3 metadata bytes (OPEN, E=3/WQ=2/AQ=2, a Pulsar
-   managed-ledger property) at their real hierarchical paths under ``/ledgers``, written with
-   pipelined ``create_async`` calls (the 2-level directories first);
-2. **walk**: :func:`scrutiny.connectors.zk_tree.read_cluster` on that tree (ledgers/s);
+   managed-ledger property) at their real hierarchical paths under ``/ledgers``, written pipelined
+   (one multi request per 500 creates: one ``create_async`` per ledger is ~15x slower, and is
+   timed on the subset below), the 2-level directories first;
+2. **walk**: :func:`scrutiny.connectors.zk_tree.read_cluster` on that tree (ledgers/s), with the
+   CPU seconds this process and ZooKeeper spent;
 3. **window**: ``read_nodes`` on a smaller tree (10k ledgers; ``--quick``: 2k) with 1, 2 and 8
    multiRead requests in flight, against one get_async per node, in the same run;
 4. **snapshot**: a :class:`~scrutiny.connectors.watcher.Watcher` with an
@@ -23,8 +25,9 @@ directory and always stops them at the end, on error, on Ctrl-C and on SIGTERM. 
    from the ``set`` returning to the LEDGER_CHANGED event with the same mzxid being returned by a
    consumer's fetch (a KafkaConsumer in a process of its own, assigned to every partition,
    placed at each partition's high watermark as seen in fetch responses: Tansu's ListOffsets is
-   not relied on). Before it, the broker's own floor: a record produced, then fetched, on the same
-   broker and consumer.
+   not relied on). The total is split at the moment the watcher hands the event to its producer
+   (and the producer's acks are shown). Before it, the broker's own floor: records produced to a
+   small topic of their own, then fetched, by the same broker and consumer.
 
 Prints a table (progress notes go to stderr). Figures are printed, never asserted: exit 0.
 """
@@ -161,6 +164,12 @@ class LiveFigures:
     missing: int
     grace_s: float
     diagnosis: str
+    #: set returned -> the watcher handed the event to the producer (may be < 0: the notification can beat the reply).
+    handed_ms: list[float]
+    #: handed to the producer -> fetched by the consumer.
+    onwards_ms: list[float]
+    #: handed to the producer -> the broker's acknowledgement (the live LEDGER_CHANGED events).
+    ack_ms: list[float]
 
 
 # --------------------------------------------------------------------------- metadata and the tree
@@ -259,21 +268,39 @@ def _cpu_seconds(pid: int) -> float:
 # --------------------------------------------------------------------------- the watcher's snapshot
 
 
-class _TimedPublisher(EventPublisher):
-    """An EventPublisher that notes when the snapshot's first marker is handed over and when a flush ends."""
+@dataclass
+class Stages:
+    """What the watcher's publisher saw: snapshot marks (perf_counter), live events handed over, acks."""
 
-    def __init__(self, *args: Any, marks: dict[str, float], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._marks = marks
+    marks: dict[str, float] = field(default_factory=dict)
+    #: (ledger id, mzxid) -> time.monotonic() when the live LEDGER_CHANGED was handed to the producer.
+    published: dict[tuple[int, int], float] = field(default_factory=dict)
+    #: ms from handing a LEDGER_CHANGED to the producer to the broker's acknowledgement.
+    acks_ms: list[float] = field(default_factory=list)
+
+    def acked(self, kind: int, seconds: float) -> None:
+        """The publisher's acknowledgement observer (runs on the producer's thread)."""
+        if kind == pb.EventKind.LEDGER_CHANGED:
+            self.acks_ms.append(seconds * 1000)
+
+
+class _TimedPublisher(EventPublisher):
+    """An EventPublisher noting the snapshot's first marker, each flush's end and each live change handed over."""
+
+    def __init__(self, *args: Any, stages: Stages, **kwargs: Any) -> None:
+        super().__init__(*args, on_ack=stages.acked, **kwargs)
+        self._stages = stages
 
     def publish(self, event: pb.LedgerEvent) -> None:
         if event.kind == pb.EventKind.SNAPSHOT_BEGIN:
-            self._marks.setdefault("begin", time.perf_counter())
+            self._stages.marks.setdefault("begin", time.perf_counter())
+        elif event.kind == pb.EventKind.LEDGER_CHANGED and event.origin == pb.Origin.LIVE:
+            self._stages.published.setdefault((event.ledger_id, event.stat.mzxid), time.monotonic())
         super().publish(event)
 
     def flush(self, timeout_s: float | None = None) -> None:
         super().flush(timeout_s)
-        self._marks["flushed"] = time.perf_counter()
+        self._stages.marks["flushed"] = time.perf_counter()
 
 
 @dataclass
@@ -294,16 +321,17 @@ class RunningWatcher:
             self.client.close()
 
 
-def _start_watcher(zookeeper: str, kafka: str, marks: dict[str, float]) -> RunningWatcher:
+def _start_watcher(zookeeper: str, kafka: str, stages: Stages) -> RunningWatcher:
     client = PersistentWatchClient(hosts=zookeeper, timeout=15.0)
     options = {"bootstrap_servers": [kafka], "client_id": "scrutiny-bench-watcher"}
+    marks = stages.marks
 
     def progress(phase: str, count: int) -> None:
         marks[phase] = time.perf_counter()  # phases report more than once: the last report ends the phase
 
     watcher = Watcher(
         client,
-        lambda: _TimedPublisher(options, TopicConfig(TOPIC, partitions=PARTITIONS), marks=marks),
+        lambda: _TimedPublisher(options, TopicConfig(TOPIC, partitions=PARTITIONS), stages=stages),
         WatcherConfig(layout=TreeLayout(root=ROOT), watcher_id="bench"),
         progress=progress,
     )
@@ -314,7 +342,8 @@ def _start_watcher(zookeeper: str, kafka: str, marks: dict[str, float]) -> Runni
     return RunningWatcher(watcher, thread, stop, client)
 
 
-def _wait_snapshot(running: RunningWatcher, marks: dict[str, float], ledgers: int) -> SnapshotTimes:
+def _wait_snapshot(running: RunningWatcher, stages: Stages, ledgers: int) -> SnapshotTimes:
+    marks = stages.marks
     deadline = time.monotonic() + max(120.0, ledgers / 1000)
     registry = running.watcher.metrics.registry
     while running.watcher.known is None:
@@ -474,7 +503,13 @@ def _probe_floor(kafka: str, consumer: ConsumerProcess) -> list[float]:
 
 
 def _live_closes(
-    client: KazooClient, plan: Plan, consumer: ConsumerProcess, closed: Sequence[bytes], watcher: Watcher
+    client: KazooClient,
+    plan: Plan,
+    consumer: ConsumerProcess,
+    closed: Sequence[bytes],
+    *,
+    watcher: Watcher,
+    stages: Stages,
 ) -> LiveFigures:
     count = min(int(plan.rate * plan.seconds), plan.ledgers)
     stride = max(1, plan.ledgers // max(count, 1))
@@ -495,8 +530,27 @@ def _live_closes(
     grace = LIVE_GRACE_S + plan.ledgers / 50_000
     consumer.wait_for(set(returned), grace)
     latencies = sorted((consumer.seen[key] - at) * 1000 for key, at in returned.items() if key in consumer.seen)
-    missing = count - len(latencies)
-    return LiveFigures(count, latencies, sorted(set_ms), achieved, missing, grace, _diagnosis(watcher, consumer))
+    handed: list[float] = []
+    onwards: list[float] = []
+    for key, at in returned.items():
+        published = stages.published.get(key[1:])
+        if published is not None:
+            handed.append((published - at) * 1000)
+            if key in consumer.seen:
+                onwards.append((consumer.seen[key] - published) * 1000)
+    acks = sorted(stages.acks_ms)  # only live events are LEDGER_CHANGED here
+    return LiveFigures(
+        requested=count,
+        latencies_ms=latencies,
+        set_ms=sorted(set_ms),
+        achieved_rate=achieved,
+        missing=count - len(latencies),
+        grace_s=grace,
+        diagnosis=_diagnosis(watcher, consumer),
+        handed_ms=sorted(handed),
+        onwards_ms=sorted(onwards),
+        ack_ms=acks,
+    )
 
 
 def _diagnosis(watcher: Watcher, consumer: ConsumerProcess) -> str:
@@ -545,15 +599,15 @@ def _run(plan: Plan, zookeeper: RunningServer, kafka: RunningServer, results: Re
             _stderr(f"  multiRead window {window}: {plan.subset:,} ledgers in {results.windows[window]:.2f} s")
         results.ceiling_s = _all_in_flight(client, SUBSET_ROOT, plan.subset)
         _stderr("starting the watcher: snapshot to Kafka ...")
-        marks: dict[str, float] = {}
-        running = _start_watcher(zookeeper.address, kafka.address, marks)
-        results.snapshot = _wait_snapshot(running, marks, plan.ledgers)
+        stages = Stages()
+        running = _start_watcher(zookeeper.address, kafka.address, stages)
+        results.snapshot = _wait_snapshot(running, stages, plan.ledgers)
         _stderr(f"  published and flushed {results.snapshot.flushed_s:.1f} s after the watcher started")
         consumer = _start_consumer(kafka.address)
         _stderr(f"broker floor: {PROBES} records at {PROBE_RATE:.0f}/s ...")
         results.floor_ms = _probe_floor(kafka.address, consumer)
         _stderr(f"live: {plan.rate:.0f} closes/s for {plan.seconds:.0f} s ...")
-        results.live = _live_closes(client, plan, consumer, closed, running.watcher)
+        results.live = _live_closes(client, plan, consumer, closed, watcher=running.watcher, stages=stages)
     finally:
         if consumer is not None:
             consumer.close()
@@ -680,6 +734,9 @@ def _live_table(results: Results) -> list[str]:
             f"{live.missing} not read back within {live.grace_s:.0f} s"
         )
         lines.append(_latency_row("**close: set returned → event fetched**", live.latencies_ms, notes))
+        lines.append(_latency_row("↳ set returned → handed to the producer", live.handed_ms, "the watcher"))
+        lines.append(_latency_row("↳ handed to the producer → fetched", live.onwards_ms, "producer, broker, fetch"))
+        lines.append(_latency_row("handed to the producer → broker ack", live.ack_ms, "acks=all"))
         lines += ["", f"Live phase, where the events went: {live.diagnosis}."]
     lines += [
         "",
@@ -762,4 +819,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: main's finally blocks have stopped the servers
+        print("interrupted; the servers this run started are stopped", file=sys.stderr)
+        sys.exit(130)
