@@ -180,13 +180,13 @@ def to_groups(pieces: Iterable[Piece], modulus: int) -> list[SequenceGroup]:
     out: list[SequenceGroup] = []
     for start, end, mask in coalesce(pieces, modulus):
         if mask == everything:
-            _append_run(out, start, end)
+            out.append(SequenceGroup.run(start, end))
             continue
         for residue, length in cyclic_runs(mask, modulus):
             for group in runs_in_window(residue, length, modulus, start, end):
                 key = (residue, length)
                 index = open_groups.get(key)
-                if group.size == length and index is not None and _continues(out[index], group, modulus):
+                if group.size == length and index is not None and group.first_start == out[index].last_start + modulus:
                     previous = out[index]
                     out[index] = SequenceGroup(previous.first_start, group.last_start, length, modulus)
                     continue
@@ -194,14 +194,6 @@ def to_groups(pieces: Iterable[Piece], modulus: int) -> list[SequenceGroup]:
                     open_groups[key] = len(out)
                 out.append(group)
     return sorted(normalize(g) for g in out)
-
-
-def _continues(previous: SequenceGroup, group: SequenceGroup, modulus: int) -> bool:
-    return group.first_start == previous.last_start + modulus
-
-
-def _append_run(out: list[SequenceGroup], start: int, end: int) -> None:
-    out.append(SequenceGroup.run(start, end))
 
 
 def cyclic_runs(mask: int, modulus: int) -> list[tuple[int, int]]:
