@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, LockTimeout
 from kazoo.protocol.states import KazooState, KeeperState, WatchedEvent
 
 from scrutiny.connectors.event_publisher import EventPublisher, PublishError
@@ -135,7 +135,7 @@ class Watcher:
                 except Exception as error:  # every failure is retried; unforeseen ones are logged in full
                     self.metrics.errors.labels(type(error).__name__).inc()
                     if isinstance(error, _EXPECTED_ERRORS):
-                        log.warning("watcher: %s; retrying", error or type(error).__name__)
+                        log.warning("watcher: %s; retrying", str(error) or type(error).__name__)
                     else:
                         log.exception("watcher: unexpected error; retrying")
                     stop.wait(self.config.backoff.delay(attempt))
@@ -149,8 +149,11 @@ class Watcher:
         self._connected(stop)
         lock = self.zk.Lock(self.config.election_path, self.config.watcher_id)
         while not stop.is_set():
-            if lock.acquire(timeout=1.0):
-                break
+            try:  # a standby waits here; kazoo raises (not returns False) when the wait times out
+                if lock.acquire(timeout=1.0):
+                    break
+            except LockTimeout:
+                continue
         if stop.is_set():
             return
         try:
