@@ -37,11 +37,13 @@ from typing import Any
 import pytest
 from kafka import KafkaAdminClient
 from kazoo.client import KazooClient
+from pyspark.sql import SparkSession
 
 from scrutiny.connectors.kafka_config import admin_kwargs
 from scrutiny.connectors.services import Endpoints, RunningServer, start_tansu, start_zookeeper
 from scrutiny.connectors.zookeeper_client import build_zookeeper_client
 from scrutiny.streaming.settings import Settings, load_settings
+from scrutiny.streaming.spark_session import build_spark_session
 
 EXTERNAL_ZOOKEEPER_ENV = "SCRUTINY_TEST_ZOOKEEPER"
 EXTERNAL_KAFKA_ENV = "SCRUTINY_TEST_KAFKA"
@@ -222,3 +224,18 @@ def kafka_topic_factory(
 def kafka_topic(kafka_topic_factory: KafkaTopicFactory) -> str:
     """A fresh one-partition topic, deleted after the test."""
     return kafka_topic_factory()
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    """One local Spark session (``local[2]``) for the whole test session, stopped at the end."""
+    warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    session = build_spark_session(
+        "scrutiny-tests",
+        master="local[2]",
+        conf={"spark.sql.warehouse.dir": str(warehouse), "spark.sql.shuffle.partitions": "2"},
+    )
+    try:
+        yield session
+    finally:
+        session.stop()

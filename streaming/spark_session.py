@@ -1,0 +1,61 @@
+"""The Spark session the job, the scan and the tests use: one place for the settings Spark needs here.
+
+``build_spark_session`` runs on the driver before anything else. It never changes the master of a
+session given by ``spark-submit`` (a cluster's master comes from there); with no master configured it
+runs ``local[*]``. What it always sets:
+
+* the RocksDB state store provider (``transformWithState`` needs it);
+* the Spark UI off unless ``ui`` is true;
+* the driver's thread stack at 16 MB (``query.stop()`` can overflow the default one);
+* Arrow for pandas conversions, and a session time zone of UTC (every time in the tables is UTC).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from pyspark.sql import SparkSession
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+BASE_CONF: Mapping[str, str] = {
+    "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.driver.extraJavaOptions": "-Xss16m",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.streaming.noDataMicroBatches.enabled": "true",
+}
+
+
+def build_spark_session(
+    app_name: str = "scrutiny",
+    *,
+    master: str | None = None,
+    ui: bool = False,
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """A started (or the running) Spark session with :data:`BASE_CONF`, ``conf`` on top.
+
+    ``master`` None keeps what ``spark-submit`` or ``spark.master`` gives and falls back to
+    ``local[*]``. Loopback is used for the driver when no ``SPARK_LOCAL_IP`` is set and the
+    master is local.
+    """
+    builder = SparkSession.builder.appName(app_name)
+    chosen = master or os.environ.get("SCRUTINY_SPARK_MASTER")
+    if chosen is None and "spark.master" not in (conf or {}) and not _submitted():
+        chosen = "local[*]"
+    if chosen is not None:
+        builder = builder.master(chosen)
+    if chosen is not None and chosen.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    settings = {**BASE_CONF, "spark.ui.enabled": "true" if ui else "false", **(conf or {})}
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def _submitted() -> bool:
+    """True when running under spark-submit (which passes the master to the driver)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ or "SPARK_MASTER" in os.environ
