@@ -1,0 +1,364 @@
+"""What the streaming checker remembers about one ledger, and how each event changes it.
+
+Pure: every function takes the ledger's :class:`TrackedLedger` (or None), an event or a timer,
+the time and what is known of the cluster, and returns the new state with an :class:`Outcome`
+(violations found, violations resolved, a completed check, a fetch to do, timers to set). The
+Spark processor stores the state, sets the timers and does the fetches; nothing here does I/O.
+
+Rules (each pinned by a test):
+
+* **versions**: a metadata event older than (or equal to, once checked) the latest version
+  seen is ignored; a newer one replaces any pending retry of the older one;
+* **unknown answers** are never counted as missing: the check is retried with exponential
+  backoff (capped); violations certain already are reported at once; after the last retry
+  each bookie still without an answer is ``BOOKIE_UNRESPONSIVE`` when still registered and
+  ``BOOKIE_NOT_REGISTERED`` when not;
+* **resolution** is only decided by a *complete* check (every bookie answered, or the retries
+  ran out): an open violation absent from it is resolved; a deletion resolves everything;
+* **under-replication**: a mark sets a timer at mark time + grace (mark time unknown: first
+  seen); the timer reports ``UNDER_REPLICATION_STUCK`` unless the mark was cleared first;
+  clearing resolves it;
+* **bounded state**: the metadata bytes are kept only while a retry is pending; what stays
+  for a healthy ledger is its version and close time.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from scrutiny.core.errors import FormatError
+from scrutiny.core.ledger_metadata import LedgerMetadata, LedgerState, decode_ledger_metadata
+from scrutiny.core.verdict import (
+    BookieAnswer,
+    ClusterView,
+    Verdict,
+    VerdictConfig,
+    VerdictKind,
+    Violation,
+    compute_verdict,
+)
+from scrutiny.core.vocabulary import FIXED_SEVERITY, Category
+from scrutiny.core.zk_records import UnderReplicationMark
+
+#: (category, bookie or "", segment first entry or -1): one open violation of a ledger.
+ViolationKey = tuple[str, str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Delayed re-checks of unknown answers: ``initial_ms * factor**n``, capped, ``max_retries`` times."""
+
+    initial_ms: int = 2_000
+    factor: float = 2.0
+    max_ms: int = 60_000
+    max_retries: int = 4
+
+    def delay_ms(self, attempt: int) -> int:
+        """Milliseconds before retry number ``attempt`` (0-based)."""
+        return int(min(self.max_ms, self.initial_ms * self.factor**attempt))
+
+
+@dataclass(frozen=True, slots=True)
+class TrackerConfig:
+    """What the tracker's decisions depend on."""
+
+    verdict: VerdictConfig = VerdictConfig()
+    retry: RetryPolicy = RetryPolicy()
+
+
+@dataclass(frozen=True, slots=True)
+class TrackedLedger:
+    """One ledger's state between micro-batches (small: see the module rules)."""
+
+    version: int = -1
+    checked: bool = False
+    metadata: bytes | None = None
+    changed_ms: int | None = None
+    attempts: int = 0
+    retry_at_ms: int | None = None
+    mark: UnderReplicationMark | None = None
+    stuck_at_ms: int | None = None
+    open: tuple[ViolationKey, ...] = ()
+
+    def timers(self) -> tuple[int, ...]:
+        """The times at which this ledger needs :func:`on_timer`."""
+        return tuple(sorted({t for t in (self.retry_at_ms, self.stuck_at_ms) if t is not None}))
+
+    def to_bytes(self) -> bytes:
+        """Compact JSON for the state store."""
+        doc: dict[str, object] = {"v": self.version, "c": self.checked, "o": [list(k) for k in self.open]}
+        if self.metadata is not None:
+            doc["m"] = base64.b64encode(self.metadata).decode("ascii")
+        optional = {"t": self.changed_ms, "r": self.retry_at_ms, "s": self.stuck_at_ms}
+        doc.update({k: v for k, v in optional.items() if v is not None})
+        if self.attempts:
+            doc["a"] = self.attempts
+        if self.mark is not None:
+            doc["k"] = {"r": list(self.mark.replicas), "t": self.mark.ctime_ms}
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> TrackedLedger:
+        """The inverse of :meth:`to_bytes`."""
+        doc = json.loads(data)
+        mark = doc.get("k")
+        return cls(
+            version=doc["v"],
+            checked=doc["c"],
+            metadata=base64.b64decode(doc["m"]) if "m" in doc else None,
+            changed_ms=doc.get("t"),
+            attempts=doc.get("a", 0),
+            retry_at_ms=doc.get("r"),
+            mark=UnderReplicationMark(tuple(mark["r"]), mark["t"]) if mark is not None else None,
+            stuck_at_ms=doc.get("s"),
+            open=tuple((k[0], k[1], k[2]) for k in doc["o"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """A completed check of one metadata version."""
+
+    verdict: VerdictKind
+    state: LedgerState
+    bookies_asked: int
+    retries: int
+    latency_ms: int | None
+    violation_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one step produced. ``fetch`` names the bookies to ask before :func:`on_answers`."""
+
+    found: tuple[Violation, ...] = ()
+    resolved: tuple[ViolationKey, ...] = ()
+    check: Check | None = None
+    metadata: LedgerMetadata | None = None
+    fetch: tuple[str, ...] = ()
+    version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """The new state (None: forget the ledger) and what the step produced."""
+
+    state: TrackedLedger | None
+    outcome: Outcome = field(default_factory=Outcome)
+
+
+def violation_key(violation: Violation) -> ViolationKey:
+    """The identity of a violation among a ledger's open ones."""
+    segment = violation.segment_first_entry
+    return (violation.category.value, violation.bookie or "", -1 if segment is None else segment)
+
+
+def needs_check(metadata: LedgerMetadata) -> bool:
+    """Closed ledgers, and open ones whose ensemble changes sealed segments; the rest wait."""
+    return metadata.state is LedgerState.CLOSED or len(metadata.segments) > 1
+
+
+# ---------------------------------------------------------------------------------------------- events
+
+
+def on_metadata(
+    state: TrackedLedger | None,
+    *,
+    version: int,
+    data: bytes,
+    changed_ms: int | None,
+    answers: Mapping[str, BookieAnswer] | None,
+    now_ms: int,
+    cluster: ClusterView,
+    config: TrackerConfig,
+) -> Step:
+    """A ledger's metadata was created or changed (``answers`` = its bookies', fetched for this version).
+
+    ``answers`` None means none were fetched: the check is requested through ``Outcome.fetch``.
+    """
+    state = state or TrackedLedger()
+    if version < state.version or (version == state.version and (state.checked or state.retry_at_ms is not None)):
+        return Step(state)
+    fresh = replace(state, version=version, checked=False, metadata=data, changed_ms=changed_ms, attempts=0)
+    fresh = replace(fresh, retry_at_ms=None)
+    try:
+        metadata = decode_ledger_metadata(data)
+    except FormatError as error:
+        unreadable = Violation(
+            Category.METADATA_UNREADABLE, FIXED_SEVERITY[Category.METADATA_UNREADABLE], details=str(error)
+        )
+        return _complete(fresh, None, (unreadable,), VerdictKind.VIOLATED, now_ms, asked=0)
+    if not needs_check(metadata):
+        return Step(replace(fresh, metadata=None), Outcome(metadata=metadata, version=version))
+    if answers is None:
+        return Step(fresh, Outcome(metadata=metadata, fetch=_bookies(metadata), version=version))
+    return _judge(fresh, metadata, answers, now_ms=now_ms, cluster=cluster, config=config)
+
+
+def on_answers(
+    state: TrackedLedger,
+    *,
+    version: int,
+    answers: Mapping[str, BookieAnswer],
+    now_ms: int,
+    cluster: ClusterView,
+    config: TrackerConfig,
+) -> Step:
+    """Answers fetched for ``version`` (after :attr:`Outcome.fetch`); stale ones are dropped."""
+    if version != state.version or state.metadata is None or state.checked:
+        return Step(state)
+    metadata = decode_ledger_metadata(state.metadata)
+    return _judge(state, metadata, answers, now_ms=now_ms, cluster=cluster, config=config)
+
+
+def on_deleted(state: TrackedLedger | None) -> Step:
+    """The ledger is gone: everything open is resolved and the ledger forgotten."""
+    if state is None:
+        return Step(None)
+    return Step(None, Outcome(resolved=state.open, version=state.version))
+
+
+def on_marked(state: TrackedLedger | None, mark: UnderReplicationMark, *, now_ms: int, config: TrackerConfig) -> Step:
+    """Marked under-replicated: the stuck timer runs from the mark's ctime (or now, when it has none)."""
+    state = state or TrackedLedger()
+    started = mark.ctime_ms if mark.ctime_ms is not None else now_ms
+    if state.mark is not None and state.mark.ctime_ms is None and mark.ctime_ms is None and state.stuck_at_ms:
+        return Step(replace(state, mark=mark))  # unchanged mark without ctime: keep the first-seen clock
+    due = started + config.verdict.under_replication_grace_ms
+    stuck_key = _stuck_key()
+    if stuck_key in state.open:
+        return Step(replace(state, mark=mark, stuck_at_ms=None))
+    return Step(replace(state, mark=mark, stuck_at_ms=due))
+
+
+def on_cleared(state: TrackedLedger | None) -> Step:
+    """The under-replication mark is gone: a stuck report resolves."""
+    if state is None:
+        return Step(None)
+    stuck = _stuck_key()
+    resolved = (stuck,) if stuck in state.open else ()
+    remaining = tuple(k for k in state.open if k != stuck)
+    return Step(replace(state, mark=None, stuck_at_ms=None, open=remaining), Outcome(resolved=resolved))
+
+
+def on_timer(state: TrackedLedger, *, now_ms: int) -> Step:
+    """Timers due at ``now_ms``: a stuck mark is reported; a due retry asks for a fetch."""
+    found: tuple[Violation, ...] = ()
+    if state.stuck_at_ms is not None and state.stuck_at_ms <= now_ms and state.mark is not None:
+        stuck = Violation(
+            Category.UNDER_REPLICATION_STUCK,
+            FIXED_SEVERITY[Category.UNDER_REPLICATION_STUCK],
+            details=_stuck_details(state.mark),
+        )
+        found = (stuck,)
+        state = replace(state, stuck_at_ms=None, open=_with_keys(state.open, found))
+    fetch: tuple[str, ...] = ()
+    metadata = None
+    if state.retry_at_ms is not None and state.retry_at_ms <= now_ms and state.metadata is not None:
+        metadata = decode_ledger_metadata(state.metadata)
+        fetch = _bookies(metadata)
+        state = replace(state, retry_at_ms=None, attempts=state.attempts + 1)
+    return Step(state, Outcome(found=found, fetch=fetch, metadata=metadata, version=state.version))
+
+
+# ---------------------------------------------------------------------------------------------- judging
+
+
+def _judge(
+    state: TrackedLedger,
+    metadata: LedgerMetadata,
+    answers: Mapping[str, BookieAnswer],
+    *,
+    now_ms: int,
+    cluster: ClusterView,
+    config: TrackerConfig,
+) -> Step:
+    verdict = compute_verdict(
+        metadata,
+        answers,
+        now_ms=now_ms,
+        config=config.verdict,
+        cluster=cluster,
+        under_replication=None if state.mark is None else replace(state.mark, ctime_ms=None),
+    )
+    found = _not_stuck(verdict)
+    asked = len(_bookies(metadata))
+    if verdict.retry_bookies and state.attempts < config.retry.max_retries:
+        retry_at = now_ms + config.retry.delay_ms(state.attempts)
+        pending = replace(state, retry_at_ms=retry_at, open=_with_keys(state.open, found))
+        return Step(pending, Outcome(found=found, metadata=metadata, version=state.version))
+    found += _unanswered(verdict, cluster, found)
+    kind = VerdictKind.VIOLATED if found else verdict.verdict
+    return _complete(state, metadata, found, kind, now_ms, asked=asked)
+
+
+def _complete(
+    state: TrackedLedger,
+    metadata: LedgerMetadata | None,
+    found: tuple[Violation, ...],
+    kind: VerdictKind,
+    now_ms: int,
+    *,
+    asked: int,
+) -> Step:
+    """A finished check: the open set becomes what it found (plus a stuck report, which marks govern)."""
+    keys = {violation_key(v) for v in found}
+    stuck = _stuck_key()
+    resolved = tuple(k for k in state.open if k not in keys and k != stuck)
+    still = tuple(k for k in state.open if k == stuck and k not in keys)
+    latency = None if state.changed_ms is None else max(0, now_ms - state.changed_ms)
+    check = Check(
+        verdict=kind,
+        state=metadata.state if metadata is not None else LedgerState.OPEN,
+        bookies_asked=asked,
+        retries=state.attempts,
+        latency_ms=latency,
+        violation_count=len(found),
+    )
+    done = replace(state, checked=True, metadata=None, retry_at_ms=None, open=_with_keys(still, found))
+    outcome = Outcome(found=found, resolved=resolved, check=check, metadata=metadata, version=state.version)
+    return Step(done, outcome)
+
+
+def _not_stuck(verdict: Verdict) -> tuple[Violation, ...]:
+    """The verdict's findings without a stuck report: the tracker's own timer decides that one."""
+    return tuple(v for v in verdict.violations if v.category is not Category.UNDER_REPLICATION_STUCK)
+
+
+def _unanswered(verdict: Verdict, cluster: ClusterView, found: tuple[Violation, ...]) -> tuple[Violation, ...]:
+    """After the last retry: each silent bookie, by whether it is still registered."""
+    reported = {v.bookie for v in found if v.category is Category.BOOKIE_NOT_REGISTERED}
+    out: list[Violation] = []
+    for bookie in verdict.retry_bookies:
+        if cluster.registered(bookie):
+            category = Category.BOOKIE_UNRESPONSIVE
+            details = "no answer after the retries; the bookie is still registered"
+        elif bookie in reported:
+            continue
+        else:
+            category = Category.BOOKIE_NOT_REGISTERED
+            details = "no answer after the retries, and the bookie is no longer registered"
+        out.append(Violation(category, FIXED_SEVERITY[category], bookie=bookie, details=details))
+    return tuple(out)
+
+
+def _bookies(metadata: LedgerMetadata) -> tuple[str, ...]:
+    """Every bookie of every segment, in first-seen order."""
+    return tuple(dict.fromkeys(b for segment in metadata.segments for b in segment.ensemble))
+
+
+def _with_keys(open_keys: tuple[ViolationKey, ...], found: tuple[Violation, ...]) -> tuple[ViolationKey, ...]:
+    return tuple(dict.fromkeys((*open_keys, *(violation_key(v) for v in found))))
+
+
+def _stuck_key() -> ViolationKey:
+    return (Category.UNDER_REPLICATION_STUCK.value, "", -1)
+
+
+def _stuck_details(mark: UnderReplicationMark) -> str:
+    since = "its first sighting" if mark.ctime_ms is None else f"ctime {mark.ctime_ms}"
+    replicas = ", ".join(mark.replicas) or "none named"
+    return f"marked under-replicated (missing replicas: {replicas}) since {since}, longer than the grace period"
