@@ -95,6 +95,27 @@ class ServicesSection:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckerSection:
+    """``[checker]``: the streaming job (``scrutiny run``)."""
+
+    data_dir: str = "data"
+    checkpoint_dir: str = "checkpoints/checker"
+    trigger_seconds: float = 1.0
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int = 0
+    fail_on_data_loss: bool = True
+    retry_initial_seconds: float = 2.0
+    retry_max_seconds: float = 60.0
+    retry_attempts: int = 4
+    fetch_timeout_seconds: float = 10.0
+    cluster_cache_seconds: float = 2.0
+    metrics_port: int = 0
+    spark_master: str = ""
+    spark_ui: bool = False
+    shuffle_partitions: int = 4
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """Everything configurable, resolved. ``source`` names the file it came from, if any."""
 
@@ -104,6 +125,7 @@ class Settings:
     kafka: KafkaSection = KafkaSection()
     watcher: WatcherSection = WatcherSection()
     services: ServicesSection = ServicesSection()
+    checker: CheckerSection = CheckerSection()
     source: str | None = None
 
     @property
@@ -134,6 +156,7 @@ _SECTION_TYPES: dict[str, type[Any]] = {
     "kafka": KafkaSection,
     "watcher": WatcherSection,
     "services": ServicesSection,
+    "checker": CheckerSection,
 }
 _FIELD_OF_SECTION = {"verdict": "verdict_section"}
 
@@ -191,6 +214,12 @@ def _typed(name: str, value: object, kind: type) -> object:
         if not isinstance(value, str):
             raise ConfigError(f"{name} must be a str")
         return Secret(value)
+    if kind is float and type(value) is int:
+        return float(value)
+    if kind is dict:
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise ConfigError(f"{name} must be a table of strings")
+        return dict(value)
     if type(value) is not kind:
         raise ConfigError(f"{name} must be a {kind.__name__}, not {value!r}")
     return value
@@ -218,9 +247,27 @@ def _from_text(name: str, text: str, kind: type) -> object:
             return int(text)
         except ValueError:
             raise ConfigError(f"environment variable {name} must be an integer, not {text!r}") from None
+    if kind is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(f"environment variable {name} must be a number, not {text!r}") from None
+    if kind is dict:
+        return _pairs(name, text)
     if kind is Secret:
         return Secret(text)
     return text
+
+
+def _pairs(name: str, text: str) -> dict[str, str]:
+    """``key=value,key=value`` (a table in the environment)."""
+    out: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"environment variable {name} must be key=value pairs separated by commas, not {text!r}")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def _validate(settings: Settings) -> None:
@@ -240,6 +287,12 @@ def _validate(settings: Settings) -> None:
     for key, value in positive.items():
         if value < 1:
             raise ConfigError(f"{key} must be a positive integer, not {value!r}")
+    checker = settings.checker
+    for key in ("trigger_seconds", "retry_initial_seconds", "retry_max_seconds", "fetch_timeout_seconds"):
+        if getattr(checker, key) <= 0:
+            raise ConfigError(f"checker.{key} must be positive, not {getattr(checker, key)!r}")
+    if checker.retry_attempts < 0 or checker.max_offsets_per_trigger < 0:
+        raise ConfigError("checker.retry_attempts and checker.max_offsets_per_trigger must not be negative")
     grace = settings.verdict_section.under_replication_grace_seconds
     if grace < 0:
         raise ConfigError(f"verdict.under_replication_grace_seconds must not be negative, not {grace}")
