@@ -1,0 +1,247 @@
+"""The cluster as the checker's executors see it: bookie registrations and racks, read from ZooKeeper and cached.
+
+:class:`CachedClusterReader` reads the writable (``<root>/available/<id>``) and read-only
+(``<root>/available/readonly/<id>``) registrations and Pulsar's rack map (``/bookies``) with its
+own kazoo client (built from the ``[zookeeper]`` settings by
+:func:`~scrutiny.connectors.zookeeper_client.build_zookeeper_client`, started on first use), and
+serves the result as a :class:`ClusterSnapshot` for ``ttl_s`` seconds.
+
+Guarantees: a snapshot is one consistent read (never a mix of two); when ZooKeeper fails (not
+connected, an error during the read) the last snapshot is served again, with a warning logged, and
+the read is retried after ``ttl_s``; with no snapshot at all :class:`ClusterCacheError` is raised.
+A rack node that does not parse keeps the racks of the last snapshot (none at first) and says so in
+:attr:`ClusterSnapshot.racks_problem`: racks are never silently replaced by defaults, which would
+make healthy placements fail.
+
+The reader pickles as its settings (the Spark job ships it to executors); the client and cache are
+rebuilt where it is unpickled. :func:`shared_reader` gives one reader per (connection, root) per
+process and closes them at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
+
+from scrutiny.connectors.zk_tree import read_optional, read_registrations
+from scrutiny.connectors.zookeeper_client import ZooKeeperSettings, build_zookeeper_client
+from scrutiny.core.errors import ConfigError, FormatError, PathError, ScrutinyError
+from scrutiny.core.verdict import ClusterView
+from scrutiny.core.zk_paths import check_root
+from scrutiny.core.zk_records import parse_pulsar_racks
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TTL_S: Final = 2.0
+DEFAULT_RACKS_PATH: Final = "/bookies"
+#: Errors of a ZooKeeper read after which the last snapshot is served.
+ZOOKEEPER_ERRORS: Final = (KazooException, KazooTimeoutError, OSError)
+
+
+class ClusterCacheError(ScrutinyError):
+    """No snapshot of the cluster can be served: ZooKeeper failed before the first successful read."""
+
+
+class _NotConnectedError(Exception):
+    """The reader's ZooKeeper client is not connected (internal: handled like a ZooKeeper error)."""
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """One read of the cluster: the verdict's view, each registered bookie's node bytes, when it was read.
+
+    ``registrations`` maps writable and read-only bookie ids to their node's bytes (a bookie in both
+    places, in the middle of a move, keeps its writable node's bytes). ``read_at_ms`` is wall-clock
+    time of the read. ``racks_problem`` is empty unless the rack node did not parse (see the module).
+    """
+
+    view: ClusterView
+    registrations: dict[str, bytes | None] = field(hash=False)
+    read_at_ms: int
+    racks_problem: str = ""
+
+
+class CachedClusterReader:
+    """Registrations and racks under ``ledgers_root`` (and ``racks_path``), cached for ``ttl_s`` seconds.
+
+    ``zk_settings``: the ``[zookeeper]`` section (any object with its attributes; picklable and
+    hashable for :func:`shared_reader`). ``connect_timeout_s`` bounds the first connection. Raises
+    :class:`~scrutiny.core.errors.ConfigError` for an invalid root or TTL. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        zk_settings: ZooKeeperSettings,
+        ledgers_root: str = "/ledgers",
+        *,
+        ttl_s: float = DEFAULT_TTL_S,
+        racks_path: str = DEFAULT_RACKS_PATH,
+        connect_timeout_s: float = 5.0,
+    ) -> None:
+        try:
+            self.ledgers_root = check_root(ledgers_root)
+        except PathError as error:
+            raise ConfigError(f"ledgers root: {error}") from None
+        if ttl_s < 0 or connect_timeout_s <= 0:
+            raise ConfigError("ttl_s must not be negative and connect_timeout_s must be positive")
+        self.zk_settings = zk_settings
+        self.ttl_s = ttl_s
+        self.racks_path = racks_path
+        self.connect_timeout_s = connect_timeout_s
+        self._init_state()
+
+    def _init_state(self) -> None:
+        self._lock = threading.Lock()
+        self._client: KazooClient | None = None
+        self._snapshot: ClusterSnapshot | None = None
+        self._read_at = 0.0
+        self._stale = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "zk_settings": self.zk_settings,
+            "ledgers_root": self.ledgers_root,
+            "ttl_s": self.ttl_s,
+            "racks_path": self.racks_path,
+            "connect_timeout_s": self.connect_timeout_s,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_state()
+
+    def __repr__(self) -> str:
+        return f"CachedClusterReader(root={self.ledgers_root!r}, racks_path={self.racks_path!r}, ttl_s={self.ttl_s})"
+
+    @property
+    def stale(self) -> bool:
+        """Whether the last :meth:`get` served an old snapshot because ZooKeeper failed."""
+        return self._stale
+
+    def get(self, *, refresh: bool = False) -> ClusterSnapshot:
+        """The cached snapshot if younger than ``ttl_s`` (and not ``refresh``), else a new read.
+
+        On a ZooKeeper failure: the last snapshot (logged), or :class:`ClusterCacheError` if none.
+        """
+        with self._lock:
+            now = time.monotonic()
+            snapshot = self._snapshot
+            if snapshot is not None and not refresh and now - self._read_at < self.ttl_s:
+                return snapshot
+            try:
+                fresh = self._read(snapshot)
+            except (*ZOOKEEPER_ERRORS, _NotConnectedError) as error:
+                return self._serve_stale(snapshot, now, error)
+            self._snapshot, self._read_at, self._stale = fresh, now, False
+            return fresh
+
+    def _serve_stale(self, snapshot: ClusterSnapshot | None, now: float, error: BaseException) -> ClusterSnapshot:
+        reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        if snapshot is None:
+            raise ClusterCacheError(f"cannot read the bookies' registrations from ZooKeeper: {reason}") from error
+        self._read_at, self._stale = now, True  # retried after ttl_s, not on every call
+        age_s = time.time() - snapshot.read_at_ms / 1000
+        logger.warning("ZooKeeper read failed (%s); serving the cluster snapshot of %.1f s ago", reason, age_s)
+        return snapshot
+
+    def invalidate(self) -> None:
+        """Make the next :meth:`get` read ZooKeeper."""
+        with self._lock:
+            self._read_at = float("-inf")
+
+    def close(self) -> None:
+        """Stop and close the ZooKeeper client (a later :meth:`get` starts a new one)."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            _stop_client(client)
+
+    # ----------------------------------------------------------------------- reading
+
+    def _connected_client(self) -> KazooClient:
+        client = self._client
+        if client is None:
+            client = build_zookeeper_client(self.zk_settings)
+            try:
+                client.start(timeout=self.connect_timeout_s)
+            except BaseException:
+                _stop_client(client)
+                raise
+            self._client = client
+        if not client.connected:
+            raise _NotConnectedError("not connected to ZooKeeper")
+        return client
+
+    def _read(self, previous: ClusterSnapshot | None) -> ClusterSnapshot:
+        client = self._connected_client()
+        writable, readonly = read_registrations(client, self.ledgers_root)
+        racks_data = read_optional(client, self.racks_path) if self.racks_path else None
+        racks, racks_problem = _racks(racks_data, previous)
+        registrations: dict[str, bytes | None] = {**readonly, **writable}
+        view = ClusterView(racks=racks, writable=frozenset(writable), readonly=frozenset(readonly))
+        return ClusterSnapshot(view, registrations, int(time.time() * 1000), racks_problem)
+
+
+def _racks(data: bytes | None, previous: ClusterSnapshot | None) -> tuple[dict[str, str], str]:
+    """Bookie id -> rack from the rack node's bytes; on bad bytes the previous racks and the problem."""
+    if data is None:
+        return {}, ""
+    try:
+        return dict(parse_pulsar_racks(data).racks), ""
+    except FormatError as error:
+        kept = dict(previous.view.racks) if previous is not None else {}
+        logger.error("the rack node does not parse (%s); keeping the %d racks known before", error, len(kept))
+        return kept, str(error)
+
+
+def _stop_client(client: KazooClient) -> None:
+    try:
+        client.stop()
+        client.close()
+    except Exception as error:
+        logger.debug("stopping a ZooKeeper client: %s", error)
+
+
+# --------------------------------------------------------------------------- one reader per process
+
+_shared: dict[tuple[Any, ...], tuple[int, CachedClusterReader]] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_reader(
+    zk_settings: ZooKeeperSettings,
+    ledgers_root: str = "/ledgers",
+    *,
+    ttl_s: float = DEFAULT_TTL_S,
+    racks_path: str = DEFAULT_RACKS_PATH,
+) -> CachedClusterReader:
+    """This process's reader for these settings, root, rack node and TTL (a new one after a fork); closed at exit."""
+    key = (zk_settings, ledgers_root, racks_path, ttl_s)
+    with _shared_lock:
+        found = _shared.get(key)
+        if found is not None and found[0] == os.getpid():
+            return found[1]
+        reader = CachedClusterReader(zk_settings, ledgers_root, ttl_s=ttl_s, racks_path=racks_path)
+        _shared[key] = (os.getpid(), reader)
+        return reader
+
+
+def close_shared_readers() -> None:
+    """Close every shared reader made by this process (registered with :mod:`atexit`)."""
+    with _shared_lock:
+        readers = [reader for pid, reader in _shared.values() if pid == os.getpid()]
+        _shared.clear()
+    for reader in readers:
+        reader.close()
+
+
+atexit.register(close_shared_readers)
