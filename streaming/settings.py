@@ -95,6 +95,25 @@ class ServicesSection:
 
 
 @dataclass(frozen=True, slots=True)
+class BookiesSection:
+    """``[bookies]``: how the checker reaches the bookies (docs/bookie_access.md)."""
+
+    protocol: str = "auto"
+    request_timeout_seconds: float = 5.0
+    connect_timeout_seconds: float = 2.0
+    protocols: str = ""
+    v3_overrides: str = ""
+    agent_overrides: str = ""
+    agent_token: Secret = Secret()
+    agent_tls: bool = False
+    agent_ca_file: str = ""
+    v3_tls: bool = False
+    v3_ca_file: str = ""
+    max_ledgers_per_call: int = 500
+    max_in_flight_per_bookie: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
 class CheckerSection:
     """``[checker]``: the streaming job (``scrutiny run``)."""
 
@@ -125,6 +144,7 @@ class Settings:
     kafka: KafkaSection = KafkaSection()
     watcher: WatcherSection = WatcherSection()
     services: ServicesSection = ServicesSection()
+    bookies: BookiesSection = BookiesSection()
     checker: CheckerSection = CheckerSection()
     source: str | None = None
 
@@ -156,6 +176,7 @@ _SECTION_TYPES: dict[str, type[Any]] = {
     "kafka": KafkaSection,
     "watcher": WatcherSection,
     "services": ServicesSection,
+    "bookies": BookiesSection,
     "checker": CheckerSection,
 }
 _FIELD_OF_SECTION = {"verdict": "verdict_section"}

@@ -7,12 +7,14 @@ runs ``local[*]``. What it always sets:
 * the RocksDB state store provider (``transformWithState`` needs it);
 * the Spark UI off unless ``ui`` is true;
 * the driver's thread stack at 16 MB (``query.stop()`` can overflow the default one);
+* for local masters, the driver's own Python for the workers (which must import this package);
 * Arrow for pandas conversions, and a session time zone of UTC (every time in the tables is UTC).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
@@ -50,6 +52,7 @@ def build_spark_session(
         builder = builder.master(chosen)
     if chosen is not None and chosen.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers must import this package
     settings = {**BASE_CONF, "spark.ui.enabled": "true" if ui else "false", **(conf or {})}
     for key, value in settings.items():
         builder = builder.config(key, value)

@@ -1,0 +1,167 @@
+"""``scrutiny run``: the streaming checker (the product's main job).
+
+With a configuration (``--config FILE`` or ``SCRUTINY_CONFIG``) it runs against the cluster the
+configuration names: ZooKeeper for registrations, the watcher's Kafka topic for events, the
+bookies for listings; tables go to ``checker.data_dir``. Without one it is the embedded default:
+local ZooKeeper and Kafka-protocol broker, a simulated cluster with faults (``--scenario``,
+default conf/scenarios/demo.toml), the watcher and the checker, all stopped again on exit.
+
+It prints what it is doing, then a line per micro-batch and a summary of the open violations
+every ``--summary-every`` seconds. ``--duration S`` stops after S seconds; ``--until-idle S`` once
+S seconds pass with no event, no check and no retry pending. Ctrl-C (or SIGTERM) stops cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+
+from prometheus_client import start_http_server
+
+from scrutiny.connectors.delta_tables import read_table
+from scrutiny.connectors.sim_scenario import load_scenario
+from scrutiny.streaming.embedded import DEMO_SCENARIO, EmbeddedStack
+from scrutiny.streaming.job import RunningChecker, start_checker
+from scrutiny.streaming.job_metrics import JobMetrics
+from scrutiny.streaming.settings import CONFIG_ENV, Settings, load_settings
+from scrutiny.streaming.sink import BatchSummary
+from scrutiny.streaming.spark_session import build_spark_session
+
+log = logging.getLogger("scrutiny.run")
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``run``."""
+    run = commands.add_parser(
+        "run",
+        help="the streaming checker (no configuration: the embedded default on a simulated cluster)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("--config", help="configuration file (TOML); none: the embedded default")
+    run.add_argument("--scenario", help="embedded default: the simulated cluster's scenario (default: the demo)")
+    run.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long")
+    run.add_argument("--until-idle", type=float, metavar="SECONDS", help="stop after this long with nothing to do")
+    run.add_argument("--summary-every", type=float, default=30.0, metavar="SECONDS", help="open-violation summary")
+    run.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port of 127.0.0.1")
+    run.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    configured = args.config or os.environ.get(CONFIG_ENV)
+    settings = load_settings(args.config)
+    metrics = JobMetrics()
+    port = args.metrics_port if args.metrics_port is not None else settings.checker.metrics_port
+    if port:
+        start_http_server(port, addr="127.0.0.1", registry=metrics.registry)
+        log.info("metrics on http://127.0.0.1:%d/metrics", port)
+    stop = _stop_on_signals()
+    if configured:
+        spark = build_spark_session(
+            "scrutiny-checker",
+            master=settings.checker.spark_master or None,
+            ui=settings.checker.spark_ui,
+            conf={"spark.sql.shuffle.partitions": str(settings.checker.shuffle_partitions)},
+        )
+        checker = start_checker(spark, settings, metrics=metrics)
+        try:
+            _follow(checker, settings, args, stop)
+        finally:
+            checker.stop()
+        return 0
+    scenario = load_scenario(args.scenario or DEMO_SCENARIO)
+    stack = EmbeddedStack(settings, scenario)
+    try:
+        embedded = stack.start()
+        assert stack.checker is not None
+        print(
+            f"embedded default: ZooKeeper {embedded.zookeeper.connect}, Kafka {embedded.kafka.bootstrap_servers}, "
+            f"scenario {scenario.name!r}; tables under {Path(embedded.checker.data_dir).resolve()}",
+            flush=True,
+        )
+        _follow(stack.checker, embedded, args, stop)
+    finally:
+        print("stopping: checker, watcher, simulated cluster, services", flush=True)
+        stack.close()
+    return 0
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    return stop
+
+
+def _follow(checker: RunningChecker, settings: Settings, args: argparse.Namespace, stop: threading.Event) -> None:
+    """Print progress until stopped, the duration is over, the job is idle or the query fails."""
+    checker.sink.on_batch = _chain(checker.sink.on_batch, _print_batch)
+    started = time.monotonic()
+    next_summary = started + args.summary_every
+    while not stop.wait(0.5):
+        if checker.query.exception() is not None:
+            raise SystemExit(f"scrutiny: the checker query failed: {checker.query.exception()}")
+        now = time.monotonic()
+        if args.duration is not None and now - started >= args.duration:
+            break
+        if args.until_idle is not None and checker.batches and now - checker.idle_since >= args.until_idle:
+            print(f"idle for {args.until_idle:g} s: stopping", flush=True)
+            break
+        if now >= next_summary:
+            _print_summary(settings)
+            next_summary = now + args.summary_every
+    _print_summary(settings)
+
+
+def _chain(
+    first: Callable[[BatchSummary], None] | None, second: Callable[[BatchSummary], None]
+) -> Callable[[BatchSummary], None]:
+    def both(summary: BatchSummary) -> None:
+        if first is not None:
+            first(summary)
+        second(summary)
+
+    return both
+
+
+def _print_batch(s: BatchSummary) -> None:
+    if not (s.events or s.checks or s.violations or s.resolved):
+        return
+    found = ", ".join(f"{c} {n}" for c, n in sorted(s.violations.items())) or "none"
+    print(
+        f"batch {s.batch_id}: {s.events} events, {s.checks} checks, {s.rpcs} RPCs, violations: {found}, "
+        f"resolved {s.resolved}, retries pending {s.retries_pending} ({s.seconds:.2f} s to write)",
+        flush=True,
+    )
+
+
+def _print_summary(settings: Settings) -> None:
+    try:
+        table = read_table(settings.checker.data_dir, "open_violations")
+    except Exception as error:
+        log.debug("no summary: %s", error)
+        return
+    rows = [r for r in table.to_pylist() if r["resolved_at"] is None]
+    counts: dict[tuple[str, str], int] = {}
+    for row in rows:
+        key = (row["severity"], row["category"])
+        counts[key] = counts.get(key, 0) + 1
+    ledgers = len({r["ledger_id"] for r in rows})
+    print(f"open violations: {len(rows)} on {ledgers} ledgers", flush=True)
+    for (severity, category), count in sorted(counts.items()):
+        print(f"  {severity:<8} {category:<26} {count}", flush=True)
+    sys.stdout.flush()

@@ -1,0 +1,153 @@
+"""The embedded default of ``scrutiny run``: everything on this machine, in one process tree.
+
+:class:`EmbeddedStack` brings up, in order, the embedded ZooKeeper and Kafka-protocol broker
+(``scrutiny services``, reused when already running), a simulated BookKeeper cluster from a
+scenario (the demo by default: faults that change over time), the watcher, and the checker on a
+local Spark session; :meth:`EmbeddedStack.close` takes them down in reverse order and stops only
+what it started. The broker keeps events in memory, so each run starts from a fresh checkpoint
+(``<checkpoint_dir>``, emptied first) while the Delta tables accumulate across runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import socket
+import threading
+from collections.abc import Coroutine
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from kazoo.client import KazooClient
+
+from scrutiny.connectors.services import EmbeddedServices, default_state_dir
+from scrutiny.connectors.sim_cluster import SimCluster
+from scrutiny.connectors.sim_model import Scenario
+from scrutiny.connectors.watcher import Watcher
+from scrutiny.connectors.watcher_metrics import WatcherMetrics
+from scrutiny.connectors.zookeeper_client import build_zookeeper_client
+from scrutiny.streaming.cli_watch import watcher_from_settings
+from scrutiny.streaming.job import RunningChecker, start_checker
+from scrutiny.streaming.settings import Settings
+from scrutiny.streaming.spark_session import build_spark_session
+
+log = logging.getLogger(__name__)
+
+DEMO_SCENARIO = Path(__file__).resolve().parent.parent / "conf" / "scenarios" / "demo.toml"
+
+
+def embedded_settings(base: Settings, scenario: Scenario, zookeeper: str, kafka: str) -> Settings:
+    """``base`` pointed at the embedded servers, with the scenario's checker assumptions."""
+    spec = scenario.checker
+    placement = replace(
+        base.placement,
+        policy=spec.placement.value,
+        min_racks_per_write_quorum=spec.min_racks_per_write_quorum,
+        enforce_min_racks_per_write_quorum=spec.enforce_min_racks,
+        min_zones_per_write_quorum=spec.min_zones_per_write_quorum,
+        desired_zones_per_write_quorum=spec.desired_zones_per_write_quorum,
+        default_rack=spec.default_rack,
+    )
+    return replace(
+        base,
+        zookeeper=replace(
+            base.zookeeper, connect=zookeeper, metadata_uri="", ledgers_root=scenario.cluster.ledgers_root
+        ),
+        kafka=replace(base.kafka, bootstrap_servers=kafka, partitions=min(base.kafka.partitions, 4)),
+        watcher=replace(base.watcher, racks_path=scenario.cluster.racks_path, tick_interval_seconds=2),
+        checker=replace(base.checker, checkpoint_dir=str(Path(base.checker.checkpoint_dir).parent / "embedded")),
+        placement=placement,
+        verdict_section=replace(
+            base.verdict_section, under_replication_grace_seconds=int(spec.under_replication_grace_s)
+        ),
+    )
+
+
+class EmbeddedStack:
+    """Services, simulated cluster, watcher and checker (see the module docstring)."""
+
+    def __init__(self, base: Settings, scenario: Scenario, *, services_dir: Path | None = None) -> None:
+        self.base = base
+        self.scenario = scenario
+        self.services = EmbeddedServices(services_dir or Path(base.services.state_dir or default_state_dir()))
+        self.settings: Settings | None = None
+        self.cluster: SimCluster | None = None
+        self.checker: RunningChecker | None = None
+        self.watcher: Watcher | None = None
+        self._loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(target=self._loop.run_forever, name="simulated-cluster", daemon=True)
+        self._client: KazooClient | None = None
+        self._watcher_stop = threading.Event()
+        self._watcher_thread: threading.Thread | None = None
+
+    def start(self) -> Settings:
+        """Bring everything up; returns the settings the parts use. Partial starts are undone on error."""
+        try:
+            return self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> Settings:
+        log.info("starting the embedded ZooKeeper and Kafka-protocol broker under %s", self.services.state_dir)
+        endpoints = self.services.up(progress=lambda line: log.info("%s", line)).endpoints
+        settings = embedded_settings(self.base, self.scenario, endpoints.zookeeper, endpoints.kafka)
+        self.settings = settings
+        self._client = build_zookeeper_client(settings.zookeeper, hosts=endpoints.zookeeper)
+        self._client.start(timeout=30)
+        self._loop_thread.start()
+        self.cluster = SimCluster(self.scenario, self._client, replace=True)
+        log.info("starting the simulated cluster %r (%d ledgers)", self.scenario.name, len(self.scenario.ledgers))
+        self._run(self.cluster.start())
+        self._run(self._schedule())
+        self.watcher = watcher_from_settings(settings, f"embedded-{socket.gethostname()}", WatcherMetrics())
+        self._watcher_thread = threading.Thread(
+            target=self.watcher.run, args=(self._watcher_stop,), name="watcher", daemon=True
+        )
+        self._watcher_thread.start()
+        checkpoint = Path(settings.checker.checkpoint_dir)
+        if checkpoint.exists():
+            shutil.rmtree(checkpoint)  # the embedded broker forgot its events: old offsets mean nothing
+        spark = build_spark_session(
+            "scrutiny-embedded",
+            master=settings.checker.spark_master or "local[2]",
+            ui=settings.checker.spark_ui,
+            conf={"spark.sql.shuffle.partitions": str(settings.checker.shuffle_partitions)},
+        )
+        log.info("starting the checker (Spark %s)", spark.version)
+        self.checker = start_checker(spark, settings)
+        return settings
+
+    async def _schedule(self) -> None:
+        assert self.cluster is not None
+        self.cluster.start_schedule()
+
+    def _run(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=300)
+
+    def close(self) -> None:
+        """Stop the checker, the watcher, the cluster and the services this stack started."""
+        if self.checker is not None:
+            with contextlib.suppress(Exception):
+                self.checker.stop()
+        self._watcher_stop.set()
+        if self._watcher_thread is not None:
+            self._watcher_thread.join(timeout=30)
+        if self.watcher is not None:
+            with contextlib.suppress(Exception):
+                self.watcher.zk.stop()
+                self.watcher.zk.close()
+        if self.cluster is not None and self._loop.is_running():
+            with contextlib.suppress(Exception):
+                self._run(self.cluster.stop())
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._loop_thread.join(timeout=10)
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                self._client.stop()
+                self._client.close()
+        self.services.stop_started()

@@ -1,0 +1,161 @@
+"""The streaming checker: Kafka events → fetch stage → stateful processor → Delta tables.
+
+:func:`start_checker` runs on the driver: it registers the Kafka source, builds the query
+(``mapInArrow`` fetch stage, ``transformWithState`` keyed by ledger with processing-time timers
+and the RocksDB state store, ``foreachBatch`` sink) and starts it with its checkpoint. Nothing in
+it assumes local mode: under ``spark-submit`` the fetch stage runs one task per Kafka partition
+range and the processor one task per shuffle partition, on whatever executors the cluster gives.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.streaming.query import StreamingQuery
+
+from scrutiny.connectors.delta_tables import CheckerTables
+from scrutiny.connectors.kafka_source import ScrutinyKafkaSource, source_options
+from scrutiny.connectors.listing_fetch import FetchConfig, fetch_config_from_settings
+from scrutiny.connectors.table_schemas import OUTPUT_SCHEMA
+from scrutiny.connectors.zookeeper_client import zookeeper_target
+from scrutiny.core.ledger_tracker import RetryPolicy, TrackerConfig
+from scrutiny.streaming.job_config import JobConfig
+from scrutiny.streaming.job_metrics import JobMetrics
+from scrutiny.streaming.prepare import PREPARED_DDL, PrepareEvents
+from scrutiny.streaming.processor import LedgerProcessor
+from scrutiny.streaming.settings import Settings
+from scrutiny.streaming.sink import BatchSink, BatchSummary
+
+log = logging.getLogger(__name__)
+
+APP_ID = "scrutiny-checker"
+
+
+def job_config(settings: Settings, fetch: FetchConfig | None = None, *, source: str = "stream") -> JobConfig:
+    """The executors' configuration from the settings."""
+    checker = settings.checker
+    retry = RetryPolicy(
+        initial_ms=int(checker.retry_initial_seconds * 1000),
+        max_ms=int(checker.retry_max_seconds * 1000),
+        max_retries=checker.retry_attempts,
+    )
+    return JobConfig(
+        zookeeper=settings.zookeeper,
+        ledgers_root=ledgers_root(settings),
+        racks_path=settings.watcher.racks_path,
+        fetch=fetch or fetch_config_from_settings(settings.bookies),
+        tracker=TrackerConfig(verdict=settings.verdict, retry=retry),
+        source=source,
+        fetch_timeout_s=checker.fetch_timeout_seconds,
+        cluster_ttl_s=checker.cluster_cache_seconds,
+    )
+
+
+def ledgers_root(settings: Settings) -> str:
+    """The ledgers root: from ``metadata_uri`` when set, else ``ledgers_root``."""
+    return zookeeper_target(settings.zookeeper).ledgers_root
+
+
+@dataclass
+class RunningChecker:
+    """A started checker query and its sink."""
+
+    query: StreamingQuery
+    sink: BatchSink
+    batches: int = 0
+    idle_since: float = field(default_factory=time.monotonic)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def on_batch(self, summary: BatchSummary) -> None:
+        """Called by the sink after each written batch."""
+        with self._lock:
+            self.batches += 1
+            if summary.events or summary.checks or summary.retries_pending:
+                self.idle_since = time.monotonic()
+
+    def lag(self) -> int | None:
+        """Events in Kafka beyond what the last batch read (None before the first progress report)."""
+        progress = self.query.lastProgress
+        if not progress or not progress.get("sources"):
+            return None
+        source = progress["sources"][0]
+        try:
+            latest = json.loads(source.get("latestOffset") or "{}")
+            done = json.loads(source.get("endOffset") or "{}")
+        except (TypeError, ValueError):
+            return None
+        return sum(max(0, int(v) - int(done.get(k, 0))) for k, v in _flat(latest).items()) if latest else None
+
+    def stop(self) -> None:
+        """Stop the query (the current batch is finished or abandoned; the checkpoint stays consistent)."""
+        self.query.stop()
+
+
+def checkpoint_stream_id(checkpoint: Path) -> str:
+    """The id of the stream a checkpoint belongs to, made when the checkpoint is new.
+
+    Batch ids restart at 0 with a new checkpoint, so the tables' exactly-once record is kept per
+    stream (``app_id`` = :data:`APP_ID` + this id), never shared by two checkpoints.
+    """
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    marker = checkpoint / "scrutiny-stream-id"
+    if not marker.exists():
+        marker.write_text(uuid.uuid4().hex[:16] + "\n", encoding="ascii")
+    return marker.read_text(encoding="ascii").strip()
+
+
+def _flat(offsets: dict[str, object]) -> dict[str, int]:
+    """Partition -> offset from the source's offset JSON (``{"partitions": {...}}`` or flat)."""
+    inner = offsets.get("partitions", offsets)
+    return {str(k): int(v) for k, v in inner.items()} if isinstance(inner, dict) else {}
+
+
+def start_checker(
+    spark: SparkSession,
+    settings: Settings,
+    *,
+    fetch: FetchConfig | None = None,
+    metrics: JobMetrics | None = None,
+    run_id: str | None = None,
+) -> RunningChecker:
+    """Build and start the streaming query; returns at once (the query runs in Spark's threads)."""
+    checker = settings.checker
+    config = job_config(settings, fetch)
+    spark.dataSource.register(ScrutinyKafkaSource)
+    options = source_options(
+        settings.kafka,
+        settings.kafka.topic,
+        startingOffsets=checker.starting_offsets,
+        failOnDataLoss=str(checker.fail_on_data_loss).lower(),
+        **({"maxOffsetsPerTrigger": str(checker.max_offsets_per_trigger)} if checker.max_offsets_per_trigger else {}),
+    )
+    raw = spark.readStream.format(ScrutinyKafkaSource.name()).options(**options).load()
+    prepared = raw.select("offset", "value").mapInArrow(PrepareEvents(config), PREPARED_DDL)
+    output_type = from_arrow_schema(OUTPUT_SCHEMA)
+    processor = LedgerProcessor(config, tuple(OUTPUT_SCHEMA.names))
+    checked = prepared.groupBy("ledger_id").transformWithState(
+        processor, output_type, outputMode="Append", timeMode="ProcessingTime"
+    )
+    stream_id = checkpoint_stream_id(Path(checker.checkpoint_dir))
+    tables = CheckerTables(checker.data_dir, app_id=f"{APP_ID}-{stream_id}")
+    sink = BatchSink(tables, run_id=run_id or stream_id, metrics=metrics)
+    query = (
+        checked.writeStream.queryName("scrutiny_checker")
+        .foreachBatch(sink)
+        .option("checkpointLocation", str(Path(checker.checkpoint_dir).resolve()))
+        .trigger(processingTime=f"{checker.trigger_seconds} seconds")
+        .start()
+    )
+    running = RunningChecker(query, sink)
+    sink.lag = running.lag
+    sink.on_batch = running.on_batch
+    log.info("checker started: query %s, tables under %s", query.id, checker.data_dir)
+    return running

@@ -1,0 +1,33 @@
+"""The checker's Prometheus metrics, updated on the driver after every micro-batch."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_BATCH_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+class JobMetrics:
+    """Batch duration, events, checks, RPCs, retries pending, violations by category, lag, liveness."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.batch_duration = Histogram(
+            "scrutiny_checker_batch_duration_seconds", "Micro-batch duration", buckets=_BATCH_BUCKETS, registry=r
+        )
+        self.events = Counter("scrutiny_checker_events", "Events read from Kafka", registry=r)
+        self.checks = Counter("scrutiny_checker_checks", "Completed ledger checks, by verdict", ["verdict"], registry=r)
+        self.rpcs = Counter("scrutiny_checker_rpcs", "Listing requests or agent calls sent to bookies", registry=r)
+        self.retries_pending = Gauge(
+            "scrutiny_checker_retries_pending", "Ledgers waiting for a delayed re-check", registry=r
+        )
+        self.violations = Counter(
+            "scrutiny_checker_violations", "Violations found, by category", ["category"], registry=r
+        )
+        self.resolved = Counter("scrutiny_checker_resolved", "Violations resolved", registry=r)
+        self.lag = Gauge("scrutiny_checker_lag_records", "Records in Kafka not yet processed", registry=r)
+        self.last_batch = Gauge(
+            "scrutiny_checker_last_batch_timestamp_seconds", "When the last micro-batch finished", registry=r
+        )
+        self.batch_id = Gauge("scrutiny_checker_batch_id", "Id of the last micro-batch written", registry=r)

@@ -1,0 +1,159 @@
+"""The fetch stage: decode a partition's events and fetch the listings their checks need.
+
+Runs on the executors (``mapInArrow``) once per Kafka partition range per micro-batch. For each
+ledger it keeps its events in offset order; for the last metadata event of a ledger that needs a
+check (closed, or with sealed segments) it asks the ensemble's bookies, all ledgers of the batch
+at once, batched per bookie. Cluster-wide events (bookies, racks, ticks) are not passed on: they
+only refresh the cluster view; a tick's part is to make the micro-batch run so timers fire.
+
+One extra row per partition range (``ledger_id`` = :data:`STATS_KEY`) carries the stage's
+figures (events read, RPCs) to the processor, which sums them for ``checker_runs``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from scrutiny.connectors.listing_fetch import shared_fetcher
+from scrutiny.core.errors import FormatError, ScrutinyError
+from scrutiny.core.ledger_metadata import decode_ledger_metadata
+from scrutiny.core.ledger_tracker import needs_check
+from scrutiny.core.verdict import BookieAnswer
+from scrutiny.proto import ledger_events_pb2 as pb
+from scrutiny.streaming.answer_codec import encode_answers
+from scrutiny.streaming.job_config import JobConfig
+
+log = logging.getLogger(__name__)
+
+#: The key of the per-partition figures row.
+STATS_KEY = -1
+PREPARED_SCHEMA = pa.schema(
+    [
+        pa.field("ledger_id", pa.int64(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("event", pa.binary()),
+        pa.field("answers", pa.binary()),
+    ]
+)
+PREPARED_DDL = "ledger_id long, offset long, event binary, answers binary"
+_METADATA = (pb.EventKind.LEDGER_CREATED, pb.EventKind.LEDGER_CHANGED)
+_LEDGER_KINDS = (
+    *_METADATA,
+    pb.EventKind.LEDGER_DELETED,
+    pb.EventKind.UNDER_REPLICATION_MARKED,
+    pb.EventKind.UNDER_REPLICATION_CLEARED,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    ledger_id: int
+    offset: int
+    value: bytes
+    event: pb.LedgerEvent
+
+
+class PrepareEvents:
+    """The ``mapInArrow`` function (picklable: holds only the :class:`JobConfig`)."""
+
+    def __init__(self, config: JobConfig) -> None:
+        self.config = config
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Every ledger event of the partition range, with answers on the ones to check."""
+        started = time.monotonic()
+        rows, events, cluster_events = _ledger_rows(batches)
+        wanted = _wanted(rows)
+        answers: dict[int, bytes] = {}
+        rpcs = 0
+        if wanted or cluster_events:
+            try:
+                rpcs, fetched = fetch_answers(
+                    self.config, {k: v[1] for k, v in wanted.items()}, refresh=cluster_events > 0
+                )
+            except ScrutinyError as error:  # ZooKeeper unreachable with no cached view: every answer unknown
+                log.warning("cannot fetch listings this batch: %s", error)
+                reason = f"cluster view unavailable: {error}"
+                fetched = {k: {b: BookieAnswer.unknown(reason) for b in v[1]} for k, v in wanted.items()}
+            answers = {wanted[ledger][0]: encode_answers(got) for ledger, got in fetched.items() if ledger in wanted}
+        figures = {"events": events, "rpcs": rpcs, "fetched": len(wanted), "fetch_ms": _ms(started)}
+        yield _batch(rows, answers, figures)
+
+
+def fetch_answers(
+    config: JobConfig, wanted: dict[int, tuple[str, ...]], *, refresh: bool = False
+) -> tuple[int, dict[int, dict[str, BookieAnswer]]]:
+    """(RPCs sent, ledger -> bookie -> answer) for ``wanted``, with this process's shared clients."""
+    reader = config.cluster_reader()
+    if refresh:
+        reader.invalidate()
+    if not wanted:
+        return 0, {}
+    snapshot = reader.get()
+    result = shared_fetcher(config.fetch).fetch(wanted, snapshot.registrations, timeout_s=config.fetch_timeout_s)
+    return result.rpcs, result.answers
+
+
+def _ledger_rows(batches: Iterator[pa.RecordBatch]) -> tuple[list[_Row], int, int]:
+    """The ledger events (undecodable records are skipped and counted as events), in offset order."""
+    rows: list[_Row] = []
+    events = cluster_events = 0
+    for batch in batches:
+        offsets = batch.column("offset").to_pylist()
+        values = batch.column("value").to_pylist()
+        for offset, value in zip(offsets, values, strict=True):
+            events += 1
+            event = pb.LedgerEvent()
+            try:
+                event.ParseFromString(value or b"")
+            except Exception:
+                continue
+            if event.kind in _LEDGER_KINDS:
+                rows.append(_Row(event.ledger_id, offset, value, event))
+            elif event.kind != pb.EventKind.TICK:
+                cluster_events += 1
+    rows.sort(key=lambda r: r.offset)
+    return rows, events, cluster_events
+
+
+def _wanted(rows: list[_Row]) -> dict[int, tuple[int, tuple[str, ...]]]:
+    """Ledger id -> (offset of its last metadata event, bookies to ask), for the ledgers to check."""
+    last: dict[int, _Row | None] = {}
+    for row in rows:
+        if row.event.kind in _METADATA:
+            last[row.ledger_id] = row
+        elif row.event.kind == pb.EventKind.LEDGER_DELETED:
+            last[row.ledger_id] = None
+    wanted: dict[int, tuple[int, tuple[str, ...]]] = {}
+    for ledger, newest in last.items():
+        if newest is None:
+            continue
+        try:
+            metadata = decode_ledger_metadata(newest.event.metadata)
+        except FormatError:
+            continue
+        if needs_check(metadata):
+            bookies = tuple(dict.fromkeys(b for s in metadata.segments for b in s.ensemble))
+            wanted[ledger] = (newest.offset, bookies)
+    return wanted
+
+
+def _batch(rows: list[_Row], answers: dict[int, bytes], figures: dict[str, int]) -> pa.RecordBatch:
+    ledger_ids = [r.ledger_id for r in rows] + [STATS_KEY]
+    offsets = [r.offset for r in rows] + [0]
+    events: list[bytes | None] = [*(r.value for r in rows), json.dumps(figures).encode()]
+    fetched: list[bytes | None] = [answers.get(r.offset) for r in rows] + [None]
+    return pa.RecordBatch.from_arrays(
+        [pa.array(ledger_ids, pa.int64()), pa.array(offsets, pa.int64()), pa.array(events), pa.array(fetched)],
+        schema=PREPARED_SCHEMA,
+    )
+
+
+def _ms(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)

@@ -1,0 +1,249 @@
+"""The stateful processor of the checker: one instance per state partition, keyed by ledger id.
+
+Spark calls :meth:`LedgerProcessor.handleInputRows` with a ledger's events of a micro-batch (from
+:mod:`scrutiny.streaming.prepare`, with the fetched answers) and
+:meth:`LedgerProcessor.handleExpiredTimer` when one of its timers is due (processing time). Both
+run the pure steps of :mod:`scrutiny.core.ledger_tracker`, store the ledger's small state in the
+RocksDB state store, keep the registered timers equal to what the state needs, do the fetch a due
+retry asks for, and return the records of :mod:`scrutiny.streaming.records`.
+
+Guarantees: events of one ledger are applied in offset order; only the newest metadata event of
+a batch is checked (earlier ones are superseded); nothing a ledger sends can raise out of here
+(an unexpected error is logged and the ledger's state left as it was, so a later event or timer
+tries again).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql import Row
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+    ValueState,
+)
+
+from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.ledger_tracker import (
+    Step,
+    TrackedLedger,
+    on_answers,
+    on_cleared,
+    on_deleted,
+    on_marked,
+    on_metadata,
+    on_timer,
+)
+from scrutiny.core.verdict import BookieAnswer, ClusterView
+from scrutiny.core.zk_records import UnderReplicationMark
+from scrutiny.proto import ledger_events_pb2 as pb
+from scrutiny.streaming.answer_codec import decode_answers
+from scrutiny.streaming.job_config import JobConfig
+from scrutiny.streaming.prepare import STATS_KEY, fetch_answers
+from scrutiny.streaming.records import Record, outcome_records
+
+log = logging.getLogger(__name__)
+
+STATE_SCHEMA = "state binary"
+_METADATA = (pb.EventKind.LEDGER_CREATED, pb.EventKind.LEDGER_CHANGED)
+_DELETED = pb.EventKind.LEDGER_DELETED
+
+
+class LedgerProcessor(StatefulProcessor):
+    """See the module docstring. Picklable: holds the :class:`JobConfig` until :meth:`init`."""
+
+    def __init__(self, config: JobConfig, columns: tuple[str, ...]) -> None:
+        self.config = config
+        self.columns = columns
+        self._handle: StatefulProcessorHandle | None = None
+        self._state: ValueState | None = None
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """Once per state partition: the value state holding each ledger's :class:`TrackedLedger`."""
+        self._handle = handle
+        self._state = handle.getValueState("ledger", STATE_SCHEMA)
+
+    def handleInputRows(  # noqa: N802 - PySpark's names
+        self,
+        key: Any,
+        rows: Iterator[Any],
+        timerValues: TimerValues,  # noqa: N803
+    ) -> Iterator[Any]:
+        """A ledger's events of this batch (or the stats rows under :data:`STATS_KEY`)."""
+        ledger_id = int(key[0])
+        now_ms = timerValues.getCurrentProcessingTimeInMs()
+        ordered = sorted(rows, key=lambda r: r["offset"])
+        if ledger_id == STATS_KEY:
+            yield from self._rows([_stats(ordered, now_ms, self.config.source)])
+            return
+        try:
+            records = self._apply_events(ledger_id, ordered, now_ms)
+        except Exception:
+            log.exception("ledger %d: events not applied; the state is kept for a later try", ledger_id)
+            return
+        yield from self._rows(records)
+
+    def handleExpiredTimer(  # noqa: N802 - PySpark's names
+        self,
+        key: Any,
+        timerValues: TimerValues,  # noqa: N803
+        expiredTimerInfo: ExpiredTimerInfo,  # noqa: N803
+    ) -> Iterator[Any]:
+        """A retry or a stuck-mark timer of this ledger is due."""
+        ledger_id = int(key[0])
+        now_ms = timerValues.getCurrentProcessingTimeInMs()
+        state = self._load()
+        if state is None:
+            return
+        try:
+            step = on_timer(state, now_ms=now_ms)
+            records = outcome_records(ledger_id, step.outcome, now_ms=now_ms, source=self.config.source)
+            if step.outcome.fetch and step.state is not None:
+                step, more = self._fetched(ledger_id, step, now_ms)
+                records += more
+        except Exception:
+            log.exception("ledger %d: timer not handled; the state is kept", ledger_id)
+            return
+        records += _retry_record(ledger_id, state, step.state, now_ms, self.config.source)
+        self._save(step.state)
+        yield from self._rows(records)
+
+    def close(self) -> None:
+        """Nothing to release: clients are shared per worker process."""
+
+    # ------------------------------------------------------------------ applying events
+
+    def _apply_events(self, ledger_id: int, rows: list[Any], now_ms: int) -> list[Record]:
+        state = self._load()
+        records: list[Record] = []
+        events = [pb.LedgerEvent.FromString(row["event"]) for row in rows]
+        newest = max((i for i, e in enumerate(events) if e.kind in _METADATA or e.kind == _DELETED), default=-1)
+        for index, (row, event) in enumerate(zip(rows, events, strict=True)):
+            if event.kind in _METADATA and index != newest:
+                continue  # superseded within the batch by a newer version or a deletion
+            step = self._step(state, event, row["answers"], now_ms)
+            records += outcome_records(ledger_id, step.outcome, now_ms=now_ms, source=self.config.source)
+            if step.outcome.fetch and step.state is not None:
+                step, more = self._fetched(ledger_id, step, now_ms)
+                records += more
+            records += _retry_record(ledger_id, state, step.state, now_ms, self.config.source)
+            state = step.state
+        self._save(state)
+        return records
+
+    def _step(self, state: TrackedLedger | None, event: pb.LedgerEvent, answers: bytes | None, now_ms: int) -> Step:
+        tracker = self.config.tracker
+        if event.kind in _METADATA:
+            return on_metadata(
+                state,
+                version=event.stat.version,
+                data=event.metadata,
+                changed_ms=event.stat.mtime_ms if event.origin == pb.Origin.LIVE else None,
+                answers=decode_answers(answers) if answers else None,
+                now_ms=now_ms,
+                cluster=self._cluster(),
+                config=tracker,
+            )
+        if event.kind == pb.EventKind.LEDGER_DELETED:
+            return on_deleted(state)
+        if event.kind == pb.EventKind.UNDER_REPLICATION_MARKED:
+            mark = event.under_replication
+            parsed = UnderReplicationMark(tuple(mark.replicas), mark.ctime_ms if mark.has_ctime else None)
+            return on_marked(state, parsed, now_ms=now_ms, config=tracker)
+        return on_cleared(state)
+
+    def _fetched(self, ledger_id: int, step: Step, now_ms: int) -> tuple[Step, list[Record]]:
+        """Do the fetch a step asked for and apply its answers."""
+        assert step.state is not None
+        bookies = step.outcome.fetch
+        try:
+            _, fetched = fetch_answers(self.config, {ledger_id: bookies})
+            answers = fetched.get(ledger_id, {})
+        except ScrutinyError as error:
+            answers = {b: BookieAnswer.unknown(f"fetch failed: {error}") for b in bookies}
+        done = on_answers(
+            step.state,
+            version=step.state.version,
+            answers=answers,
+            now_ms=now_ms,
+            cluster=self._cluster(),
+            config=self.config.tracker,
+        )
+        return done, outcome_records(ledger_id, done.outcome, now_ms=now_ms, source=self.config.source)
+
+    # ------------------------------------------------------------------ state, timers, cluster
+
+    def _load(self) -> TrackedLedger | None:
+        assert self._state is not None
+        if not self._state.exists():
+            return None
+        value = self._state.get()
+        return TrackedLedger.from_bytes(bytes(value[0])) if value is not None else None
+
+    def _save(self, state: TrackedLedger | None) -> None:
+        assert self._state is not None and self._handle is not None
+        wanted = set(state.timers()) if state is not None else set()
+        registered = set(self._handle.listTimers())
+        for expired in registered - wanted:
+            self._handle.deleteTimer(expired)
+        for due in wanted - registered:
+            self._handle.registerTimer(due)
+        if state is None:
+            self._state.clear()
+        else:
+            self._state.update((state.to_bytes(),))
+
+    def _cluster(self) -> ClusterView:
+        try:
+            return self.config.cluster_reader().get().view
+        except ScrutinyError as error:
+            log.warning("cluster view unavailable (%s): registration and placement not judged", error)
+            return ClusterView()
+
+    def _rows(self, records: list[Record]) -> Iterator[Any]:
+        for record in records:
+            yield Row(**{column: record.get(column) for column in self.columns})
+
+
+def _retry_record(
+    ledger_id: int, before: TrackedLedger | None, after: TrackedLedger | None, now_ms: int, source: str
+) -> list[Record]:
+    """A "retry" record when a step scheduled a new delayed re-check (the driver counts pending ones)."""
+    if after is None or after.retry_at_ms is None or (before is not None and before.retry_at_ms == after.retry_at_ms):
+        return []
+    return [
+        {
+            "record": "retry",
+            "ledger_id": ledger_id,
+            "at": _utc(now_ms),
+            "metadata_version": after.version,
+            "retries": after.attempts,
+            "source": source,
+        }
+    ]
+
+
+def _utc(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def _stats(rows: list[Any], now_ms: int, source: str) -> Record:
+    """One "stats" record summing the fetch stage's figures of every partition."""
+    totals: dict[str, int] = {}
+    for row in rows:
+        for name, value in json.loads(row["event"]).items():
+            totals[name] = totals.get(name, 0) + int(value)
+    return {
+        "record": "stats",
+        "ledger_id": STATS_KEY,
+        "at": _utc(now_ms),
+        "details": json.dumps(totals, sort_keys=True),
+        "source": source,
+    }

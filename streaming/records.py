@@ -1,0 +1,86 @@
+"""The checker's output records (``OUTPUT_SCHEMA`` of :mod:`scrutiny.connectors.table_schemas`) from a step.
+
+Runs in the stateful processor: each :class:`~scrutiny.core.ledger_tracker.Outcome` becomes one
+"violation" record per finding, one "resolved" record per resolved violation and one "check"
+record per completed check, stamped with the ledger, the time and the metadata they concern.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from scrutiny.core.ledger_metadata import LedgerMetadata
+from scrutiny.core.ledger_tracker import Outcome, ViolationKey
+from scrutiny.core.verdict import Violation
+
+#: The custom-metadata key under which Pulsar names a ledger's topic.
+PULSAR_TOPIC_KEY = "pulsar/managed-ledger"
+
+Record = dict[str, object]
+
+
+def outcome_records(ledger_id: int, outcome: Outcome, *, now_ms: int, source: str) -> list[Record]:
+    """The records of one step, in the order they happened (findings, resolutions, the check)."""
+    at = datetime.fromtimestamp(now_ms / 1000, tz=UTC)
+    context = _context(outcome.metadata, outcome.version)
+    base: Record = {"ledger_id": ledger_id, "at": at, "source": source, **context}
+    out = [{**base, **_violation(v)} for v in outcome.found]
+    out += [{**base, **_resolved(key)} for key in outcome.resolved]
+    if outcome.check is not None:
+        check = outcome.check
+        out.append(
+            {
+                **base,
+                "record": "check",
+                "verdict": check.verdict.value,
+                "ledger_state": check.state.value,
+                "latency_ms": check.latency_ms,
+                "bookies_asked": check.bookies_asked,
+                "retries": check.retries,
+                "violation_count": check.violation_count,
+            }
+        )
+    return out
+
+
+def _violation(violation: Violation) -> Record:
+    entries = violation.entries
+    return {
+        "record": "violation",
+        "category": violation.category.value,
+        "severity": violation.severity.value,
+        "bookie": violation.bookie,
+        "segment_first_entry": violation.segment_first_entry,
+        "entries": json.dumps(entries.as_json_dict(), separators=(",", ":")) if entries is not None else None,
+        "entry_count": entries.count if entries is not None else None,
+        "first_entry": entries.first if entries is not None else None,
+        "last_entry": entries.last if entries is not None else None,
+        "details": violation.details,
+    }
+
+
+def _resolved(key: ViolationKey) -> Record:
+    category, bookie, segment = key
+    return {
+        "record": "resolved",
+        "category": category,
+        "bookie": bookie or None,
+        "segment_first_entry": None if segment < 0 else segment,
+    }
+
+
+def _context(metadata: LedgerMetadata | None, version: int) -> Record:
+    if metadata is None:
+        return {"metadata_version": version if version >= 0 else None}
+    segments = [{"first_entry": s.first_entry_id, "bookies": list(s.ensemble)} for s in metadata.segments]
+    topic = dict(metadata.custom_metadata).get(PULSAR_TOPIC_KEY)
+    return {
+        "metadata_version": version,
+        "ensemble": json.dumps(segments, separators=(",", ":")),
+        "ensemble_size": metadata.ensemble_size,
+        "write_quorum": metadata.write_quorum,
+        "ack_quorum": metadata.ack_quorum,
+        "ledger_state": metadata.state.value,
+        "pulsar_topic": topic.decode("utf-8", "replace") if topic is not None else None,
+    }

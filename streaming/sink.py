@@ -1,0 +1,147 @@
+"""The job's ``foreachBatch`` sink: one micro-batch's records into the Delta tables, exactly once.
+
+Runs on the driver after Spark has computed the batch. It collects the processor's output as
+Arrow (violations and checks are small next to the events), separates the bookkeeping records
+("stats" from the fetch stage, "retry" when a re-check is scheduled) from the table records, and
+hands the rest to :class:`~scrutiny.connectors.delta_tables.CheckerTables`, which records the
+batch id in each table's transaction and skips tables that already hold it: a batch that Spark
+re-runs after a crash is written once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+
+from scrutiny.connectors.delta_tables import CheckerTables
+from scrutiny.connectors.table_schemas import OUTPUT_SCHEMA, RunRecord
+from scrutiny.streaming.job_metrics import JobMetrics
+
+log = logging.getLogger(__name__)
+
+_TABLE_RECORDS = ("violation", "resolved", "check")
+
+
+@dataclass
+class BatchSummary:
+    """What the last batch did, for the live display and the tests."""
+
+    batch_id: int = -1
+    events: int = 0
+    checks: int = 0
+    violations: dict[str, int] = field(default_factory=dict)
+    resolved: int = 0
+    rpcs: int = 0
+    retries_pending: int = 0
+    seconds: float = 0.0
+
+
+class BatchSink:
+    """The callable given to ``foreachBatch``."""
+
+    def __init__(
+        self,
+        tables: CheckerTables,
+        *,
+        run_id: str,
+        source: str = "stream",
+        metrics: JobMetrics | None = None,
+        lag: Callable[[], int | None] = lambda: None,
+        on_batch: Callable[[BatchSummary], None] | None = None,
+    ) -> None:
+        self.tables = tables
+        self.run_id = run_id
+        self.source = source
+        self.metrics = metrics or JobMetrics()
+        self.lag = lag
+        self.on_batch = on_batch
+        self.pending: set[int] = set()
+        self.last = BatchSummary()
+
+    def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        """Write batch ``batch_id`` (called by Spark; a re-run of a written batch writes nothing twice)."""
+        started = datetime.now(UTC)
+        clock = time.monotonic()
+        output = frame.toArrow()
+        kinds = output.column("record")
+        stats = _figures(output.filter(pc.equal(kinds, "stats")))
+        self._track_retries(output)
+        records = output.filter(pc.is_in(kinds, pa.array(_TABLE_RECORDS))).select(OUTPUT_SCHEMA.names)
+        records = records.cast(OUTPUT_SCHEMA)
+        summary = _summary(batch_id, records, stats, len(self.pending))
+        run = RunRecord(
+            run_id=self.run_id,
+            started_at=started,
+            finished_at=datetime.now(UTC),
+            events=summary.events,
+            ledgers_checked=summary.checks,
+            violations=sum(summary.violations.values()),
+            resolved=summary.resolved,
+            rpcs=summary.rpcs,
+            retries_pending=summary.retries_pending,
+            lag_records=self.lag(),
+            source=self.source,
+        )
+        self.tables.write_batch(batch_id, records, run)
+        summary.seconds = time.monotonic() - clock
+        self._publish(summary, run)
+
+    def _track_retries(self, output: pa.Table) -> None:
+        kinds = output.column("record").to_pylist()
+        for kind, ledger in zip(kinds, output.column("ledger_id").to_pylist(), strict=True):
+            if kind == "retry":
+                self.pending.add(ledger)
+            elif kind == "check":
+                self.pending.discard(ledger)
+
+    def _publish(self, summary: BatchSummary, run: RunRecord) -> None:
+        m = self.metrics
+        m.batch_duration.observe(summary.seconds)
+        m.events.inc(summary.events)
+        m.checks.labels("all").inc(summary.checks)
+        m.rpcs.inc(summary.rpcs)
+        m.retries_pending.set(summary.retries_pending)
+        for category, count in summary.violations.items():
+            m.violations.labels(category).inc(count)
+        m.resolved.inc(summary.resolved)
+        if run.lag_records is not None:
+            m.lag.set(run.lag_records)
+        m.last_batch.set(time.time())
+        m.batch_id.set(summary.batch_id)
+        self.last = summary
+        if self.on_batch is not None:
+            self.on_batch(summary)
+
+
+def _figures(stats: pa.Table) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for details in stats.column("details").to_pylist():
+        for name, value in json.loads(details or "{}").items():
+            totals[name] = totals.get(name, 0) + int(value)
+    return totals
+
+
+def _summary(batch_id: int, records: pa.Table, stats: dict[str, int], pending: int) -> BatchSummary:
+    kinds = records.column("record").to_pylist()
+    categories = records.column("category").to_pylist()
+    violations: dict[str, int] = {}
+    for kind, category in zip(kinds, categories, strict=True):
+        if kind == "violation" and category is not None:
+            violations[category] = violations.get(category, 0) + 1
+    return BatchSummary(
+        batch_id=batch_id,
+        events=stats.get("events", 0),
+        checks=kinds.count("check"),
+        violations=violations,
+        resolved=kinds.count("resolved"),
+        rpcs=stats.get("rpcs", 0),
+        retries_pending=pending,
+    )

@@ -1,0 +1,140 @@
+"""A simulated cluster, the watcher and the checker, wired on the test session's servers.
+
+:func:`running_checker` yields a :class:`Harness` whose cluster runs in its own event-loop thread,
+whose watcher publishes to a fresh topic and whose checker writes Delta tables under a temporary
+directory; everything is stopped afterwards, whatever happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from kazoo.client import KazooClient
+from pyspark.sql import SparkSession
+
+from scrutiny.connectors.delta_tables import read_table
+from scrutiny.connectors.sim_cluster import SimCluster
+from scrutiny.connectors.sim_model import Scenario
+from scrutiny.connectors.watcher_metrics import WatcherMetrics
+from scrutiny.streaming.cli_watch import watcher_from_settings
+from scrutiny.streaming.embedded import embedded_settings
+from scrutiny.streaming.job import RunningChecker, start_checker
+from scrutiny.streaming.settings import Settings
+
+#: (ledger, category, bookie or None)
+ViolationId = tuple[int, str, str | None]
+
+
+@dataclass
+class Harness:
+    """What a test drives and reads."""
+
+    settings: Settings
+    cluster: SimCluster
+    checker: RunningChecker
+    loop: asyncio.AbstractEventLoop
+
+    def run(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        """Run a coroutine on the cluster's loop (e.g. ``cluster.stop()``)."""
+        asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=60)
+
+    def table(self, name: str) -> list[dict[str, Any]]:
+        """A table's rows (empty before the table exists)."""
+        try:
+            return list(read_table(self.settings.checker.data_dir, name).to_pylist())
+        except Exception:  # not written yet
+            return []
+
+    def open_ids(self) -> set[ViolationId]:
+        """Open violations as (ledger, category, bookie)."""
+        return {
+            (r["ledger_id"], r["category"], r["bookie"])
+            for r in self.table("open_violations")
+            if r["resolved_at"] is None
+        }
+
+    def resolved_ids(self) -> set[ViolationId]:
+        """Resolved violations as (ledger, category, bookie)."""
+        return {
+            (r["ledger_id"], r["category"], r["bookie"])
+            for r in self.table("open_violations")
+            if r["resolved_at"] is not None
+        }
+
+    def wait(self, check: Callable[[], bool], timeout_s: float, what: str) -> None:
+        """Poll ``check`` until true; fail naming ``what`` (and the query's error, if any)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            error = self.checker.query.exception()
+            assert error is None, f"the checker query failed: {error}"
+            if check():
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"timed out after {timeout_s} s waiting for {what}; open: {sorted(self.open_ids())}")
+
+
+def harness_settings(base: Settings, scenario: Scenario, chroot: str, topic: str, tmp: Path) -> Settings:
+    """The test servers (ZooKeeper confined to ``chroot``), a fresh topic and directory, quick retries."""
+    settings = embedded_settings(base, scenario, base.zookeeper.connect + chroot, base.kafka.bootstrap_servers)
+    return replace(
+        settings,
+        kafka=replace(settings.kafka, topic=topic, partitions=2),
+        watcher=replace(settings.watcher, tick_interval_seconds=1),
+        checker=replace(
+            settings.checker,
+            data_dir=str(tmp / "data"),
+            checkpoint_dir=str(tmp / "checkpoint"),
+            trigger_seconds=0.5,
+            retry_initial_seconds=0.5,
+            retry_max_seconds=1.0,
+            retry_attempts=2,
+            fetch_timeout_seconds=3.0,
+            cluster_cache_seconds=0.5,
+            shuffle_partitions=2,
+        ),
+        bookies=replace(settings.bookies, request_timeout_seconds=1.0),
+    )
+
+
+@contextmanager
+def running_checker(
+    spark: SparkSession, zk_client: KazooClient, settings: Settings, scenario: Scenario, *, schedule: bool = True
+) -> Iterator[Harness]:
+    """Cluster (running its schedule unless told not to), watcher and checker, all stopped on exit."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="sim-cluster", daemon=True)
+    thread.start()
+    cluster = SimCluster(scenario, zk_client, replace=True)
+    stop = threading.Event()
+    watcher = watcher_from_settings(settings, "test-watcher", WatcherMetrics())
+    watcher_thread = threading.Thread(target=watcher.run, args=(stop,), name="watcher", daemon=True)
+    checker: RunningChecker | None = None
+    try:
+        asyncio.run_coroutine_threadsafe(cluster.start(), loop).result(timeout=60)
+        if schedule:
+            asyncio.run_coroutine_threadsafe(_schedule(cluster), loop).result(timeout=10)
+        watcher_thread.start()
+        checker = start_checker(spark, settings)
+        yield Harness(settings, cluster, checker, loop)
+    finally:
+        if checker is not None:
+            checker.stop()
+        stop.set()
+        if watcher_thread.is_alive():
+            watcher_thread.join(timeout=30)
+        watcher.zk.stop()
+        watcher.zk.close()
+        asyncio.run_coroutine_threadsafe(cluster.stop(), loop).result(timeout=60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+
+
+async def _schedule(cluster: SimCluster) -> None:
+    cluster.start_schedule()

@@ -1,0 +1,32 @@
+"""Bookie answers survive the trip from the fetch stage to the processor unchanged."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scrutiny.core.sequence_groups import from_entries
+from scrutiny.core.verdict import AnswerKind, BookieAnswer
+from scrutiny.streaming.answer_codec import decode_answers, encode_answers
+from tests.strategies import expand_set
+
+pytestmark = pytest.mark.unit
+
+answers = st.one_of(
+    st.sets(st.integers(0, 500), max_size=60).map(lambda s: BookieAnswer.listing(from_entries(sorted(s)))),
+    st.just(BookieAnswer.no_ledger()),
+    st.text(max_size=20).map(BookieAnswer.unknown),
+)
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=12), answers, max_size=6))
+def test_round_trip_keeps_every_answer(given_answers: dict[str, BookieAnswer]) -> None:
+    back = decode_answers(encode_answers(given_answers))
+    assert back.keys() == given_answers.keys()
+    for bookie, answer in given_answers.items():
+        assert back[bookie].kind is answer.kind
+        if answer.kind is AnswerKind.LISTING:
+            assert expand_set(back[bookie].groups) == expand_set(answer.groups)
+        else:
+            assert back[bookie].reason == answer.reason
