@@ -8,8 +8,8 @@
 * **Exactly once per table.** Each table's commit carries the Delta app transaction ``(app_id, batch_id)``; before
   writing a table the writer reads the table's recorded version for ``app_id`` and skips the table when it is
   ``>= batch_id`` (delta-rs itself would accept an older version). A batch re-run after a crash between two table
-  commits writes only the tables it had not committed. Every table gets a commit for every batch, even with no
-  rows for it (an empty commit carrying only the transaction).
+  commits writes only the tables it had not committed. A table with no rows in a batch gets no commit (idle batches
+  cost one commit, to ``checker_runs``, which always gets its row).
 * **Order**: ``violations``, ``ledger_checks``, ``open_violations``, ``checker_runs`` — a row in ``checker_runs``
   means the whole batch is in.
 * ``app_id`` must identify the stream *and its checkpoint* (Spark's ``query.id``, which a checkpoint keeps across
@@ -105,6 +105,7 @@ class Outcome(StrEnum):
 
     WRITTEN = "written"
     SKIPPED = "skipped"  # the table had already committed this batch (or a later one)
+    EMPTY = "empty"  # nothing for this table in this batch: no commit (checker_runs always gets its row)
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +299,8 @@ class CheckerTables:
         return _open(self.uri(name), name, self._storage)
 
     def _write_table(self, name: str, rows: pa.Table, batch_id: int) -> TableWrite:
+        if not rows.num_rows and name != CHECKER_RUNS:
+            return TableWrite(name, Outcome.EMPTY)  # a re-run that finds rows here never wrote them before
         table = self._table(name)
         done = table.transaction_version(self.app_id)
         if done is not None and done >= batch_id:
@@ -321,9 +324,8 @@ class CheckerTables:
         write_deltalake(table, rows, mode="append", commit_properties=_commit(self.app_id, batch_id))
 
     def _merge_open_violations(self, table: DeltaTable, changes: pa.Table, batch_id: int) -> TableWrite:
-        """MERGE the batch's folded changes; when that changes nothing, an empty commit records the transaction."""
+        """MERGE the batch's folded changes (a MERGE that changes nothing commits nothing, and needs not)."""
         inserted = updated = 0
-        before = table.version()
         if changes.num_rows:
             metrics = (
                 table.merge(
@@ -340,9 +342,6 @@ class CheckerTables:
             )
             inserted = int(metrics.get("num_target_rows_inserted", 0))
             updated = int(metrics.get("num_target_rows_updated", 0))
-        if table.version() == before:
-            empty = TABLE_SCHEMAS[OPEN_VIOLATIONS].empty_table()
-            self._append(table, empty, batch_id)
         return TableWrite(OPEN_VIOLATIONS, Outcome.WRITTEN, rows=changes.num_rows, inserted=inserted, updated=updated)
 
 

@@ -112,7 +112,7 @@ class LedgerProcessor(StatefulProcessor):
             log.exception("ledger %d: timer not handled; the state is kept", ledger_id)
             return
         records += _retry_record(ledger_id, state, step.state, now_ms, self.config.source)
-        self._save(step.state)
+        self._save(step.state, now_ms)
         yield from self._rows(records)
 
     def close(self) -> None:
@@ -135,7 +135,7 @@ class LedgerProcessor(StatefulProcessor):
                 records += more
             records += _retry_record(ledger_id, state, step.state, now_ms, self.config.source)
             state = step.state
-        self._save(state)
+        self._save(state, now_ms)
         return records
 
     def _step(self, state: TrackedLedger | None, event: pb.LedgerEvent, answers: bytes | None, now_ms: int) -> Step:
@@ -187,12 +187,13 @@ class LedgerProcessor(StatefulProcessor):
         value = self._state.get()
         return TrackedLedger.from_bytes(bytes(value[0])) if value is not None else None
 
-    def _save(self, state: TrackedLedger | None) -> None:
+    def _save(self, state: TrackedLedger | None, now_ms: int) -> None:
         assert self._state is not None and self._handle is not None
         wanted = set(state.timers()) if state is not None else set()
         registered = set(self._handle.listTimers())
         for expired in registered - wanted:
-            self._handle.deleteTimer(expired)
+            if expired > now_ms:  # due ones are Spark's to remove
+                self._handle.deleteTimer(expired)
         for due in wanted - registered:
             self._handle.registerTimer(due)
         if state is None:
