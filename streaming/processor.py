@@ -112,7 +112,7 @@ class LedgerProcessor(StatefulProcessor):
             log.exception("ledger %d: timer not handled; the state is kept", ledger_id)
             return
         records += _retry_record(ledger_id, state, step.state, now_ms, self.config.source)
-        self._save(step.state, now_ms)
+        self._save(state, step.state, now_ms)
         yield from self._rows(records)
 
     def close(self) -> None:
@@ -121,7 +121,7 @@ class LedgerProcessor(StatefulProcessor):
     # ------------------------------------------------------------------ applying events
 
     def _apply_events(self, ledger_id: int, rows: list[Any], now_ms: int) -> list[Record]:
-        state = self._load()
+        state = before = self._load()
         records: list[Record] = []
         events = [pb.LedgerEvent.FromString(row["event"]) for row in rows]
         newest = max((i for i, e in enumerate(events) if e.kind in _METADATA or e.kind == _DELETED), default=-1)
@@ -135,7 +135,7 @@ class LedgerProcessor(StatefulProcessor):
                 records += more
             records += _retry_record(ledger_id, state, step.state, now_ms, self.config.source)
             state = step.state
-        self._save(state, now_ms)
+        self._save(before, state, now_ms)
         return records
 
     def _step(self, state: TrackedLedger | None, event: pb.LedgerEvent, answers: bytes | None, now_ms: int) -> Step:
@@ -181,24 +181,29 @@ class LedgerProcessor(StatefulProcessor):
     # ------------------------------------------------------------------ state, timers, cluster
 
     def _load(self) -> TrackedLedger | None:
+        """The ledger's state (one call to the state store: ``get`` answers None for a new key)."""
         assert self._state is not None
-        if not self._state.exists():
-            return None
         value = self._state.get()
         return TrackedLedger.from_bytes(bytes(value[0])) if value is not None else None
 
-    def _save(self, state: TrackedLedger | None, now_ms: int) -> None:
+    def _save(self, before: TrackedLedger | None, state: TrackedLedger | None, now_ms: int) -> None:
+        """Store the state and make the registered timers those it needs.
+
+        The timers registered are always ``before.timers()`` (this method is the only one that
+        registers any), so no listing call is needed; due ones are Spark's to remove.
+        """
         assert self._state is not None and self._handle is not None
+        registered = set(before.timers()) if before is not None else set()
         wanted = set(state.timers()) if state is not None else set()
-        registered = set(self._handle.listTimers())
         for expired in registered - wanted:
-            if expired > now_ms:  # due ones are Spark's to remove
+            if expired > now_ms:
                 self._handle.deleteTimer(expired)
         for due in wanted - registered:
             self._handle.registerTimer(due)
         if state is None:
-            self._state.clear()
-        else:
+            if before is not None:
+                self._state.clear()
+        elif state != before:
             self._state.update((state.to_bytes(),))
 
     def _cluster(self) -> ClusterView:

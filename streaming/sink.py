@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
 from scrutiny.connectors.delta_tables import CheckerTables
-from scrutiny.connectors.table_schemas import OUTPUT_SCHEMA, RunRecord
+from scrutiny.connectors.table_schemas import CHECKER_RUNS, OUTPUT_SCHEMA, RunRecord
 from scrutiny.streaming.job_metrics import JobMetrics
 
 log = logging.getLogger(__name__)
@@ -90,8 +90,11 @@ class BatchSink:
             lag_records=self.lag(),
             source=self.source,
         )
-        self.tables.write_batch(batch_id, records, run)
+        result = self.tables.write_batch(batch_id, records, run)
         summary.seconds = time.monotonic() - clock
+        if CHECKER_RUNS in result.skipped:
+            log.info("batch %d was already written (a re-run after a restart): figures not counted again", batch_id)
+            return
         self._publish(summary, run)
 
     def _track_retries(self, output: pa.Table) -> None:

@@ -1,0 +1,295 @@
+"""The streaming checker end to end: checks per second, detection latency, state per ledger.
+
+Run from the repository root::
+
+    .venv/bin/python -m bench.checker_bench            # 20k-ledger backlog, 100 closes/s for 30 s
+    .venv/bin/python -m bench.checker_bench --quick    # 5k backlog, 100 closes/s for 10 s
+
+It starts its own ZooKeeper and Tansu in a temporary directory, a simulated cluster of 9 bookies
+(healthy ledgers, E=3/WQ=2/AQ=2, 100 entries, "auto" ensembles), the watcher and the checker on
+``local[2]`` (tables and checkpoint in the temporary directory), and stops everything at the end.
+
+1. **backlog**: the cluster starts with ``--backlog`` closed ledgers; the watcher's snapshot puts
+   them all in Kafka at once and the checker works through them. Checks per second = ledgers
+   checked / time from the first micro-batch's start to the last check's batch end (the
+   ``checker_runs`` table), i.e. the sustained rate when work is always waiting.
+2. **latency**: then ``--rate`` open ledgers per second are closed for ``--seconds`` seconds (each
+   a metadata write in ZooKeeper, as BookKeeper's close is); for each, the time from its close to
+   its row being visible in the ``ledger_checks`` Delta table (polled every 0.1 s by a reader), as
+   p50 / p99 / max, with the micro-batch durations of that phase.
+3. **state**: the checkpoint's state store size per ledger tracked, and one healthy closed
+   ledger's state value in bytes.
+
+Prints the figures (progress notes on stderr); nothing is asserted: exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from scrutiny.connectors.delta_tables import read_table
+from scrutiny.connectors.services import start_tansu, start_zookeeper
+from scrutiny.connectors.sim_cluster import SimCluster
+from scrutiny.connectors.sim_model import Action, Event
+from scrutiny.connectors.sim_scenario import parse_scenario
+from scrutiny.connectors.watcher_metrics import WatcherMetrics
+from scrutiny.connectors.zookeeper_client import build_zookeeper_client
+from scrutiny.core.ledger_tracker import TrackedLedger
+from scrutiny.streaming.cli_watch import watcher_from_settings
+from scrutiny.streaming.embedded import embedded_settings
+from scrutiny.streaming.job import start_checker
+from scrutiny.streaming.settings import load_settings
+from scrutiny.streaming.spark_session import build_spark_session
+
+log = logging.getLogger("bench.checker")
+
+
+def scenario_text(backlog: int, open_ledgers: int) -> str:
+    """Healthy closed ledgers 1..backlog, then open ones to close during the latency phase."""
+    return f"""
+[scenario]
+name = "checker-bench"
+seed = 11
+
+[cluster]
+bookies = 9
+racks = ["/rack-a", "/rack-b", "/rack-c"]
+
+[defaults]
+ensemble_size = 3
+write_quorum = 2
+ack_quorum = 2
+last_entry = 99
+ensemble = "auto"
+
+[[ledgers]]
+ids = [[1, {backlog}]]
+
+[[ledgers]]
+ids = [[{backlog + 1}, {backlog + open_ledgers}]]
+state = "OPEN"
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="5k backlog, 10 s of closes")
+    parser.add_argument("--backlog", type=int, default=20_000)
+    parser.add_argument("--rate", type=float, default=100.0, help="closes per second in the latency phase")
+    parser.add_argument("--seconds", type=float, default=30.0, help="length of the latency phase")
+    parser.add_argument("--trigger", type=float, default=0.5, help="checker.trigger_seconds")
+    args = parser.parse_args()
+    if args.quick:
+        args.backlog, args.seconds = 5_000, 10.0
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
+    log.setLevel(logging.INFO)
+    closes = int(args.rate * args.seconds)
+    with tempfile.TemporaryDirectory(prefix="checker-bench-") as tmp, running_servers(Path(tmp)) as (zk, kafka):
+        run(args, Path(tmp), zk, kafka, closes)
+    return 0
+
+
+@contextmanager
+def running_servers(tmp: Path) -> Iterator[tuple[str, str]]:
+    zookeeper = start_zookeeper(tmp / "zookeeper", die_with_parent=True)
+    try:
+        kafka = start_tansu(tmp / "kafka", die_with_parent=True)
+        try:
+            yield zookeeper.address, kafka.address
+        finally:
+            kafka.stop()
+    finally:
+        zookeeper.stop()
+
+
+def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -> None:
+    scenario = parse_scenario(scenario_text(args.backlog, closes))
+    settings = embedded_settings(load_settings(env={}), scenario, zk, kafka)
+    settings = replace(
+        settings,
+        kafka=replace(settings.kafka, partitions=2),
+        checker=replace(
+            settings.checker,
+            data_dir=str(tmp / "data"),
+            checkpoint_dir=str(tmp / "checkpoint"),
+            trigger_seconds=args.trigger,
+            shuffle_partitions=2,
+        ),
+    )
+    client = build_zookeeper_client(settings.zookeeper, hosts=zk)
+    client.start(timeout=30)
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    cluster = SimCluster(scenario, client)
+    asyncio.run_coroutine_threadsafe(cluster.start(), loop).result(timeout=600)
+    log.info("cluster up: %d ledgers", args.backlog + closes)
+    stop = threading.Event()
+    watcher = watcher_from_settings(settings, "bench", WatcherMetrics())
+    threading.Thread(target=watcher.run, args=(stop,), daemon=True).start()
+    spark = build_spark_session("checker-bench", master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})
+    checker = start_checker(spark, settings)
+    data_dir = settings.checker.data_dir
+    try:
+        backlog_rate = wait_backlog(data_dir, args.backlog)
+        latencies, batch_seconds = latency_phase(cluster, loop, data_dir, args, closes)
+        state = state_bytes(Path(settings.checker.checkpoint_dir))
+        phases = spark_phases(checker.query.recentProgress)
+    finally:
+        checker.stop()
+        stop.set()
+        asyncio.run_coroutine_threadsafe(cluster.stop(keep_metadata=True), loop).result(timeout=120)
+        loop.call_soon_threadsafe(loop.stop)
+        watcher.zk.stop()
+        client.stop()
+        spark.stop()
+    report(
+        args,
+        backlog=backlog_rate,
+        latencies=latencies,
+        batches=batch_seconds,
+        state=state,
+        ledgers=args.backlog + closes,
+    )
+    print(
+        "Spark's phases of the recent micro-batches (median ms): "
+        + ", ".join(f"{k} {v:.0f}" for k, v in phases.items())
+    )
+
+
+def checks_seen(data_dir: str) -> dict[int, float]:
+    """Ledger id -> when this reader first saw its check (call repeatedly; see ``Poller``)."""
+    try:
+        rows = read_table(data_dir, "ledger_checks").column("ledger_id").to_pylist()
+    except Exception:
+        return {}
+    now = time.time()
+    return dict.fromkeys(rows, now)
+
+
+def wait_backlog(data_dir: str, backlog: int) -> tuple[int, float, int]:
+    """(ledgers checked, seconds, micro-batches) for the snapshot backlog."""
+    deadline = time.monotonic() + 1800
+    while time.monotonic() < deadline:
+        seen = checks_seen(data_dir)
+        log.info("backlog: %d / %d checked", len(seen), backlog)
+        if len(seen) >= backlog:
+            break
+        time.sleep(2)
+    runs = read_table(data_dir, "checker_runs").to_pylist()
+    working = [r for r in runs if r["ledgers_checked"]]
+    start = min(r["started_at"] for r in runs)
+    end = max(r["finished_at"] for r in working)
+    return sum(r["ledgers_checked"] for r in working), (end - start).total_seconds(), len(working)
+
+
+def latency_phase(
+    cluster: SimCluster, loop: asyncio.AbstractEventLoop, data_dir: str, args: argparse.Namespace, closes: int
+) -> tuple[list[float], list[float]]:
+    """Close ``closes`` ledgers at ``args.rate``/s; close-to-visible-in-Delta latencies and batch durations."""
+    first = args.backlog + 1
+    closed_at: dict[int, float] = {}
+    seen: dict[int, float] = {}
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            for ledger, when in checks_seen(data_dir).items():
+                seen.setdefault(ledger, when)
+            time.sleep(0.1)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    phase_start = time.time()
+    started = time.monotonic()
+    for index in range(closes):
+        due = started + index / args.rate
+        time.sleep(max(0.0, due - time.monotonic()))
+        ledger = first + index
+        event = Event(at_s=0.0, action=Action.CLOSE, index=index, ledger=ledger)
+        asyncio.run_coroutine_threadsafe(cluster.apply(event), loop).result(timeout=30)
+        closed_at[ledger] = time.time()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not all(ledger in seen for ledger in closed_at):
+        time.sleep(0.2)
+    done.set()
+    poller.join(timeout=5)
+    latencies = [seen[ledger] - at for ledger, at in closed_at.items() if ledger in seen]
+    runs = read_table(data_dir, "checker_runs").to_pylist()
+    batches = [(r["finished_at"] - r["started_at"]).total_seconds() for r in runs]
+    phase = [r for r in runs if r["started_at"].timestamp() >= phase_start]
+    durations = [r["duration_ms"] / 1000 for r in phase] or batches
+    missing = closes - len(latencies)
+    if missing:
+        log.warning("%d closes never reached the table within the deadline", missing)
+    return latencies, durations
+
+
+def spark_phases(progress: list[Any]) -> dict[str, float]:
+    """Median of each ``durationMs`` phase over the query's recent progress reports."""
+    phases: dict[str, list[float]] = {}
+    for report_ in progress:
+        for name, value in (report_.durationMs or {}).items():
+            phases.setdefault(name, []).append(float(value))
+    return {name: statistics.median(values) for name, values in sorted(phases.items())}
+
+
+def state_bytes(checkpoint: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(checkpoint / "state"):
+        total += sum((Path(root) / name).stat().st_size for name in files)
+    return total
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else float("nan")
+
+
+def report(
+    args: argparse.Namespace,
+    *,
+    backlog: tuple[int, float, int],
+    latencies: list[float],
+    batches: list[float],
+    state: int,
+    ledgers: int,
+) -> None:
+    checked, seconds, batch_count = backlog
+    healthy = TrackedLedger(version=1, checked=True, changed_ms=1_795_000_000_000)
+    print(f"machine: {os.cpu_count()} cores; checker on local[2], trigger {args.trigger} s, 2 Kafka partitions")
+    print(
+        f"backlog: {checked} ledgers checked in {seconds:.1f} s over {batch_count} batches = {checked / seconds:,.0f}/s"
+    )
+    print(
+        f"latency, close in ZooKeeper -> row visible in ledger_checks, {len(latencies)} closes at {args.rate:g}/s: "
+        f"p50 {percentile(latencies, 0.5):.2f} s, p99 {percentile(latencies, 0.99):.2f} s, "
+        f"max {max(latencies, default=float('nan')):.2f} s"
+    )
+    print(
+        f"micro-batches in that phase: {len(batches)}, median {statistics.median(batches):.2f} s, "
+        f"max {max(batches):.2f} s"
+        if batches
+        else "micro-batches: none recorded"
+    )
+    print(
+        f"state: {state / 1e6:.1f} MB in the checkpoint's state store for {ledgers} ledgers "
+        f"= {state / ledgers:.0f} B per ledger (RocksDB files, all versions kept by Spark); "
+        f"one healthy closed ledger's value: {len(healthy.to_bytes())} B"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,367 @@
+"""The checker as a separate process (``scrutiny run --config FILE``), and what a test needs around it.
+
+* :func:`config_toml` / :func:`write_config` turn a :class:`Settings` into the TOML file the job reads
+  (secrets left out: :func:`child_env` passes them as ``SCRUTINY_<SECTION>_<KEY>`` variables);
+* :func:`child_process` starts a command in its own process group with its output in a log file and
+  always ends that group (by the child's PID) when the block is left; :meth:`Child.kill` is the crash;
+* :func:`simulated_cluster` runs a scenario's cluster and the watcher in this process (the checker is
+  the child), both stopped on exit;
+* :class:`CheckpointProbe` tells from the checkpoint and the Delta logs which batch is in progress
+  and which tables already hold it (files only: cheap enough to poll every few milliseconds);
+* :func:`spark_standalone` starts a Spark standalone Master and one Worker from the pyspark wheel's
+  own ``bin/spark-class`` and stops them afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyspark
+from kazoo.client import KazooClient
+
+from scrutiny.connectors.delta_tables import read_table
+from scrutiny.connectors.sim_cluster import SimCluster
+from scrutiny.connectors.sim_model import Scenario
+from scrutiny.connectors.watcher_metrics import WatcherMetrics
+from scrutiny.core.secret import Secret
+from scrutiny.streaming.cli_watch import watcher_from_settings
+from scrutiny.streaming.settings import ENV_PREFIX, Settings, schema_keys
+
+SCRUTINY = Path(sys.executable).parent / "scrutiny"
+SPARK_HOME = Path(pyspark.__file__).resolve().parent
+STREAM_ID_FILE = "scrutiny-stream-id"
+
+
+# ---------------------------------------------------------------------------------------------- configuration
+
+
+def _section(settings: Settings, name: str) -> Any:
+    return getattr(settings, "verdict_section" if name == "verdict" else name)
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a TOML basic string
+    raise TypeError(f"no TOML form for {value!r}")
+
+
+def config_toml(settings: Settings) -> str:
+    """Every key of ``settings`` as a TOML document, secrets left out (see :func:`child_env`)."""
+    lines: list[str] = []
+    for name, keys in schema_keys().items():
+        section = _section(settings, name)
+        lines.append(f"[{name}]")
+        for key in keys:
+            value = getattr(section, key)
+            if not isinstance(value, Secret):
+                lines.append(f"{key} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_config(settings: Settings, path: Path) -> Path:
+    """Write :func:`config_toml` to ``path``; returns it."""
+    path.write_text(config_toml(settings), encoding="utf-8")
+    return path
+
+
+def child_env(settings: Settings, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment for a child job: no ``SCRUTINY_*`` variable but the secrets of ``settings``.
+
+    The configuration file then decides everything else (an inherited override would win over it).
+    The executors' Python is this interpreter; Spark binds to loopback.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    for name, keys in schema_keys().items():
+        section = _section(settings, name)
+        for key in keys:
+            value = getattr(section, key)
+            if isinstance(value, Secret) and value.reveal():
+                env[f"{ENV_PREFIX}{name}_{key}".upper()] = value.reveal()
+    env.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", PYTHONUNBUFFERED="1")
+    env.update(extra or {})
+    return env
+
+
+# ---------------------------------------------------------------------------------------------- processes
+
+
+@dataclass
+class Child:
+    """A started process leading its own process group (its JVM and Python workers are in it)."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        """The child's PID, which is also its process group's id."""
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        """True while the child itself runs."""
+        return self.popen.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the whole group (a crash: nothing gets to clean up) and reap the child."""
+        self._signal_group(signal.SIGKILL)
+        self.popen.wait(timeout=30)
+
+    def stop(self, timeout_s: float = 30.0) -> int | None:
+        """SIGTERM the child, wait up to ``timeout_s``, then SIGKILL whatever is left of the group.
+
+        Returns the child's exit code (None if it had to be killed).
+        """
+        code: int | None = None
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                code = self.popen.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                code = None
+        else:
+            code = self.popen.returncode
+        self._signal_group(signal.SIGKILL)  # the JVM and workers, if the child left them behind
+        if self.alive():
+            self.popen.wait(timeout=30)
+        return code
+
+    def text(self) -> str:
+        """The log so far."""
+        try:
+            return self.log.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def tail(self, lines: int = 60) -> str:
+        """The last lines of the log (for failure messages)."""
+        return "\n".join(self.text().splitlines()[-lines:])
+
+    def _signal_group(self, signum: int) -> None:
+        try:
+            os.killpg(self.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+@contextmanager
+def child_process(name: str, command: Sequence[str], env: Mapping[str, str], log: Path) -> Iterator[Child]:
+    """Run ``command`` in a new session (its own process group), output to ``log``; always ended on exit."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        popen = subprocess.Popen(
+            list(command), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=dict(env),
+            start_new_session=True,
+        )  # fmt: skip
+    child = Child(name, popen, log)
+    try:
+        yield child
+    finally:
+        child.stop(timeout_s=20)
+
+
+def run_checker(config: Path, env: Mapping[str, str], log: Path) -> Any:
+    """``scrutiny run --config CONFIG`` as a child (a context manager yielding its :class:`Child`)."""
+    return child_process("scrutiny run", [str(SCRUTINY), "run", "--config", str(config)], env, log)
+
+
+def wait_for(check: Callable[[], bool], timeout_s: float, what: str, *, child: Child | None = None) -> None:
+    """Poll ``check`` until true; fail naming ``what`` (and with the child's log tail if it died or time ran out)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if child is not None and not child.alive():
+            raise AssertionError(f"{child.name} exited ({child.popen.returncode}) before {what}:\n{child.tail()}")
+        time.sleep(0.25)
+    tail = f"\n{child.name} log:\n{child.tail()}" if child is not None else ""
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{tail}")
+
+
+# ---------------------------------------------------------------------------------------------- cluster + watcher
+
+
+@dataclass
+class SimulatedCluster:
+    """A running simulated cluster (on its own event loop) and the watcher publishing its changes."""
+
+    cluster: SimCluster
+    loop: asyncio.AbstractEventLoop
+
+
+@contextmanager
+def simulated_cluster(zk_client: KazooClient, settings: Settings, scenario: Scenario) -> Iterator[SimulatedCluster]:
+    """The scenario's cluster (no schedule) and a watcher to ``settings.kafka.topic``, both stopped on exit."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="sim-cluster", daemon=True)
+    thread.start()
+    cluster = SimCluster(scenario, zk_client, replace=True)
+    stop = threading.Event()
+    watcher = watcher_from_settings(settings, "test-watcher", WatcherMetrics())
+    watcher_thread = threading.Thread(target=watcher.run, args=(stop,), name="watcher", daemon=True)
+    try:
+        asyncio.run_coroutine_threadsafe(cluster.start(), loop).result(timeout=120)
+        watcher_thread.start()
+        yield SimulatedCluster(cluster, loop)
+    finally:
+        stop.set()
+        if watcher_thread.is_alive():
+            watcher_thread.join(timeout=30)
+        watcher.zk.stop()
+        watcher.zk.close()
+        asyncio.run_coroutine_threadsafe(cluster.stop(), loop).result(timeout=120)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+
+
+# ---------------------------------------------------------------------------------------------- tables, checkpoint
+
+
+def table_rows(data_dir: str | Path, name: str) -> list[dict[str, Any]]:
+    """A Delta table's live rows (empty before the table exists)."""
+    try:
+        return list(read_table(data_dir, name).to_pylist())
+    except Exception:  # not created yet
+        return []
+
+
+def _numbered(directory: Path) -> list[int]:
+    try:
+        return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+    except FileNotFoundError:
+        return []
+
+
+@dataclass(frozen=True)
+class CheckpointProbe:
+    """What a checkpoint and the tables say about batches, read from files only (safe while the job runs)."""
+
+    checkpoint: Path
+    data_dir: Path
+
+    def stream_id(self) -> str | None:
+        """The stream id the job keeps in its checkpoint (None before the job made it)."""
+        marker = self.checkpoint / STREAM_ID_FILE
+        return marker.read_text(encoding="ascii").strip() if marker.exists() else None
+
+    def planned(self) -> int | None:
+        """The last batch Spark planned (its offsets are logged before it runs)."""
+        batches = _numbered(self.checkpoint / "offsets")
+        return batches[-1] if batches else None
+
+    def committed(self) -> int | None:
+        """The last batch Spark recorded as done (after the sink returned)."""
+        batches = _numbered(self.checkpoint / "commits")
+        return batches[-1] if batches else None
+
+    def in_progress(self) -> int | None:
+        """The batch running now (planned, not committed), or None."""
+        planned, committed = self.planned(), self.committed()
+        if planned is None or (committed is not None and committed >= planned):
+            return None
+        return planned
+
+    def table_batch(self, table: str, app_id: str) -> int | None:
+        """The batch id of ``app_id`` in the newest commit of ``table``'s Delta log (None: none there)."""
+        log_dir = self.data_dir / table / "_delta_log"
+        commits = sorted(log_dir.glob("*.json"))
+        if not commits:
+            return None
+        try:
+            text = commits[-1].read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        for line in text.splitlines():
+            txn = json.loads(line).get("txn") if line.strip() else None
+            if txn and txn.get("appId") == app_id:
+                return int(txn["version"])
+        return None
+
+
+# ---------------------------------------------------------------------------------------------- Spark standalone
+
+
+_MASTER_URL = re.compile(r"Starting Spark master at (spark://\S+)")
+
+
+@dataclass(frozen=True)
+class Standalone:
+    """A started standalone cluster: the master's URL and both processes."""
+
+    url: str
+    master: Child
+    worker: Child
+
+    def wait_registered(self, timeout_s: float = 60.0) -> None:
+        """Until the master's log says the worker registered (and the worker's log agrees)."""
+        wait_for(lambda: "Registering worker" in self.master.text(), timeout_s, "the worker to register", child=self.worker)
+        wait_for(
+            lambda: "Successfully registered with master" in self.worker.text(), timeout_s, "the worker", child=self.worker
+        )
+
+
+def spark_class(main_class: str, *args: str) -> list[str]:
+    """The command line running one of Spark's daemons from the pyspark wheel."""
+    return [str(SPARK_HOME / "bin" / "spark-class"), main_class, *args]
+
+
+@contextmanager
+def spark_standalone(base: Path, *, cores: int = 1, memory: str = "1g", timeout_s: float = 60.0) -> Iterator[Standalone]:
+    """A Master on ephemeral ports, and one Worker started once the master is up; both stopped by PID on exit.
+
+    Yields as soon as the worker is started (a driver may connect meanwhile: executors follow the
+    worker's registration); :meth:`Standalone.wait_registered` waits for it. Logs are
+    ``base/master.log`` and ``base/worker.log``; the worker's work and local dirs are under ``base``.
+    """
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)},
+        "SPARK_HOME": str(SPARK_HOME),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_NO_DAEMONIZE": "1",
+        "SPARK_LOCAL_DIRS": str(base / "local"),
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    master_cmd = spark_class(
+        "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", "0", "--webui-port", "0"
+    )
+    with child_process("spark master", master_cmd, env, base / "master.log") as master:
+        found: list[str] = []
+
+        def master_url() -> bool:
+            match = _MASTER_URL.search(master.text())
+            if match:
+                found.append(match.group(1))
+            return bool(match)
+
+        wait_for(master_url, timeout_s, "the Spark master to start", child=master)
+        url = found[0]
+        worker_cmd = spark_class(
+            "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--port", "0",
+            "--webui-port", "0", "--cores", str(cores), "--memory", memory, "--work-dir", str(base / "work"),
+        )  # fmt: skip
+        with child_process("spark worker", worker_cmd, env, base / "worker.log") as worker:
+            yield Standalone(url, master, worker)
+
+
+def settings_replace(settings: Settings, **checker: Any) -> Settings:
+    """``settings`` with some ``[checker]`` keys replaced."""
+    return dataclasses.replace(settings, checker=dataclasses.replace(settings.checker, **checker))

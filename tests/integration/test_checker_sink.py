@@ -1,0 +1,57 @@
+"""The job's foreachBatch sink: bookkeeping records stay out of the tables, figures reach metrics and checker_runs."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from scrutiny.connectors.delta_tables import CheckerTables, read_table
+from scrutiny.connectors.table_schemas import OUTPUT_SCHEMA
+from scrutiny.streaming.job_metrics import JobMetrics
+from scrutiny.streaming.sink import BatchSink, BatchSummary
+
+pytestmark = pytest.mark.integration
+
+AT = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+def rows() -> list[dict[str, object]]:
+    base = {"at": AT, "source": "stream"}
+    return [
+        {**base, "record": "stats", "ledger_id": -1, "details": json.dumps({"events": 40, "rpcs": 7})},
+        {**base, "record": "stats", "ledger_id": -1, "details": json.dumps({"events": 2, "rpcs": 1})},
+        {**base, "record": "retry", "ledger_id": 8, "retries": 0},
+        {**base, "record": "violation", "ledger_id": 5, "category": "NO_REPLICA", "severity": "critical"},
+        {**base, "record": "violation", "ledger_id": 5, "category": "MISSING_REPLICA", "severity": "critical"},
+        {**base, "record": "check", "ledger_id": 5, "verdict": "VIOLATED", "violation_count": 2},
+        {**base, "record": "resolved", "ledger_id": 6, "category": "ACK_QUORUM_ONE"},
+    ]
+
+
+def test_a_batch_lands_once_with_its_figures(spark: SparkSession, tmp_path: Path) -> None:
+    frame = spark.createDataFrame(
+        [tuple(r.get(name) for name in OUTPUT_SCHEMA.names) for r in rows()], schema=from_arrow_schema(OUTPUT_SCHEMA)
+    )
+    seen: list[BatchSummary] = []
+    metrics = JobMetrics()
+    sink = BatchSink(
+        CheckerTables(tmp_path, app_id="test"), run_id="r1", metrics=metrics, lag=lambda: 3, on_batch=seen.append
+    )
+    sink(frame, 0)
+    sink(frame, 0)  # Spark re-running the batch after a crash: nothing twice
+    assert [v["category"] for v in read_table(tmp_path, "violations").to_pylist()] == ["NO_REPLICA", "MISSING_REPLICA"]
+    runs = read_table(tmp_path, "checker_runs").to_pylist()
+    assert len(runs) == 1
+    assert (runs[0]["events"], runs[0]["rpcs"], runs[0]["ledgers_checked"], runs[0]["violations"]) == (42, 8, 1, 2)
+    assert (runs[0]["resolved"], runs[0]["retries_pending"], runs[0]["lag_records"]) == (1, 1, 3)
+    assert seen[0].violations == {"NO_REPLICA": 1, "MISSING_REPLICA": 1} and sink.pending == {8}
+    registry = metrics.registry
+    assert registry.get_sample_value("scrutiny_checker_events_total") == 42  # the re-run is not counted again
+    assert registry.get_sample_value("scrutiny_checker_violations_total", {"category": "NO_REPLICA"}) == 1
+    assert registry.get_sample_value("scrutiny_checker_lag_records") == 3
+    assert registry.get_sample_value("scrutiny_checker_retries_pending") == 1
