@@ -6,15 +6,17 @@ Run from the repository root::
     .venv/bin/python -m bench.checker_bench --quick    # 5k backlog, 100 closes/s for 10 s
 
 It starts its own ZooKeeper and Tansu in a temporary directory, a simulated cluster of 9 bookies
-(healthy ledgers, E=3/WQ=2/AQ=2, 100 entries, "auto" ensembles), the watcher and the checker on
-``local[2]`` (tables and checkpoint in the temporary directory), and stops everything at the end.
+(healthy ledgers, E=3/WQ=2/AQ=2, 100 entries, "auto" ensembles) in a process of its own
+(``scrutiny simulate``: bookies are other machines in real life, so they do not share this
+process's interpreter), the watcher and the checker on ``local[2]`` (tables and checkpoint in the
+temporary directory), and stops everything at the end.
 
 1. **backlog**: the cluster starts with ``--backlog`` closed ledgers; the watcher's snapshot puts
    them all in Kafka at once and the checker works through them. Checks per second = ledgers
    checked / time from the first micro-batch's start to the last check's batch end (the
    ``checker_runs`` table), i.e. the sustained rate when work is always waiting.
 2. **latency**: then ``--rate`` open ledgers per second are closed for ``--seconds`` seconds (each
-   a metadata write in ZooKeeper, as BookKeeper's close is); for each, the time from its close to
+   a ``set`` of its CLOSED metadata in ZooKeeper, as BookKeeper's close is); for each, the time from its close to
    its row being visible in the ``ledger_checks`` Delta table (polled every 0.1 s by a reader), as
    p50 / p99 / max, with the micro-batch durations of that phase.
 3. **state**: the checkpoint's state store size per ledger tracked, and one healthy closed
@@ -26,10 +28,10 @@ Prints the figures (progress notes on stderr); nothing is asserted: exit 0.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -40,14 +42,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from kazoo.client import KazooClient
+
 from scrutiny.connectors.delta_tables import read_table
 from scrutiny.connectors.services import start_tansu, start_zookeeper
-from scrutiny.connectors.sim_cluster import SimCluster
-from scrutiny.connectors.sim_model import Action, Event
 from scrutiny.connectors.sim_scenario import parse_scenario
 from scrutiny.connectors.watcher_metrics import WatcherMetrics
 from scrutiny.connectors.zookeeper_client import build_zookeeper_client
+from scrutiny.core.ledger_metadata import LedgerState, decode_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.ledger_tracker import TrackedLedger
+from scrutiny.core.zk_paths import ledger_path
 from scrutiny.streaming.cli_watch import watcher_from_settings
 from scrutiny.streaming.embedded import embedded_settings
 from scrutiny.streaming.job import start_checker
@@ -116,7 +120,9 @@ def running_servers(tmp: Path) -> Iterator[tuple[str, str]]:
 
 
 def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -> None:
-    scenario = parse_scenario(scenario_text(args.backlog, closes))
+    text = scenario_text(args.backlog, closes)
+    scenario = parse_scenario(text)
+    (tmp / "scenario.toml").write_text(text, encoding="utf-8")
     settings = embedded_settings(load_settings(env={}), scenario, zk, kafka)
     settings = replace(
         settings,
@@ -131,10 +137,7 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
     )
     client = build_zookeeper_client(settings.zookeeper, hosts=zk)
     client.start(timeout=30)
-    loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, daemon=True).start()
-    cluster = SimCluster(scenario, client)
-    asyncio.run_coroutine_threadsafe(cluster.start(), loop).result(timeout=600)
+    simulator = start_simulator(tmp / "scenario.toml", zk)
     log.info("cluster up: %d ledgers", args.backlog + closes)
     stop = threading.Event()
     watcher = watcher_from_settings(settings, "bench", WatcherMetrics())
@@ -144,14 +147,15 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
     data_dir = settings.checker.data_dir
     try:
         backlog_rate = wait_backlog(data_dir, args.backlog)
-        latencies, batch_seconds = latency_phase(cluster, loop, data_dir, args, closes)
+        latencies, batch_seconds = latency_phase(client, data_dir, args, closes)
         state = state_bytes(Path(settings.checker.checkpoint_dir))
         phases = spark_phases(checker.query.recentProgress)
+        phases["of which the Delta writes"] = 1000 * statistics.median(checker.write_seconds or [0.0])
     finally:
         checker.stop()
         stop.set()
-        asyncio.run_coroutine_threadsafe(cluster.stop(keep_metadata=True), loop).result(timeout=120)
-        loop.call_soon_threadsafe(loop.stop)
+        simulator.terminate()
+        simulator.wait(timeout=60)
         watcher.zk.stop()
         client.stop()
         spark.stop()
@@ -167,6 +171,27 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
         "Spark's phases of the recent micro-batches (median ms): "
         + ", ".join(f"{k} {v:.0f}" for k, v in phases.items())
     )
+
+
+def start_simulator(scenario: Path, zk: str) -> subprocess.Popen[str]:
+    """``scrutiny simulate`` in its own process; returns once it printed that the cluster is up."""
+    command = [sys.executable, "-m", "scrutiny.streaming.cli", "simulate", str(scenario), "--zookeeper", zk]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line.startswith("{"):
+        process.kill()
+        raise SystemExit(f"the simulator did not start: {line!r}")
+    return process
+
+
+def close_ledger(client: KazooClient, ledger_id: int) -> None:
+    """What BookKeeper's close does to the znode: CLOSED, lastEntryId = the last entry written (99)."""
+    path = ledger_path(ledger_id, root="/ledgers")
+    data, stat = client.get(path)
+    metadata = decode_ledger_metadata(data)
+    closed = replace(metadata, state=LedgerState.CLOSED, last_entry_id=99, length=100 * 1024)
+    client.set(path, encode_ledger_metadata_v3(closed), version=stat.version)
 
 
 def checks_seen(data_dir: str) -> dict[int, float]:
@@ -196,7 +221,7 @@ def wait_backlog(data_dir: str, backlog: int) -> tuple[int, float, int]:
 
 
 def latency_phase(
-    cluster: SimCluster, loop: asyncio.AbstractEventLoop, data_dir: str, args: argparse.Namespace, closes: int
+    client: KazooClient, data_dir: str, args: argparse.Namespace, closes: int
 ) -> tuple[list[float], list[float]]:
     """Close ``closes`` ledgers at ``args.rate``/s; close-to-visible-in-Delta latencies and batch durations."""
     first = args.backlog + 1
@@ -218,8 +243,7 @@ def latency_phase(
         due = started + index / args.rate
         time.sleep(max(0.0, due - time.monotonic()))
         ledger = first + index
-        event = Event(at_s=0.0, action=Action.CLOSE, index=index, ledger=ledger)
-        asyncio.run_coroutine_threadsafe(cluster.apply(event), loop).result(timeout=30)
+        close_ledger(client, ledger)
         closed_at[ledger] = time.time()
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not all(ledger in seen for ledger in closed_at):

@@ -72,12 +72,14 @@ class RunningChecker:
     sink: BatchSink
     batches: int = 0
     idle_since: float = field(default_factory=time.monotonic)
+    write_seconds: list[float] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def on_batch(self, summary: BatchSummary) -> None:
         """Called by the sink after each written batch."""
         with self._lock:
             self.batches += 1
+            self.write_seconds = [*self.write_seconds[-99:], summary.seconds]
             if summary.events or summary.checks or summary.retries_pending:
                 self.idle_since = time.monotonic()
 

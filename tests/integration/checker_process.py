@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,6 +111,7 @@ class Child:
     name: str
     popen: subprocess.Popen[bytes]
     log: Path
+    ended: bool = False
 
     @property
     def pid(self) -> int:
@@ -123,26 +124,23 @@ class Child:
 
     def kill(self) -> None:
         """SIGKILL the whole group (a crash: nothing gets to clean up) and reap the child."""
-        self._signal_group(signal.SIGKILL)
-        self.popen.wait(timeout=30)
+        self._end_group()
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
-        """SIGTERM the child, wait up to ``timeout_s``, then SIGKILL whatever is left of the group.
+        """SIGTERM the child, wait up to ``timeout_s``, then SIGKILL whatever is left of its group.
 
-        Returns the child's exit code (None if it had to be killed).
+        Returns the child's exit code (None if it had to be killed). Does nothing more once ended.
         """
+        if self.ended:
+            return self.popen.returncode
         code: int | None = None
         if self.alive():
             self.popen.send_signal(signal.SIGTERM)
-            try:
+            with suppress(subprocess.TimeoutExpired):
                 code = self.popen.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                code = None
         else:
             code = self.popen.returncode
-        self._signal_group(signal.SIGKILL)  # the JVM and workers, if the child left them behind
-        if self.alive():
-            self.popen.wait(timeout=30)
+        self._end_group()  # the JVM and Python workers, if the child left them behind
         return code
 
     def text(self) -> str:
@@ -156,11 +154,13 @@ class Child:
         """The last lines of the log (for failure messages)."""
         return "\n".join(self.text().splitlines()[-lines:])
 
-    def _signal_group(self, signum: int) -> None:
-        try:
-            os.killpg(self.pid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
+    def _end_group(self) -> None:
+        """SIGKILL the group (once: afterwards its id may be reused) and reap the child."""
+        if not self.ended:
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+            self.popen.wait(timeout=30)
+            self.ended = True
 
 
 @contextmanager
@@ -297,6 +297,56 @@ class CheckpointProbe:
         return None
 
 
+TABLES_IN_ORDER = ("violations", "ledger_checks", "open_violations", "checker_runs")
+
+
+@dataclass(frozen=True)
+class KillPoint:
+    """Where a crash landed: the batch running, the tables already holding it, whether Spark had finished it."""
+
+    batch: int
+    tables: tuple[str, ...]
+    spark_committed: bool
+
+
+def holding(probe: CheckpointProbe, app_id: str, batch: int) -> tuple[str, ...]:
+    """The tables whose newest commit is ``batch`` of ``app_id``."""
+    return tuple(t for t in TABLES_IN_ORDER if probe.table_batch(t, app_id) == batch)
+
+
+def kill_mid_batch(
+    child: Child,
+    probe: CheckpointProbe,
+    app_id: str,
+    *,
+    after: int = 2,
+    prefer_s: float = 20.0,
+    timeout_s: float = 90.0,
+) -> KillPoint:
+    """SIGKILL ``child`` while a batch runs, once ``after`` batches are fully written.
+
+    Polls the checkpoint and the Delta logs every 10 ms and kills at the first moment some table
+    already holds the running batch and ``checker_runs`` does not (a crash between two table
+    commits); if no such moment comes within ``prefer_s``, at the next moment a batch is running.
+    """
+    deadline = time.monotonic() + timeout_s
+    prefer_until: float | None = None
+    while time.monotonic() < deadline:
+        if not child.alive():
+            raise AssertionError(f"{child.name} exited ({child.popen.returncode}) before the kill:\n{child.tail()}")
+        running, written = probe.in_progress(), probe.table_batch("checker_runs", app_id)
+        if running is not None and written is not None and written >= after - 1 and running > written:
+            prefer_until = prefer_until or time.monotonic() + prefer_s
+            if holding(probe, app_id, running) or time.monotonic() >= prefer_until:
+                child.kill()
+                committed = probe.committed()
+                return KillPoint(
+                    running, holding(probe, app_id, running), committed is not None and committed >= running
+                )
+        time.sleep(0.01)
+    raise AssertionError(f"no batch to kill within {timeout_s} s:\n{child.tail()}")
+
+
 # ---------------------------------------------------------------------------------------------- Spark standalone
 
 
@@ -313,9 +363,14 @@ class Standalone:
 
     def wait_registered(self, timeout_s: float = 60.0) -> None:
         """Until the master's log says the worker registered (and the worker's log agrees)."""
-        wait_for(lambda: "Registering worker" in self.master.text(), timeout_s, "the worker to register", child=self.worker)
         wait_for(
-            lambda: "Successfully registered with master" in self.worker.text(), timeout_s, "the worker", child=self.worker
+            lambda: "Registering worker" in self.master.text(), timeout_s, "the worker to register", child=self.worker
+        )
+        wait_for(
+            lambda: "Successfully registered with master" in self.worker.text(),
+            timeout_s,
+            "the worker",
+            child=self.worker,
         )
 
 
@@ -325,7 +380,9 @@ def spark_class(main_class: str, *args: str) -> list[str]:
 
 
 @contextmanager
-def spark_standalone(base: Path, *, cores: int = 1, memory: str = "1g", timeout_s: float = 60.0) -> Iterator[Standalone]:
+def spark_standalone(
+    base: Path, *, cores: int = 1, memory: str = "1g", timeout_s: float = 60.0
+) -> Iterator[Standalone]:
     """A Master on ephemeral ports, and one Worker started once the master is up; both stopped by PID on exit.
 
     Yields as soon as the worker is started (a driver may connect meanwhile: executors follow the

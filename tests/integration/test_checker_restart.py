@@ -1,0 +1,114 @@
+"""``scrutiny run --config`` killed with SIGKILL in the middle of a batch, then started again: exactly once.
+
+Spark re-runs the batch the crash interrupted (its offsets are in the checkpoint, its commit is
+not); the writer skips the tables that already hold it. Afterwards no row is missing and none is
+there twice, and the open violations are the scenario's ground truth.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+
+from scrutiny.connectors.sim_generator import generate, parse_fault_mix
+from scrutiny.connectors.sim_scenario import parse_scenario
+from scrutiny.connectors.sim_state import ClusterState
+from scrutiny.streaming.job import APP_ID
+from scrutiny.streaming.settings import Settings
+from tests.integration.checker_harness import ViolationId, harness_settings
+from tests.integration.checker_process import (
+    CheckpointProbe,
+    child_env,
+    kill_mid_batch,
+    run_checker,
+    settings_replace,
+    simulated_cluster,
+    table_rows,
+    wait_for,
+    write_config,
+)
+from tests.integration.conftest import KafkaTopicFactory
+from tests.integration.test_checker import truth_ids
+
+pytestmark = pytest.mark.integration
+
+LEDGERS = 3000
+BATCH = 300
+#: Ledger faults of every kind whose ledger has no unknown answer besides (limbo's only finding is
+#: BOOKIE_UNRESPONSIVE): each violation is then reported by exactly one check. Without "marked": the
+#: watcher publishes marks after all ledgers, so a capped batch checks a marked ledger before its mark.
+FAULTS = (
+    "missing=0.002,nothing=0.001,no_replica=0.001,truncated=0.001,beyond=0.001,placement=0.003,stuck=0.001,"
+    "corrupt=0.001,aq1=0.01,open=0.02,limbo=0.002,slow=1,readonly=1"
+)
+APPEND_ONLY = ("violations", "ledger_checks")
+_QUERY_ID = re.compile(r"checker started: query (\S+),")
+
+
+def test_sigkill_mid_batch_and_restart_writes_every_row_exactly_once(
+    zk_client: KazooClient, service_settings: Settings, kafka_topic_factory: KafkaTopicFactory, tmp_path: Path
+) -> None:
+    text, plan = generate(LEDGERS, parse_fault_mix(FAULTS), seed=11)
+    scenario = parse_scenario(text)
+    assert not scenario.schedule and plan.ledgers.get("limbo")
+    expected = truth_ids(ClusterState.from_scenario(scenario), 0.0)
+    closed = {s.ledger_id for s in scenario.ledgers if s.closed}
+    topic = kafka_topic_factory(partitions=2)
+    settings = harness_settings(service_settings, scenario, zk_client.chroot, topic, tmp_path)
+    settings = settings_replace(settings, max_offsets_per_trigger=BATCH)
+    config = write_config(settings, tmp_path / "scrutiny.toml")
+    data, checkpoint = Path(settings.checker.data_dir), Path(settings.checker.checkpoint_dir)
+    probe = CheckpointProbe(checkpoint, data)
+    env = child_env(settings)
+
+    def open_ids() -> set[ViolationId]:
+        rows = table_rows(data, "open_violations")
+        return {(r["ledger_id"], r["category"], r["bookie"]) for r in rows if r["resolved_at"] is None}
+
+    def settled() -> bool:
+        checked = {c["ledger_id"] for c in table_rows(data, "ledger_checks")}
+        runs = table_rows(data, "checker_runs")
+        last = max(runs, key=lambda r: int(r["batch_id"])) if runs else None
+        return closed <= checked and open_ids() >= expected and last is not None and last["retries_pending"] == 0
+
+    with simulated_cluster(zk_client, settings, scenario):
+        with run_checker(config, env, tmp_path / "first.log") as first:
+            wait_for(lambda: probe.stream_id() is not None, 90, "the checker to start", child=first)
+            stream_id = probe.stream_id()
+            app_id = f"{APP_ID}-{stream_id}"
+            kill = kill_mid_batch(first, probe, app_id, after=2)
+        assert not kill.spark_committed, kill  # Spark must re-run the batch the crash interrupted
+        before = {t: _batch_rows(data, t, kill.batch) for t in kill.tables if t in APPEND_ONLY}
+        assert "checker_runs" not in kill.tables
+        with run_checker(config, env, tmp_path / "second.log") as second:
+            wait_for(settled, 110, "every closed ledger checked, the truth open, no retry pending", child=second)
+            assert second.stop() == 0, second.tail()
+
+    assert probe.stream_id() == stream_id
+    query_ids = [_QUERY_ID.findall(log.text()) for log in (first, second)]
+    assert query_ids[0] and query_ids[0] == query_ids[1]  # the same query, restarted from its checkpoint
+    runs = table_rows(data, "checker_runs")
+    assert {r["run_id"] for r in runs} == {stream_id}
+    batch_ids = sorted(r["batch_id"] for r in runs)
+    assert batch_ids == list(range(len(runs))) and kill.batch in batch_ids  # each batch once, none lost
+    for table, rows in before.items():  # a table that held the interrupted batch was not written again
+        assert _batch_rows(data, table, kill.batch) == rows, table
+    violations = table_rows(data, "violations")
+    keys = Counter((v["ledger_id"], v["category"], v["bookie"], v["segment_first_entry"]) for v in violations)
+    assert [k for k, n in keys.items() if n > 1] == []
+    assert {(v["ledger_id"], v["category"], v["bookie"]) for v in violations} == expected
+    checks = table_rows(data, "ledger_checks")
+    versions = Counter((c["ledger_id"], c["metadata_version"]) for c in checks)
+    assert [k for k, n in versions.items() if n > 1] == []
+    assert closed <= {c["ledger_id"] for c in checks}
+    assert open_ids() == expected
+    assert sum(r["events"] for r in runs) >= len(scenario.ledgers)
+
+
+def _batch_rows(data: Path, table: str, batch: int) -> int:
+    return sum(1 for r in table_rows(data, table) if r["batch_id"] == batch)
