@@ -146,10 +146,17 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
     checker = start_checker(spark, settings)
     data_dir = settings.checker.data_dir
     try:
+        cpu_before = tree_cpu_seconds(os.getpid(), exclude=simulator.pid)
+        sim_before = tree_cpu_seconds(simulator.pid)
         backlog_rate = wait_backlog(data_dir, args.backlog)
+        cpu = (
+            tree_cpu_seconds(os.getpid(), exclude=simulator.pid) - cpu_before,
+            tree_cpu_seconds(simulator.pid) - sim_before,
+        )
         latencies, batch_seconds = latency_phase(client, data_dir, args, closes)
         state = state_bytes(Path(settings.checker.checkpoint_dir))
         phases = spark_phases(checker.query.recentProgress)
+        phases["of which computing the batch"] = 1000 * statistics.median(checker.compute_seconds or [0.0])
         phases["of which the Delta writes"] = 1000 * statistics.median(checker.write_seconds or [0.0])
     finally:
         checker.stop()
@@ -166,6 +173,11 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
         batches=batch_seconds,
         state=state,
         ledgers=args.backlog + closes,
+    )
+    print(
+        f"CPU during the backlog: {cpu[0]:.1f} s in this process tree (Spark driver and workers, the watcher, "
+        f"the ZooKeeper and Tansu servers: all but the bookies) = {1000 * cpu[0] / backlog_rate[0]:.2f} ms per check, "
+        f"{cpu[1]:.1f} s in the simulated bookies' process"
     )
     print(
         "Spark's phases of the recent micro-batches (median ms): "
@@ -268,6 +280,30 @@ def spark_phases(progress: list[Any]) -> dict[str, float]:
         for name, value in (report_.durationMs or {}).items():
             phases.setdefault(name, []).append(float(value))
     return {name: statistics.median(values) for name, values in sorted(phases.items())}
+
+
+def tree_cpu_seconds(pid: int, *, exclude: int | None = None) -> float:
+    """User + system CPU seconds of ``pid`` and its descendants (Linux /proc), leaving out ``exclude``'s subtree."""
+    children: dict[int, list[int]] = {}
+    times: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+        times[int(entry.name)] = (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / tick
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        if current == exclude:
+            continue
+        total += times.get(current, 0.0)
+        todo.extend(children.get(current, []))
+    return total
 
 
 def state_bytes(checkpoint: Path) -> int:

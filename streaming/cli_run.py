@@ -144,7 +144,8 @@ def _print_batch(s: BatchSummary) -> None:
     found = ", ".join(f"{c} {n}" for c, n in sorted(s.violations.items())) or "none"
     print(
         f"batch {s.batch_id}: {s.events} events, {s.checks} checks, {s.rpcs} RPCs, violations: {found}, "
-        f"resolved {s.resolved}, retries pending {s.retries_pending} ({s.seconds:.2f} s to write)",
+        f"resolved {s.resolved}, retries pending {s.retries_pending} "
+        f"({s.compute_seconds:.2f} s to compute, {s.seconds:.2f} s to write)",
         flush=True,
     )
 

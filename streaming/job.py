@@ -73,6 +73,7 @@ class RunningChecker:
     batches: int = 0
     idle_since: float = field(default_factory=time.monotonic)
     write_seconds: list[float] = field(default_factory=list)
+    compute_seconds: list[float] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def on_batch(self, summary: BatchSummary) -> None:
@@ -80,6 +81,7 @@ class RunningChecker:
         with self._lock:
             self.batches += 1
             self.write_seconds = [*self.write_seconds[-99:], summary.seconds]
+            self.compute_seconds = [*self.compute_seconds[-99:], summary.compute_seconds]
             if summary.events or summary.checks or summary.retries_pending:
                 self.idle_since = time.monotonic()
 

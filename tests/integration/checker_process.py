@@ -123,16 +123,17 @@ class Child:
         return self.popen.poll() is None
 
     def kill(self) -> None:
-        """SIGKILL the whole group (a crash: nothing gets to clean up) and reap the child."""
+        """SIGKILL the whole process tree (a crash: nothing gets to clean up) and reap the child."""
         self._end_group()
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
-        """SIGTERM the child, wait up to ``timeout_s``, then SIGKILL whatever is left of its group.
+        """SIGTERM the child, wait up to ``timeout_s``, then SIGKILL whatever is left of its process tree.
 
         Returns the child's exit code (None if it had to be killed). Does nothing more once ended.
         """
         if self.ended:
             return self.popen.returncode
+        tree = descendants(self.pid)  # before the child goes and its descendants are orphaned
         code: int | None = None
         if self.alive():
             self.popen.send_signal(signal.SIGTERM)
@@ -140,7 +141,7 @@ class Child:
                 code = self.popen.wait(timeout=timeout_s)
         else:
             code = self.popen.returncode
-        self._end_group()  # the JVM and Python workers, if the child left them behind
+        self._end_group(tree)  # the JVM and Python workers, if the child left them behind
         return code
 
     def text(self) -> str:
@@ -154,13 +155,62 @@ class Child:
         """The last lines of the log (for failure messages)."""
         return "\n".join(self.text().splitlines()[-lines:])
 
-    def _end_group(self) -> None:
-        """SIGKILL the group (once: afterwards its id may be reused) and reap the child."""
-        if not self.ended:
+    def _end_group(self, known: list[Process] | None = None) -> None:
+        """SIGKILL the group and every descendant (once: afterwards the ids may be reused); reap the child.
+
+        Descendants are looked up first (pyspark's worker daemons put themselves in groups of their
+        own); ``known`` adds those seen earlier, killed only if still the same process.
+        """
+        if self.ended:
+            return
+        tree = {*descendants(self.pid), *(known or [])}
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        for process in tree:
+            process.kill()
+        self.popen.wait(timeout=30)
+        self.ended = True
+
+
+@dataclass(frozen=True)
+class Process:
+    """A process as /proc shows it: PID and start time (together: this process, not a later one with its PID)."""
+
+    pid: int
+    started: int
+
+    def kill(self) -> None:
+        """SIGKILL it if it is still this process."""
+        current = _proc_stat(self.pid)
+        if current is not None and current[1] == self.started:
             with suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, signal.SIGKILL)
-            self.popen.wait(timeout=30)
-            self.ended = True
+                os.kill(self.pid, signal.SIGKILL)
+
+
+def _proc_stat(pid: int) -> tuple[int, int] | None:
+    """(parent PID, start time) of ``pid`` from /proc, or None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ..., starttime is 20th
+    return int(fields[1]), int(fields[19])
+
+
+def descendants(pid: int) -> list[Process]:
+    """``pid``'s children, their children, ... (from /proc)."""
+    children: dict[int, list[Process]] = {}
+    for entry in Path("/proc").iterdir():
+        stat = _proc_stat(int(entry.name)) if entry.name.isdigit() else None
+        if stat is not None:
+            children.setdefault(stat[0], []).append(Process(int(entry.name), stat[1]))
+    found: list[Process] = []
+    todo = [pid]
+    while todo:
+        more = children.get(todo.pop(), [])
+        found += more
+        todo += [p.pid for p in more]
+    return found
 
 
 @contextmanager

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -82,6 +81,7 @@ def test_sigkill_mid_batch_and_restart_writes_every_row_exactly_once(
             stream_id = probe.stream_id()
             app_id = f"{APP_ID}-{stream_id}"
             kill = kill_mid_batch(first, probe, app_id, after=2)
+            print(f"killed: {kill}")
         assert not kill.spark_committed, kill  # Spark must re-run the batch the crash interrupted
         before = {t: _batch_rows(data, t, kill.batch) for t in kill.tables if t in APPEND_ONLY}
         assert "checker_runs" not in kill.tables
