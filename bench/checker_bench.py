@@ -274,11 +274,14 @@ def latency_phase(
 
 
 def spark_phases(progress: list[Any]) -> dict[str, float]:
-    """Median of each ``durationMs`` phase over the query's recent progress reports."""
+    """Median of each ``durationMs`` phase, and of the state operator's times, over the recent progress reports."""
     phases: dict[str, list[float]] = {}
     for report_ in progress:
         for name, value in (report_.durationMs or {}).items():
             phases.setdefault(name, []).append(float(value))
+        for operator in report_.stateOperators or []:
+            for name in ("allUpdatesTimeMs", "commitTimeMs"):
+                phases.setdefault(f"state {name}", []).append(float(getattr(operator, name, 0) or 0))
     return {name: statistics.median(values) for name, values in sorted(phases.items())}
 
 

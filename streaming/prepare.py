@@ -52,7 +52,9 @@ _LEDGER_KINDS = (
 
 
 @dataclass(frozen=True, slots=True)
-class _Row:
+class EventRow:
+    """One ledger event of the partition range, with its offset and raw value."""
+
     ledger_id: int
     offset: int
     value: bytes
@@ -68,8 +70,8 @@ class PrepareEvents:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Every ledger event of the partition range, with answers on the ones to check."""
         started = time.monotonic()
-        rows, events, cluster_events = _ledger_rows(batches)
-        wanted = _wanted(rows)
+        rows, events, cluster_events = ledger_rows(batches)
+        wanted = ledgers_to_check(rows)
         answers: dict[int, bytes] = {}
         rpcs = 0
         if wanted or cluster_events:
@@ -100,9 +102,9 @@ def fetch_answers(
     return result.rpcs, result.answers
 
 
-def _ledger_rows(batches: Iterator[pa.RecordBatch]) -> tuple[list[_Row], int, int]:
+def ledger_rows(batches: Iterator[pa.RecordBatch]) -> tuple[list[EventRow], int, int]:
     """The ledger events (undecodable records are skipped and counted as events), in offset order."""
-    rows: list[_Row] = []
+    rows: list[EventRow] = []
     events = cluster_events = 0
     for batch in batches:
         offsets = batch.column("offset").to_pylist()
@@ -115,16 +117,16 @@ def _ledger_rows(batches: Iterator[pa.RecordBatch]) -> tuple[list[_Row], int, in
             except Exception:
                 continue
             if event.kind in _LEDGER_KINDS:
-                rows.append(_Row(event.ledger_id, offset, value, event))
+                rows.append(EventRow(event.ledger_id, offset, value, event))
             elif event.kind != pb.EventKind.TICK:
                 cluster_events += 1
     rows.sort(key=lambda r: r.offset)
     return rows, events, cluster_events
 
 
-def _wanted(rows: list[_Row]) -> dict[int, tuple[int, tuple[str, ...]]]:
+def ledgers_to_check(rows: list[EventRow]) -> dict[int, tuple[int, tuple[str, ...]]]:
     """Ledger id -> (offset of its last metadata event, bookies to ask), for the ledgers to check."""
-    last: dict[int, _Row | None] = {}
+    last: dict[int, EventRow | None] = {}
     for row in rows:
         if row.event.kind in _METADATA:
             last[row.ledger_id] = row
@@ -144,7 +146,7 @@ def _wanted(rows: list[_Row]) -> dict[int, tuple[int, tuple[str, ...]]]:
     return wanted
 
 
-def _batch(rows: list[_Row], answers: dict[int, bytes], figures: dict[str, int]) -> pa.RecordBatch:
+def _batch(rows: list[EventRow], answers: dict[int, bytes], figures: dict[str, int]) -> pa.RecordBatch:
     ledger_ids = [r.ledger_id for r in rows] + [STATS_KEY]
     offsets = [r.offset for r in rows] + [0]
     events: list[bytes | None] = [*(r.value for r in rows), json.dumps(figures).encode()]
