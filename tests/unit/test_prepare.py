@@ -22,7 +22,7 @@ def metadata(state: LedgerState, segments: list[tuple[int, tuple[str, ...]]], la
     return encode_ledger_metadata_v3(built)
 
 
-def event(kind: int, ledger: int = 0, data: bytes = b"") -> bytes:
+def event(kind: pb.EventKind, ledger: int = 0, data: bytes = b"") -> bytes:
     return pb.LedgerEvent(kind=kind, ledger_id=ledger, metadata=data).SerializeToString()
 
 
