@@ -8,7 +8,8 @@ runs ``local[*]``. What it always sets:
   (a micro-batch commits the changes, not a snapshot of the store) and no row counting;
 * the Spark UI off unless ``ui`` is true;
 * the driver's thread stack at 16 MB (``query.stop()`` can overflow the default one);
-* for local masters, the driver's own Python for the workers (which must import this package);
+* unless ``PYSPARK_PYTHON`` says otherwise, the driver's own Python for the Python workers (which
+  must import this package) when the master is local or named here (not by ``spark-submit``);
 * Arrow for pandas conversions, and a session time zone of UTC (every time in the tables is UTC).
 """
 
@@ -58,6 +59,12 @@ def build_spark_session(
     if chosen is not None and chosen.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers must import this package
+    elif chosen is not None and not _submitted():
+        # A cluster master named here, not by spark-submit: PySpark takes the workers' Python from
+        # PYSPARK_PYTHON only (else "python3"), for the executors and for the driver-side workers
+        # that plan the Kafka source. This interpreter imports the package; set PYSPARK_PYTHON when
+        # the executors' machines have it elsewhere.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     settings = {**BASE_CONF, "spark.ui.enabled": "true" if ui else "false", **(conf or {})}
     for key, value in settings.items():
         builder = builder.config(key, value)

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,11 +83,17 @@ def write_config(settings: Settings, path: Path) -> Path:
     return path
 
 
-def child_env(settings: Settings, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def settings_replace(settings: Settings, **checker: Any) -> Settings:
+    """``settings`` with some ``[checker]`` keys replaced."""
+    return dataclasses.replace(settings, checker=dataclasses.replace(settings.checker, **checker))
+
+
+def child_env(settings: Settings, local_dir: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment for a child job: no ``SCRUTINY_*`` variable but the secrets of ``settings``.
 
     The configuration file then decides everything else (an inherited override would win over it).
-    The executors' Python is this interpreter; Spark binds to loopback.
+    The executors' Python is this interpreter; Spark binds to loopback and keeps its scratch files
+    under ``local_dir`` (a killed job leaves them behind).
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
     for name, keys in schema_keys().items():
@@ -96,7 +102,9 @@ def child_env(settings: Settings, extra: Mapping[str, str] | None = None) -> dic
             value = getattr(section, key)
             if isinstance(value, Secret) and value.reveal():
                 env[f"{ENV_PREFIX}{name}_{key}".upper()] = value.reveal()
-    env.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", PYTHONUNBUFFERED="1")
+    env.update(
+        PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOCAL_DIRS=str(local_dir), PYTHONUNBUFFERED="1"
+    )
     env.update(extra or {})
     return env
 
@@ -106,7 +114,7 @@ def child_env(settings: Settings, extra: Mapping[str, str] | None = None) -> dic
 
 @dataclass
 class Child:
-    """A started process leading its own process group (its JVM and Python workers are in it)."""
+    """A started process leading its own process group (its JVM too; pyspark's worker daemons make their own)."""
 
     name: str
     popen: subprocess.Popen[bytes]
@@ -229,7 +237,7 @@ def child_process(name: str, command: Sequence[str], env: Mapping[str, str], log
         child.stop(timeout_s=20)
 
 
-def run_checker(config: Path, env: Mapping[str, str], log: Path) -> Any:
+def run_checker(config: Path, env: Mapping[str, str], log: Path) -> AbstractContextManager[Child]:
     """``scrutiny run --config CONFIG`` as a child (a context manager yielding its :class:`Child`)."""
     return child_process("scrutiny run", [str(SCRUTINY), "run", "--config", str(config)], env, log)
 
@@ -333,7 +341,7 @@ class CheckpointProbe:
     def table_batch(self, table: str, app_id: str) -> int | None:
         """The batch id of ``app_id`` in the newest commit of ``table``'s Delta log (None: none there)."""
         log_dir = self.data_dir / table / "_delta_log"
-        commits = sorted(log_dir.glob("*.json"))
+        commits = sorted(log_dir.glob("[0-9]*.json"))
         if not commits:
             return None
         try:
@@ -433,7 +441,8 @@ def spark_class(main_class: str, *args: str) -> list[str]:
 def spark_standalone(
     base: Path, *, cores: int = 1, memory: str = "1g", timeout_s: float = 60.0
 ) -> Iterator[Standalone]:
-    """A Master on ephemeral ports, and one Worker started once the master is up; both stopped by PID on exit.
+    """A Master on ephemeral ports (no REST server), and one Worker started once the master is up; both
+    stopped by PID on exit.
 
     Yields as soon as the worker is started (a driver may connect meanwhile: executors follow the
     worker's registration); :meth:`Standalone.wait_registered` waits for it. Logs are
@@ -446,6 +455,7 @@ def spark_standalone(
         "SPARK_NO_DAEMONIZE": "1",
         "SPARK_LOCAL_DIRS": str(base / "local"),
         "PYSPARK_PYTHON": sys.executable,
+        "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",  # its REST server would take fixed port 6066
     }
     master_cmd = spark_class(
         "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", "0", "--webui-port", "0"
@@ -467,8 +477,3 @@ def spark_standalone(
         )  # fmt: skip
         with child_process("spark worker", worker_cmd, env, base / "worker.log") as worker:
             yield Standalone(url, master, worker)
-
-
-def settings_replace(settings: Settings, **checker: Any) -> Settings:
-    """``settings`` with some ``[checker]`` keys replaced."""
-    return dataclasses.replace(settings, checker=dataclasses.replace(settings.checker, **checker))

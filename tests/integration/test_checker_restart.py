@@ -63,7 +63,7 @@ def test_sigkill_mid_batch_and_restart_writes_every_row_exactly_once(
     config = write_config(settings, tmp_path / "scrutiny.toml")
     data, checkpoint = Path(settings.checker.data_dir), Path(settings.checker.checkpoint_dir)
     probe = CheckpointProbe(checkpoint, data)
-    env = child_env(settings)
+    env = child_env(settings, tmp_path / "spark-local")
 
     def open_ids() -> set[ViolationId]:
         rows = table_rows(data, "open_violations")

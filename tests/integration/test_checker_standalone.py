@@ -58,9 +58,11 @@ def test_checker_on_a_standalone_cluster_finds_exactly_the_truth(
     with spark_standalone(tmp_path / "spark") as standalone:
         settings = settings_replace(base, spark_master=standalone.url)
         config = write_config(settings, tmp_path / "scrutiny.toml")
+        env = child_env(settings, tmp_path / "spark-local")
+        del env["PYSPARK_PYTHON"]  # build_spark_session picks its own interpreter for a master named in the config
         with (
             simulated_cluster(zk_client, settings, scenario),
-            run_checker(config, child_env(settings), tmp_path / "checker.log") as checker,
+            run_checker(config, env, tmp_path / "checker.log") as checker,
         ):
             standalone.wait_registered()  # the driver starts meanwhile; its executor follows the worker
             wait_for(settled, 150, "every closed ledger checked, every injected violation, no retry", child=checker)
