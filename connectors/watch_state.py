@@ -82,12 +82,17 @@ class Change:
 
 
 def diff(old: ClusterView, new: ClusterView) -> list[Change]:
-    """The changes from ``old`` to ``new``: cluster-wide ones first, then ledgers and marks by id."""
+    """The changes from ``old`` to ``new``: cluster-wide ones first, then marks, then ledgers, each by id.
+
+    Marks come before ledgers so that a checker reading a snapshot in order knows a ledger is
+    marked under-replicated before it judges the ledger (it would report missing replicas that
+    replication is already repairing, then withdraw them).
+    """
     changes = list(_bookie_changes(old, new))
     if old.racks != new.racks:
         changes.append(Change(ChangeKind.RACKS_CHANGED, data=new.racks or b""))
-    changes.extend(_node_changes(old.ledgers, new.ledgers, ledgers=True))
     changes.extend(_node_changes(old.marks, new.marks, ledgers=False))
+    changes.extend(_node_changes(old.ledgers, new.ledgers, ledgers=True))
     return changes
 
 

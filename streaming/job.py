@@ -37,6 +37,8 @@ from scrutiny.streaming.sink import BatchSink, BatchSummary
 log = logging.getLogger(__name__)
 
 APP_ID = "scrutiny-checker"
+#: The file in the checkpoint directory that names its stream.
+STREAM_ID_FILE = "scrutiny-stream-id"
 
 
 def job_config(settings: Settings, fetch: FetchConfig | None = None, *, source: str = "stream") -> JobConfig:
@@ -103,17 +105,36 @@ class RunningChecker:
         self.query.stop()
 
 
-def checkpoint_stream_id(checkpoint: Path) -> str:
+def checkpoint_stream_id(spark: SparkSession, checkpoint: str) -> str:
     """The id of the stream a checkpoint belongs to, made when the checkpoint is new.
 
     Batch ids restart at 0 with a new checkpoint, so the tables' exactly-once record is kept per
-    stream (``app_id`` = :data:`APP_ID` + this id), never shared by two checkpoints.
+    stream (``app_id`` = :data:`APP_ID` + this id), never shared by two checkpoints. A local path
+    is used as is; a URI (``hdfs://``, ``s3a://``, ``file://``...) goes through Hadoop's file system,
+    as Spark's own checkpoint does.
     """
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    marker = checkpoint / "scrutiny-stream-id"
-    if not marker.exists():
-        marker.write_text(uuid.uuid4().hex[:16] + "\n", encoding="ascii")
-    return marker.read_text(encoding="ascii").strip()
+    if "://" not in checkpoint:
+        directory = Path(checkpoint)
+        directory.mkdir(parents=True, exist_ok=True)
+        marker = directory / STREAM_ID_FILE
+        if not marker.exists():
+            marker.write_text(uuid.uuid4().hex[:16] + "\n", encoding="ascii")
+        return marker.read_text(encoding="ascii").strip()
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    path = jvm.org.apache.hadoop.fs.Path(f"{checkpoint.rstrip('/')}/{STREAM_ID_FILE}")
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(path):
+        out = fs.create(path, False)
+        try:
+            out.write(bytearray((uuid.uuid4().hex[:16] + "\n").encode("ascii")))
+        finally:
+            out.close()
+    stream = fs.open(path)
+    try:
+        return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "US-ASCII")).strip()
+    finally:
+        stream.close()
 
 
 def _flat(offsets: dict[str, object]) -> dict[str, int]:
@@ -148,13 +169,16 @@ def start_checker(
     checked = prepared.groupBy("ledger_id").transformWithState(
         processor, output_type, outputMode="Append", timeMode="ProcessingTime"
     )
-    stream_id = checkpoint_stream_id(Path(checker.checkpoint_dir))
+    checkpoint = (
+        checker.checkpoint_dir if "://" in checker.checkpoint_dir else str(Path(checker.checkpoint_dir).resolve())
+    )
+    stream_id = checkpoint_stream_id(spark, checkpoint)
     tables = CheckerTables(checker.data_dir, app_id=f"{APP_ID}-{stream_id}")
     sink = BatchSink(tables, run_id=run_id or stream_id, metrics=metrics)
     query = (
         checked.writeStream.queryName("scrutiny_checker")
         .foreachBatch(sink)
-        .option("checkpointLocation", str(Path(checker.checkpoint_dir).resolve()))
+        .option("checkpointLocation", checkpoint)
         .trigger(processingTime=f"{checker.trigger_seconds} seconds")
         .start()
     )

@@ -7,8 +7,9 @@ run the pure steps of :mod:`scrutiny.core.ledger_tracker`, store the ledger's sm
 RocksDB state store, keep the registered timers equal to what the state needs, do the fetch a due
 retry asks for, and return the records of :mod:`scrutiny.streaming.records`.
 
-Guarantees: events of one ledger are applied in offset order; only the newest metadata event of
-a batch is checked (earlier ones are superseded); nothing a ledger sends can raise out of here
+Guarantees: events of one ledger are applied in offset order, except that a batch's marks go
+first (the ledger is judged with the mark it has at the end of the batch); only the newest
+metadata event of a batch is checked (earlier ones are superseded); nothing a ledger sends can raise out of here
 (an unexpected error is logged and the ledger's state left as it was, so a later event or timer
 tries again).
 """
@@ -54,6 +55,7 @@ log = logging.getLogger(__name__)
 STATE_SCHEMA = "state binary"
 _METADATA = (pb.EventKind.LEDGER_CREATED, pb.EventKind.LEDGER_CHANGED)
 _DELETED = pb.EventKind.LEDGER_DELETED
+_MARKS = (pb.EventKind.UNDER_REPLICATION_MARKED, pb.EventKind.UNDER_REPLICATION_CLEARED)
 
 
 class LedgerProcessor(StatefulProcessor):
@@ -123,9 +125,12 @@ class LedgerProcessor(StatefulProcessor):
     def _apply_events(self, ledger_id: int, rows: list[Any], now_ms: int) -> list[Record]:
         state = before = self._load()
         records: list[Record] = []
-        events = [pb.LedgerEvent.FromString(row["event"]) for row in rows]
+        parsed = [(row, pb.LedgerEvent.FromString(row["event"])) for row in rows]
+        # Marks first: the ledger is judged with the mark it has at the end of the batch.
+        parsed = [p for p in parsed if p[1].kind in _MARKS] + [p for p in parsed if p[1].kind not in _MARKS]
+        events = [event for _, event in parsed]
         newest = max((i for i, e in enumerate(events) if e.kind in _METADATA or e.kind == _DELETED), default=-1)
-        for index, (row, event) in enumerate(zip(rows, events, strict=True)):
+        for index, (row, event) in enumerate(parsed):
             if event.kind in _METADATA and index != newest:
                 continue  # superseded within the batch by a newer version or a deletion
             step = self._step(state, event, row["answers"], now_ms)

@@ -18,8 +18,12 @@ Rules (each pinned by a test):
 * **under-replication**: a mark sets a timer at mark time + grace (mark time unknown: first
   seen); the timer reports ``UNDER_REPLICATION_STUCK`` unless the mark was cleared first;
   clearing resolves it;
-* **bounded state**: the metadata bytes are kept only while a retry is pending; what stays
-  for a healthy ledger is its version and close time.
+* **order**: a mark (or its clearing) re-checks a ledger with missing replicas open, so whether
+  the metadata or the mark arrives first, the outcome is the same;
+* **one row per finding per check**: what an incomplete check reported is not reported again
+  when the retries complete it;
+* **bounded state**: the metadata bytes are kept only while a retry is pending, a violation is
+  open or a mark is set; what stays for a healthy ledger is its version and change time.
 """
 
 from __future__ import annotations
@@ -45,6 +49,12 @@ from scrutiny.core.zk_records import UnderReplicationMark
 
 #: (category, bookie or "", segment first entry or -1): one open violation of a ledger.
 ViolationKey = tuple[str, str, int]
+
+#: What a mark changes: replication is at work on these.
+_REPLICA_CATEGORIES = frozenset(
+    c.value
+    for c in (Category.NO_REPLICA, Category.BELOW_ACK_QUORUM, Category.BELOW_WRITE_QUORUM, Category.MISSING_REPLICA)
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +92,7 @@ class TrackedLedger:
     mark: UnderReplicationMark | None = None
     stuck_at_ms: int | None = None
     open: tuple[ViolationKey, ...] = ()
+    reported: tuple[ViolationKey, ...] = ()
 
     def timers(self) -> tuple[int, ...]:
         """The times at which this ledger needs :func:`on_timer`."""
@@ -98,6 +109,8 @@ class TrackedLedger:
             doc["a"] = self.attempts
         if self.mark is not None:
             doc["k"] = {"r": list(self.mark.replicas), "t": self.mark.ctime_ms}
+        if self.reported:
+            doc["p"] = [list(k) for k in self.reported]
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -115,6 +128,7 @@ class TrackedLedger:
             mark=UnderReplicationMark(tuple(mark["r"]), mark["t"]) if mark is not None else None,
             stuck_at_ms=doc.get("s"),
             open=tuple((k[0], k[1], k[2]) for k in doc["o"]),
+            reported=tuple((k[0], k[1], k[2]) for k in doc.get("p", ())),
         )
 
 
@@ -183,7 +197,7 @@ def on_metadata(
     if version < state.version or (version == state.version and (state.checked or state.retry_at_ms is not None)):
         return Step(state)
     fresh = replace(state, version=version, checked=False, metadata=data, changed_ms=changed_ms, attempts=0)
-    fresh = replace(fresh, retry_at_ms=None)
+    fresh = replace(fresh, retry_at_ms=None, reported=())
     try:
         metadata = decode_ledger_metadata(data)
     except FormatError as error:
@@ -222,26 +236,34 @@ def on_deleted(state: TrackedLedger | None) -> Step:
 
 
 def on_marked(state: TrackedLedger | None, mark: UnderReplicationMark, *, now_ms: int, config: TrackerConfig) -> Step:
-    """Marked under-replicated: the stuck timer runs from the mark's ctime (or now, when it has none)."""
+    """Marked under-replicated: the stuck timer runs from the mark's ctime (or now, when it has none).
+
+    Missing replicas already reported are checked again under the mark (replication is at work:
+    only entries with no copy at all stay reported), so the order in which a ledger's metadata and
+    its mark arrive does not matter.
+    """
     state = state or TrackedLedger()
     started = mark.ctime_ms if mark.ctime_ms is not None else now_ms
     if state.mark is not None and state.mark.ctime_ms is None and mark.ctime_ms is None and state.stuck_at_ms:
         return Step(replace(state, mark=mark))  # unchanged mark without ctime: keep the first-seen clock
-    due = started + config.verdict.under_replication_grace_ms
     stuck_key = _stuck_key()
-    if stuck_key in state.open:
-        return Step(replace(state, mark=mark, stuck_at_ms=None))
-    return Step(replace(state, mark=mark, stuck_at_ms=due))
+    due = None if stuck_key in state.open else started + config.verdict.under_replication_grace_ms
+    marked = replace(state, mark=mark, stuck_at_ms=due)
+    if any(key[0] in _REPLICA_CATEGORIES for key in state.open):
+        return _recheck(marked)
+    return Step(marked)
 
 
 def on_cleared(state: TrackedLedger | None) -> Step:
-    """The under-replication mark is gone: a stuck report resolves."""
+    """The under-replication mark is gone: a stuck report resolves, and the ledger is checked again."""
     if state is None:
         return Step(None)
     stuck = _stuck_key()
     resolved = (stuck,) if stuck in state.open else ()
     remaining = tuple(k for k in state.open if k != stuck)
-    return Step(replace(state, mark=None, stuck_at_ms=None, open=remaining), Outcome(resolved=resolved))
+    cleared = replace(state, mark=None, stuck_at_ms=None, open=remaining)
+    step = _recheck(cleared)
+    return Step(step.state, replace(step.outcome, resolved=resolved))
 
 
 def on_timer(state: TrackedLedger, *, now_ms: int) -> Step:
@@ -288,8 +310,11 @@ def _judge(
     asked = len(_bookies(metadata))
     if verdict.retry_bookies and state.attempts < config.retry.max_retries:
         retry_at = now_ms + config.retry.delay_ms(state.attempts)
-        pending = replace(state, retry_at_ms=retry_at, open=_with_keys(state.open, found))
-        return Step(pending, Outcome(found=found, metadata=metadata, version=state.version))
+        new = _unreported(state, found)
+        pending = replace(
+            state, retry_at_ms=retry_at, open=_with_keys(state.open, found), reported=_with_keys(state.reported, new)
+        )
+        return Step(pending, Outcome(found=new, metadata=metadata, version=state.version))
     found += _unanswered(verdict, cluster, found)
     kind = VerdictKind.VIOLATED if found else verdict.verdict
     return _complete(state, metadata, found, kind, now_ms, asked=asked)
@@ -318,9 +343,27 @@ def _complete(
         latency_ms=latency,
         violation_count=len(found),
     )
-    done = replace(state, checked=True, metadata=None, retry_at_ms=None, open=_with_keys(still, found))
-    outcome = Outcome(found=found, resolved=resolved, check=check, metadata=metadata, version=state.version)
+    now_open = _with_keys(still, found)
+    keep = state.metadata if metadata is not None and (now_open or state.mark is not None) else None
+    done = replace(state, checked=True, metadata=keep, retry_at_ms=None, open=now_open, reported=())
+    outcome = Outcome(
+        found=_unreported(state, found), resolved=resolved, check=check, metadata=metadata, version=state.version
+    )
     return Step(done, outcome)
+
+
+def _unreported(state: TrackedLedger, found: tuple[Violation, ...]) -> tuple[Violation, ...]:
+    """``found`` without what an incomplete check of the same version reported already."""
+    return tuple(v for v in found if violation_key(v) not in state.reported)
+
+
+def _recheck(state: TrackedLedger) -> Step:
+    """Check the current version again (its answers are fetched first), e.g. when a mark comes or goes."""
+    if not state.checked or state.metadata is None:
+        return Step(state)
+    metadata = decode_ledger_metadata(state.metadata)
+    rechecking = replace(state, checked=False, attempts=0, retry_at_ms=None, reported=())
+    return Step(rechecking, Outcome(metadata=metadata, fetch=_bookies(metadata), version=state.version))
 
 
 def _not_stuck(verdict: Verdict) -> tuple[Violation, ...]:

@@ -12,6 +12,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from scrutiny.connectors.delta_tables import CheckerTables, read_table
 from scrutiny.connectors.table_schemas import OUTPUT_SCHEMA
+from scrutiny.streaming.job import checkpoint_stream_id
 from scrutiny.streaming.job_metrics import JobMetrics
 from scrutiny.streaming.sink import BatchSink, BatchSummary
 
@@ -55,3 +56,13 @@ def test_a_batch_lands_once_with_its_figures(spark: SparkSession, tmp_path: Path
     assert registry.get_sample_value("scrutiny_checker_violations_total", {"category": "NO_REPLICA"}) == 1
     assert registry.get_sample_value("scrutiny_checker_lag_records") == 3
     assert registry.get_sample_value("scrutiny_checker_retries_pending") == 1
+
+
+def test_a_checkpoint_names_its_stream_once_on_a_path_or_a_uri(spark: SparkSession, tmp_path: Path) -> None:
+    local = checkpoint_stream_id(spark, str(tmp_path / "a"))
+    assert local == checkpoint_stream_id(spark, str(tmp_path / "a")) and len(local) == 16
+    uri = checkpoint_stream_id(spark, f"file://{tmp_path}/b")  # through Hadoop's file system, as hdfs:// would be
+    assert (
+        uri == checkpoint_stream_id(spark, f"file://{tmp_path}/b") == checkpoint_stream_id(spark, str(tmp_path / "b"))
+    )
+    assert uri != local

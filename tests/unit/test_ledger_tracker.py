@@ -223,6 +223,7 @@ def test_a_marked_ledger_does_not_report_missing_replicas_and_a_check_keeps_the_
     attempts=st.integers(0, 10),
     mark=st.none() | st.builds(UnderReplicationMark, st.tuples(st.text(max_size=5)), st.none() | st.integers(0, 2**50)),
     keys=st.lists(st.tuples(st.sampled_from([c.value for c in Category]), st.text(max_size=8), st.integers(-1, 99))),
+    reported=st.lists(st.tuples(st.sampled_from([c.value for c in Category]), st.text(max_size=8), st.integers(-1, 9))),
 )
 def test_state_round_trips_through_bytes(  # noqa: PLR0917 - one argument per strategy
     version: int,
@@ -232,6 +233,46 @@ def test_state_round_trips_through_bytes(  # noqa: PLR0917 - one argument per st
     attempts: int,
     mark: UnderReplicationMark | None,
     keys: list[tuple[str, str, int]],
+    reported: list[tuple[str, str, int]],
 ) -> None:
-    state = TrackedLedger(version, checked, metadata, times[0], attempts, times[1], mark, times[2], tuple(keys))
+    state = TrackedLedger(
+        version, checked, metadata, times[0], attempts, times[1], mark, times[2], tuple(keys), tuple(reported)
+    )
     assert TrackedLedger.from_bytes(state.to_bytes()) == state
+
+
+def test_a_mark_after_the_metadata_rechecks_and_withdraws_what_replication_repairs() -> None:
+    answers = healthy()
+    answers["b2:3181"] = BookieAnswer.no_ledger()
+    first = changed(None, 1, answers)
+    assert {"BELOW_ACK_QUORUM", "MISSING_REPLICA"} <= set(categories(first)) and first.state is not None
+    marked = on_marked(first.state, UnderReplicationMark(("b2:3181",), 4_000), now_ms=5_000, config=CONFIG)
+    assert marked.outcome.fetch == BOOKIES and marked.state is not None
+    again = on_answers(marked.state, version=1, answers=answers, now_ms=5_100, cluster=CLUSTER, config=CONFIG)
+    assert sorted(k[0] for k in again.outcome.resolved) == ["BELOW_ACK_QUORUM", "MISSING_REPLICA"]
+    assert again.state is not None and again.state.open == ()
+    # the same end state as when the mark came first
+    mark_first = on_marked(None, UnderReplicationMark(("b2:3181",), 4_000), now_ms=5_000, config=CONFIG).state
+    assert categories(changed(mark_first, 1, answers)) == []
+    # clearing the mark checks again: the loss is reported once more (replication did not repair it)
+    cleared = on_cleared(again.state)
+    assert cleared.outcome.fetch == BOOKIES and cleared.state is not None
+    after = on_answers(cleared.state, version=1, answers=answers, now_ms=6_000, cluster=CLUSTER, config=CONFIG)
+    assert {"BELOW_ACK_QUORUM", "MISSING_REPLICA"} <= set(categories(after))
+
+
+def test_what_an_incomplete_check_reported_is_not_reported_again_when_it_completes() -> None:
+    answers = healthy()
+    answers["b1:3181"] = BookieAnswer.no_ledger()
+    answers["b2:3181"] = BookieAnswer.unknown("timeout")
+    partial = changed(None, 1, answers)
+    assert "MISSING_REPLICA" in categories(partial) and partial.outcome.check is None
+    state = partial.state
+    assert state is not None and state.retry_at_ms is not None
+    fired = on_timer(state, now_ms=state.retry_at_ms).state
+    assert fired is not None
+    answers["b2:3181"] = held(1)
+    done = on_answers(fired, version=1, answers=answers, now_ms=state.retry_at_ms, cluster=CLUSTER, config=CONFIG)
+    assert done.outcome.check is not None and done.outcome.check.violation_count >= 2
+    assert not set(categories(done)) & set(categories(partial))
+    assert done.state is not None and done.state.reported == ()

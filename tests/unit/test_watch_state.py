@@ -23,9 +23,9 @@ def test_first_snapshot_creates_everything() -> None:
         ("BOOKIE_REGISTERED", "b1:3181"),
         ("BOOKIE_READONLY", "b2:3181"),
         ("RACKS_CHANGED", None),
+        ("UNDER_REPLICATION_MARKED", 1),  # marks first: a checker knows the mark before it judges the ledger
         ("LEDGER_CREATED", 1),
         ("LEDGER_CREATED", 2),
-        ("UNDER_REPLICATION_MARKED", 1),
     ]
 
 
@@ -34,10 +34,10 @@ def test_resync_publishes_only_differences() -> None:
     new = ClusterView(ledgers={1: node(3), 2: node(9), 4: node(10)}, marks={}, writable={"a": b""}, readonly={"b": b""})
     assert kinds(diff(old, new)) == [
         ("BOOKIE_READONLY", "b"),
+        ("UNDER_REPLICATION_CLEARED", 2),
         ("LEDGER_CHANGED", 2),
         ("LEDGER_DELETED", 3),
         ("LEDGER_CREATED", 4),
-        ("UNDER_REPLICATION_CLEARED", 2),
     ]
     deleted = next(c for c in diff(old, new) if c.kind is ChangeKind.LEDGER_DELETED)
     assert deleted.node == node(5)  # the last known stat travels with the deletion
