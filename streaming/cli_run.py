@@ -65,7 +65,6 @@ def _run(args: argparse.Namespace) -> int:
     if port:
         start_http_server(port, addr="127.0.0.1", registry=metrics.registry)
         log.info("metrics on http://127.0.0.1:%d/metrics", port)
-    stop = _stop_on_signals()
     if configured:
         spark = build_spark_session(
             "scrutiny-checker",
@@ -75,12 +74,12 @@ def _run(args: argparse.Namespace) -> int:
         )
         checker = start_checker(spark, settings, metrics=metrics)
         try:
-            _follow(checker, settings, args, stop)
+            _follow(checker, settings, args, _stop_on_signals())
         finally:
             checker.stop()
         return 0
     scenario = load_scenario(args.scenario or DEMO_SCENARIO)
-    stack = EmbeddedStack(settings, scenario)
+    stack = EmbeddedStack(settings, scenario, metrics=metrics)
     try:
         embedded = stack.start()
         assert stack.checker is not None
@@ -89,7 +88,7 @@ def _run(args: argparse.Namespace) -> int:
             f"scenario {scenario.name!r}; tables under {Path(embedded.checker.data_dir).resolve()}",
             flush=True,
         )
-        _follow(stack.checker, embedded, args, stop)
+        _follow(stack.checker, embedded, args, _stop_on_signals())
     finally:
         print("stopping: checker, watcher, simulated cluster, services", flush=True)
         stack.close()
@@ -97,6 +96,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _stop_on_signals() -> threading.Event:
+    """SIGINT/SIGTERM set the returned event (installed after Spark starts: PySpark installs its own on SIGINT)."""
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -31,6 +31,7 @@ from scrutiny.connectors.watcher_metrics import WatcherMetrics
 from scrutiny.connectors.zookeeper_client import build_zookeeper_client
 from scrutiny.streaming.cli_watch import watcher_from_settings
 from scrutiny.streaming.job import RunningChecker, start_checker
+from scrutiny.streaming.job_metrics import JobMetrics
 from scrutiny.streaming.settings import Settings
 from scrutiny.streaming.spark_session import build_spark_session
 
@@ -69,8 +70,11 @@ def embedded_settings(base: Settings, scenario: Scenario, zookeeper: str, kafka:
 class EmbeddedStack:
     """Services, simulated cluster, watcher and checker (see the module docstring)."""
 
-    def __init__(self, base: Settings, scenario: Scenario, *, services_dir: Path | None = None) -> None:
+    def __init__(
+        self, base: Settings, scenario: Scenario, *, services_dir: Path | None = None, metrics: JobMetrics | None = None
+    ) -> None:
         self.base = base
+        self.metrics = metrics
         self.scenario = scenario
         self.services = EmbeddedServices(services_dir or Path(base.services.state_dir or default_state_dir()))
         self.settings: Settings | None = None
@@ -118,7 +122,7 @@ class EmbeddedStack:
             conf={"spark.sql.shuffle.partitions": str(settings.checker.shuffle_partitions)},
         )
         log.info("starting the checker (Spark %s)", spark.version)
-        self.checker = start_checker(spark, settings)
+        self.checker = start_checker(spark, settings, metrics=self.metrics)
         return settings
 
     async def _schedule(self) -> None:

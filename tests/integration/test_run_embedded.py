@@ -1,0 +1,89 @@
+"""`scrutiny run` with no configuration: the embedded default, as a user starts it and stops it with Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scrutiny.connectors.delta_tables import read_table
+from scrutiny.connectors.services import EmbeddedServices, ServiceState
+from scrutiny.connectors.sim_scenario import parse_scenario
+from scrutiny.connectors.sim_state import ClusterState
+from scrutiny.connectors.sim_truth import cluster_truth
+
+pytestmark = pytest.mark.integration
+
+SCENARIO = """
+[scenario]
+name = "tiny"
+seed = 5
+
+[cluster]
+bookies = 3
+
+[defaults]
+ensemble_size = 3
+write_quorum = 2
+ack_quorum = 2
+last_entry = 29
+ensemble = ["bookie-1", "bookie-2", "bookie-3"]
+
+[[ledgers]]
+ids = [[1, 20]]
+
+[[ledgers]]
+id = 21
+holdings = [{ bookie = "bookie-2", missing = [[3, 9]] }]
+
+[[ledgers]]
+id = 22
+ack_quorum = 1
+"""
+
+
+def test_the_embedded_default_runs_reports_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    (tmp_path / "tiny.toml").write_text(SCENARIO, encoding="utf-8")
+    state_dir = tmp_path / "state"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCRUTINY_")}
+    env |= {"XDG_STATE_HOME": str(state_dir), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    command = [sys.executable, "-m", "scrutiny.streaming.cli", "run", "--scenario", "tiny.toml", "--summary-every", "5"]
+    process = subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    lines: list[str] = []
+    try:
+        assert process.stdout is not None
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                break
+            lines.append(line.rstrip())
+            if line.startswith("open violations:") and any(seen.startswith("batch 0: ") for seen in lines):
+                break  # the first batch is written and a summary of it printed
+        process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=120)
+        lines += rest.splitlines()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    text = "\n".join(lines)
+    assert process.returncode == 0, text
+    assert lines[0].startswith("embedded default: ZooKeeper 127.0.0.1:"), text
+    assert any(line.startswith("batch 0: ") for line in lines), text
+    assert "stopping: checker, watcher, simulated cluster, services" in text
+    services = EmbeddedServices(state_dir / "scrutiny" / "services").status()
+    assert services and all(s.state is ServiceState.STOPPED for s in services.values()), services
+    truth = {
+        (v.ledger_id, v.category.value, v.bookie)
+        for v in cluster_truth(ClusterState.from_scenario(parse_scenario(SCENARIO)), 0)
+    }
+    rows = read_table(tmp_path / "data", "open_violations").to_pylist()
+    assert {(r["ledger_id"], r["category"], r["bookie"]) for r in rows if r["resolved_at"] is None} == truth
