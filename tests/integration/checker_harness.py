@@ -115,17 +115,17 @@ def running_checker(
     stop = threading.Event()
     watcher = watcher_from_settings(settings, "test-watcher", WatcherMetrics())
     watcher_thread = threading.Thread(target=watcher.run, args=(stop,), name="watcher", daemon=True)
-    checker: RunningChecker | None = None
+    harness: Harness | None = None
     try:
         asyncio.run_coroutine_threadsafe(cluster.start(), loop).result(timeout=60)
         if schedule:
             asyncio.run_coroutine_threadsafe(_schedule(cluster), loop).result(timeout=10)
         watcher_thread.start()
-        checker = start_checker(spark, settings)
-        yield Harness(settings, cluster, checker, loop)
+        harness = Harness(settings, cluster, start_checker(spark, settings), loop)
+        yield harness
     finally:
-        if checker is not None:
-            checker.stop()
+        if harness is not None:
+            harness.checker.stop()  # the one running now (a test may have restarted it)
         stop.set()
         if watcher_thread.is_alive():
             watcher_thread.join(timeout=30)

@@ -1,0 +1,73 @@
+"""Timers survive a restart of the checker: a stuck mark is reported on time with only the watcher's ticks coming in."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+from pyspark.sql import SparkSession
+
+from scrutiny.connectors.sim_scenario import parse_scenario
+from scrutiny.streaming.job import start_checker
+from scrutiny.streaming.settings import Settings
+from tests.integration.checker_harness import harness_settings, running_checker
+from tests.integration.conftest import KafkaTopicFactory
+
+pytestmark = pytest.mark.integration
+
+GRACE_S = 40
+SCENARIO = f"""
+[scenario]
+name = "timers"
+seed = 9
+
+[cluster]
+bookies = 3
+
+[checker]
+under_replication_grace_s = {GRACE_S}
+
+[defaults]
+ensemble_size = 3
+write_quorum = 2
+ack_quorum = 2
+last_entry = 19
+ensemble = ["bookie-1", "bookie-2", "bookie-3"]
+
+[[ledgers]]
+ids = [[1, 3]]
+
+[[ledgers]]
+id = 4
+under_replicated = {{ replicas = ["bookie-3"], age_s = {GRACE_S - 25} }}
+"""
+
+
+def test_a_mark_timer_set_before_a_restart_fires_after_it(
+    spark: SparkSession,
+    zk_client: KazooClient,
+    service_settings: Settings,
+    kafka_topic_factory: KafkaTopicFactory,
+    tmp_path: Path,
+) -> None:
+    scenario = parse_scenario(SCENARIO)
+    settings = harness_settings(
+        service_settings, scenario, zk_client.chroot, kafka_topic_factory(partitions=2), tmp_path
+    )
+    started = time.monotonic()  # the mark's grace ends about 25 s from here
+    stuck = (4, "UNDER_REPLICATION_STUCK", None)
+    with running_checker(spark, zk_client, settings, scenario) as harness:
+        harness.wait(lambda: len({c["ledger_id"] for c in harness.table("ledger_checks")}) == 4, 60, "all checked")
+        assert stuck not in harness.open_ids() and time.monotonic() - started < 25, (
+            "too slow to test before the due time"
+        )
+        harness.checker.stop()  # the timer is in the state store; nothing about ledger 4 will come again
+        runs_before = len(harness.table("checker_runs"))
+        second = start_checker(spark, replace(settings))
+        harness.checker = second
+        harness.wait(lambda: stuck in harness.open_ids(), 60, "the stuck mark after the restart")
+        assert time.monotonic() - started >= 20  # not before its time (a few seconds of clock slack)
+        assert len(harness.table("checker_runs")) > runs_before
