@@ -1,7 +1,23 @@
 """An asyncio client of BookKeeper's v3 wire protocol for GetListOfEntriesOfLedger.
 
 A frame is a 4-byte big-endian length followed by one protobuf ``Request`` or ``Response``
-(:mod:`scrutiny.proto.bookkeeper_protocol_pb2`); no handshake (authentication disabled).
+(:mod:`scrutiny.proto.bookkeeper_protocol_pb2`); no authentication handshake (BookKeeper's
+authentication disabled).
+
+TLS (an ``ssl`` context given) comes in two modes, :attr:`BookieClientConfig.tls_mode`:
+
+* ``"starttls"`` (default; what a bookie with TLS enabled speaks): connect in plain text, send a
+  v3 Request with header operation START_TLS and an empty StartTLSRequest, wait for a Response
+  with the same operation and txnId and status EOK, then run the TLS handshake on the same TCP
+  connection (server certificate verified against the context's CAs and host name; the client
+  certificate of the context presented if the bookie asks for one). Frames then continue inside
+  TLS. This is the sequence of BookKeeper's ``PerChannelBookieClient.initiateTLS`` /
+  ``StartTLSCompletion`` (bookkeeper-server/src/main/java/org/apache/bookkeeper/proto/).
+* ``"direct"``: TLS from the first byte (a TLS-terminating proxy in front of the bookie).
+
+The whole sequence (TCP connect, START_TLS answer, handshake) is bounded by
+``connect_timeout_s``; any failure of it is a failed connection attempt with a reason, like a
+refused connect.
 
 :class:`BookieV3Client` keeps one connection to one bookie and pipelines any number of
 requests on it, matching responses to requests by ``txnId`` in whatever order they come.
@@ -33,6 +49,7 @@ import ssl as ssl_module
 import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Final, Literal
 
 from google.protobuf.message import DecodeError
 
@@ -89,6 +106,40 @@ def listing_request(txn_id: int, ledger_id: int) -> pb.Request:
     header.txnId = txn_id
     request.getListOfEntriesOfLedgerRequest.ledgerId = ledger_id
     return request
+
+
+def start_tls_request(txn_id: int) -> pb.Request:
+    """A v3 START_TLS request: header operation START_TLS and an empty StartTLSRequest (field 106)."""
+    request = pb.Request()
+    header = request.header
+    header.version = pb.VERSION_THREE
+    header.operation = pb.START_TLS
+    header.txnId = txn_id
+    request.startTLSRequest.SetInParent()
+    return request
+
+
+#: What a bookie's refusal of START_TLS most likely means (BookieRequestProcessor answers
+#: EBADREQ when it has no TLS configured).
+_START_TLS_HINTS: Final[dict[int, str]] = {pb.EBADREQ: "TLS is not enabled on the bookie"}
+
+
+def start_tls_refusal(txn_id: int, frame: bytes) -> str | None:
+    """None when ``frame`` is the EOK answer to the START_TLS request ``txn_id``; else why not."""
+    response = pb.Response()
+    try:
+        response.ParseFromString(frame)
+    except DecodeError:
+        return f"undecodable answer to START_TLS ({len(frame)} bytes)"
+    header = response.header
+    if header.operation != pb.START_TLS or header.txnId != txn_id:
+        return "the answer to START_TLS is for another request"
+    if not response.HasField("status"):
+        return "answer to START_TLS without a status code BookKeeper defines"
+    if response.status != pb.EOK:
+        hint = _START_TLS_HINTS.get(response.status)
+        return f"START_TLS refused with status {status_name(response.status)}" + (f": {hint}" if hint else "")
+    return None
 
 
 def status_name(status: int) -> str:
@@ -189,9 +240,19 @@ class RetryPolicy:
         return base * (1 - self.jitter + 2 * self.jitter * unit_random)
 
 
+#: How TLS starts on a v3 connection (see the module doc).
+TlsMode = Literal["starttls", "direct"]
+TLS_MODES: Final[tuple[TlsMode, ...]] = ("starttls", "direct")
+
+
 @dataclass(frozen=True, slots=True)
 class BookieClientConfig:
-    """Timeouts and limits of a :class:`BookieV3Client` (all durations in seconds).
+    """Timeouts, limits and TLS mode of a :class:`BookieV3Client` (all durations in seconds).
+
+    ``connect_timeout_s`` bounds one connection attempt: TCP connect and, with TLS, the
+    START_TLS exchange and the handshake. ``tls_mode`` applies when the client has an ``ssl``
+    context: ``"starttls"`` (BookKeeper's in-protocol upgrade) or ``"direct"`` (TLS from the
+    first byte).
 
     ``decode_in_thread_bytes``: listings at least this big (a Java bookie's one-group-per-run
     listing of a large ledger is megabytes) are decoded in a worker thread so the event loop
@@ -203,10 +264,31 @@ class BookieClientConfig:
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     retry: RetryPolicy = RetryPolicy()
     decode_in_thread_bytes: int = 1024 * 1024
+    tls_mode: TlsMode = "starttls"
 
     def __post_init__(self) -> None:
         if self.request_timeout_s <= 0 or self.connect_timeout_s <= 0 or self.max_frame_bytes <= 0:
             raise ValueError(f"timeouts and the frame limit must be positive: {self}")
+        if self.tls_mode not in TLS_MODES:
+            raise ValueError(f"tls_mode must be one of {', '.join(TLS_MODES)}, not {self.tls_mode!r}")
+
+
+def client_tls_context(ca_file: str = "", cert_file: str = "", key_file: str = "") -> ssl_module.SSLContext:
+    """A client TLS context verifying bookies (certificate chain against ``ca_file`` — PEM,
+    default: the system's roots — and host name), presenting ``cert_file``/``key_file`` (PEM;
+    the key may sit in the cert file) when given, for bookies that require client certificates.
+
+    Runs at configuration time; raises ``OSError`` / ``ssl.SSLError`` for unreadable files and
+    ``ssl.SSLError`` for a passphrase-protected key (never prompts for a passphrase).
+    """
+    context = ssl_module.create_default_context(cafile=ca_file or None)
+    if cert_file:
+        context.load_cert_chain(cert_file, key_file or None, password=_no_passphrase)
+    return context
+
+
+def _no_passphrase() -> bytes:
+    raise ssl_module.SSLError("the key is passphrase-protected, which is not supported")
 
 
 def _describe(err: BaseException) -> str:
@@ -231,6 +313,7 @@ class _Connection:
 
     Runs until EOF, an error, a frame it cannot trust, or :meth:`close`; then every pending
     future resolves to the reason, and ``on_lost`` is told (unless the client closed it).
+    ``first_loss_hint`` is added to the reason when the stream ends before any frame came.
     """
 
     def __init__(
@@ -241,12 +324,15 @@ class _Connection:
         max_frame_bytes: int,
         on_response: Callable[[], None],
         on_lost: Callable[[_Connection, str], None],
+        first_loss_hint: str = "",
     ) -> None:
         self._reader = reader
         self._writer = writer
         self._max_frame_bytes = max_frame_bytes
         self._on_response = on_response
         self._on_lost = on_lost
+        self._first_loss_hint = first_loss_hint
+        self._frames = 0
         self.pending: dict[int, asyncio.Future[_Outcome]] = {}
         self.lost: str | None = None
         self._out: list[bytes] = []
@@ -326,11 +412,14 @@ class _Connection:
             future = self.pending.pop(response.header.txnId, None)
             if future is not None and not future.done():
                 future.set_result(response)
+            self._frames += 1
             self._on_response()
 
     def _fail(self, reason: str, *, notify: bool = True) -> None:
         if self.lost is not None:
             return
+        if notify and self._frames == 0 and self._first_loss_hint:
+            reason = f"{reason} ({self._first_loss_hint})"
         self.lost = reason
         pending, self.pending = self.pending, {}
         for future in pending.values():
@@ -347,9 +436,11 @@ class _Connection:
 class BookieV3Client:
     """Pipelined GetListOfEntriesOfLedger requests to one bookie over one connection.
 
-    Connects lazily on the first request. ``ssl``: a client context to wrap the connection in
-    TLS from the first byte (``server_hostname`` defaults to ``host``). Never raises for
-    anything the bookie does; raises ``ValueError`` for a ledger id outside 0..2^63-1.
+    Connects lazily on the first request. ``ssl``: a client context (see
+    :func:`client_tls_context`) to secure the connection with, by START_TLS or from the first
+    byte as ``config.tls_mode`` says; ``server_hostname`` (the name the certificate must carry)
+    defaults to ``host``. Never raises for anything the bookie does; raises ``ValueError`` for a
+    ledger id outside 0..2^63-1.
     """
 
     def __init__(
@@ -482,31 +573,82 @@ class BookieV3Client:
         try:
             if wait > 0:
                 await asyncio.sleep(wait)
-            host, port = self.address
-            try:
-                async with asyncio.timeout(self._config.connect_timeout_s):
-                    reader, writer = await asyncio.open_connection(
-                        host,
-                        port,
-                        ssl=self._ssl,
-                        server_hostname=(self._server_hostname or host) if self._ssl is not None else None,
-                    )
-            except TimeoutError:
-                return self._failed(
-                    f"connect to {host}:{port} timed out after {_seconds(self._config.connect_timeout_s)} s"
-                )
-            except (OSError, ssl_module.SSLError) as err:
-                return self._failed(f"cannot connect to {host}:{port}: {_describe(err)}")
+            opened = await self._open()
+            if isinstance(opened, str):
+                return self._failed(opened)
+            reader, writer = opened
             self._conn = _Connection(
                 reader,
                 writer,
                 max_frame_bytes=self._config.max_frame_bytes,
                 on_response=self._responded,
                 on_lost=self._lost,
+                first_loss_hint=self._first_loss_hint(),
             )
             return self._conn
         finally:
             self._connecting = None
+
+    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | str:
+        """A stream ready for requests (TLS set up as configured) within ``connect_timeout_s``,
+        or why not. The stream is closed on every failure, cancellation included."""
+        host, port = self.address
+        hostname = self._server_hostname or host
+        direct = self._ssl is not None and self._config.tls_mode == "direct"
+        step = "connect"
+        writer: asyncio.StreamWriter | None = None
+        opened = False
+        try:
+            async with asyncio.timeout(self._config.connect_timeout_s):
+                reader, writer = await asyncio.open_connection(
+                    host, port, ssl=self._ssl if direct else None, server_hostname=hostname if direct else None
+                )
+                if self._ssl is not None and not direct:
+                    step = "START_TLS"
+                    refusal = await self._ask_start_tls(reader, writer)
+                    if refusal is not None:
+                        return f"{host}:{port}: {refusal}"
+                    step = "handshake"
+                    await writer.start_tls(self._ssl, server_hostname=hostname)
+            opened = True
+            return reader, writer
+        except TimeoutError:
+            return self._timeout_reason(step)
+        except ssl_module.SSLError as err:
+            return f"TLS handshake with {host}:{port} failed: {_describe(err)}"
+        except (OSError, asyncio.IncompleteReadError, FrameSizeError) as err:
+            if step == "connect":
+                return f"cannot connect to {host}:{port}: {_describe(err)}"
+            during = "START_TLS" if step == "START_TLS" else "the TLS handshake"
+            if isinstance(err, asyncio.IncompleteReadError):
+                return f"connection closed by {host}:{port} during {during}"
+            return f"connection to {host}:{port} failed during {during}: {_describe(err)}"
+        finally:
+            if not opened and writer is not None:
+                writer.close()
+
+    def _first_loss_hint(self) -> str:
+        # With TLS 1.3 a bookie checks the client certificate after the client's handshake has
+        # ended, so a refused (or missing) one shows only as the connection closing.
+        if self._ssl is None:
+            return ""
+        return "no frame came since the TLS handshake: the bookie may require a client certificate it trusts"
+
+    async def _ask_start_tls(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str | None:
+        """Send START_TLS and read its answer: None for EOK, else why the upgrade is refused."""
+        txn_id = next(self._txn_ids) % _UINT64
+        writer.write(encode_frame(start_tls_request(txn_id).SerializeToString()))
+        await writer.drain()
+        return start_tls_refusal(txn_id, await read_frame(reader, self._config.max_frame_bytes))
+
+    def _timeout_reason(self, step: str) -> str:
+        host, port = self.address
+        seconds = _seconds(self._config.connect_timeout_s)
+        if step == "START_TLS":
+            return f"no answer to START_TLS from {host}:{port} within {seconds} s"
+        if step == "handshake":
+            return f"TLS handshake with {host}:{port} timed out after {seconds} s"
+        return f"connect to {host}:{port} timed out after {seconds} s"
 
     def _failed(self, reason: str) -> str:
         self._failures += 1
@@ -531,7 +673,8 @@ Resolver = Callable[[str], Address]
 
 
 class BookieV3Pool:
-    """One :class:`BookieV3Client` per bookie id, addresses from ``resolver``.
+    """One :class:`BookieV3Client` per bookie id, addresses from ``resolver``; ``config`` (its
+    ``tls_mode`` too) and ``ssl`` are those of every client.
 
     The resolver (e.g. ``BookieAddressBook.resolve``) is asked on every call; when a bookie's
     address changes its old client is closed and a new one made. A resolver error

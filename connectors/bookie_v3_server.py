@@ -16,6 +16,25 @@ its header echoed, as a bookie does for requests it cannot serve; a frame above
 ``max_frame_bytes`` or bytes that are not a ``Request`` close the connection. The server binds
 127.0.0.1 on an ephemeral port by default (:attr:`port` after start) and is an async context
 manager; :meth:`stop` closes every connection and returns when their handlers have ended.
+
+TLS (an ``ssl`` server context given), as ``tls_mode`` says:
+
+* ``"starttls"`` (default; what a bookie with TLS enabled does): connections start in plain
+  text. A START_TLS request (with its empty StartTLSRequest) is answered EOK with the header's
+  operation and txnId (and an empty StartTLSResponse), in plain text, and then the server runs
+  the TLS handshake on the same connection (server side; the context decides whether a client
+  certificate is required) and reads the following frames inside TLS. A handshake that fails
+  closes the connection. Until the upgrade every other request is answered EUA with its header
+  echoed, the connection kept open: that is what a bookie whose authentication needs TLS does
+  (``AuthHandler.ServerSideHandler`` answers EUA to any v3 request but AUTH / START_TLS while
+  not authenticated). A bookie with TLS enabled but authentication disabled would also serve
+  plain requests; this fake models the stricter setup. START_TLS after the upgrade, on a server
+  without TLS or in ``"direct"`` mode is answered EBADREQ (``BookieRequestProcessor`` answers
+  EBADREQ when TLS is not configured).
+* ``"direct"``: TLS from the first byte (a TLS-terminating proxy in front of a bookie).
+
+Sources: bookkeeper-server/src/main/java/org/apache/bookkeeper/proto/BookieRequestProcessor.java
+(``processStartTLSRequestV3``) and AuthHandler.java in BookKeeper.
 """
 
 from __future__ import annotations
@@ -34,7 +53,14 @@ from typing import cast
 
 from google.protobuf.message import DecodeError
 
-from scrutiny.connectors.bookie_v3_client import DEFAULT_MAX_FRAME_BYTES, FrameSizeError, encode_frame, read_frame
+from scrutiny.connectors.bookie_v3_client import (
+    DEFAULT_MAX_FRAME_BYTES,
+    TLS_MODES,
+    FrameSizeError,
+    TlsMode,
+    encode_frame,
+    read_frame,
+)
 from scrutiny.core.listing_codec import encode_listing, encode_listing_per_run
 from scrutiny.core.sequence_groups import SequenceGroup
 from scrutiny.proto import bookkeeper_protocol_pb2 as pb
@@ -121,13 +147,20 @@ class ServerStats:
     answers: int = 0
     bad_requests: int = 0
     refused_frames: int = 0
+    #: Connections upgraded by START_TLS; handshakes that failed after an EOK to START_TLS.
+    tls_upgrades: int = 0
+    tls_failures: int = 0
+    #: Requests answered EUA because they came before START_TLS on a server that requires it.
+    before_tls: int = 0
 
 
 class _Session:
     """One client connection's writer, its delayed answers and its shuffle buffer."""
 
-    def __init__(self, writer: asyncio.StreamWriter, server: BookieV3Server) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, server: BookieV3Server, *, awaiting_tls: bool) -> None:
         self.writer = writer
+        #: START_TLS is still required before any other request is served.
+        self.awaiting_tls = awaiting_tls
         self._server = server
         self._timers: set[asyncio.TimerHandle] = set()
         self._held: list[tuple[int | None, bytes]] = []
@@ -202,6 +235,17 @@ class _Session:
             self.writer.write(b"".join(out))
 
 
+def _start_tls_ok(header: pb.BKPacketHeader) -> bytes:
+    """EOK to START_TLS, the header built as BookieRequestProcessor builds it (version 3, operation, txnId)."""
+    response = pb.Response()
+    response.header.version = pb.VERSION_THREE
+    response.header.operation = header.operation
+    response.header.txnId = header.txnId
+    response.status = pb.EOK
+    response.startTLSResponse.SetInParent()
+    return encode_frame(response.SerializeToString())
+
+
 def _response(header: pb.BKPacketHeader, code: int, ledger_id: int | None, listing: bytes | None = None) -> bytes:
     status = cast(pb.StatusCode, code)
     response = pb.Response()
@@ -222,7 +266,8 @@ class BookieV3Server:
     ``encoding`` is the default listing encoding; ``shuffle`` holds answers for up to
     ``shuffle_window_s`` (or ``shuffle_batch`` answers) and writes them in random order.
     ``seed`` makes garbage and shuffling reproducible. Attributes ``encoding``, ``shuffle``
-    and the fault settings can be changed while it runs.
+    and the fault settings can be changed while it runs. ``ssl`` and ``tls_mode``: see the
+    module doc; ``tls_handshake_timeout_s`` bounds a START_TLS handshake.
     """
 
     def __init__(
@@ -232,6 +277,8 @@ class BookieV3Server:
         host: str = "127.0.0.1",
         port: int = 0,
         ssl: ssl_module.SSLContext | None = None,
+        tls_mode: TlsMode = "starttls",
+        tls_handshake_timeout_s: float = 5.0,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         encoding: ListingEncoding = ListingEncoding.PER_RUN,
         shuffle: bool = False,
@@ -243,7 +290,11 @@ class BookieV3Server:
         self.source = source
         self.host = host
         self._requested_port = port
+        if tls_mode not in TLS_MODES:
+            raise ValueError(f"tls_mode must be one of {', '.join(TLS_MODES)}, not {tls_mode!r}")
         self._ssl = ssl
+        self.tls_mode = tls_mode
+        self.tls_handshake_timeout_s = tls_handshake_timeout_s
         self.max_frame_bytes = max_frame_bytes
         self.encoding = encoding
         self.shuffle = shuffle
@@ -279,7 +330,8 @@ class BookieV3Server:
         """Bind and start accepting (the port given at construction, or a free one)."""
         if self._server is not None:
             return
-        self._server = await asyncio.start_server(self._handle, self.host, self._requested_port, ssl=self._ssl)
+        direct = self._ssl if self.tls_mode == "direct" else None
+        self._server = await asyncio.start_server(self._handle, self.host, self._requested_port, ssl=direct)
         self._port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
@@ -341,7 +393,7 @@ class BookieV3Server:
         task = asyncio.current_task()
         assert task is not None
         self._handlers.add(task)
-        session = _Session(writer, self)
+        session = _Session(writer, self, awaiting_tls=self._ssl is not None and self.tls_mode == "starttls")
         self._sessions.add(session)
         self.stats.connections += 1
         try:
@@ -371,10 +423,35 @@ class BookieV3Server:
                 self.stats.bad_requests += 1
                 return
             self.stats.requests += 1
-            if not self._dispatch(session, request):
+            if request.header.operation == pb.START_TLS:
+                if not await self._start_tls(session, request):
+                    return
+                continue
+            if session.awaiting_tls:
+                self.stats.before_tls += 1
+                session.send(None, _response(request.header, pb.EUA, None))
+            elif not self._dispatch(session, request):
                 return
             with contextlib.suppress(OSError):
                 await session.writer.drain()
+
+    async def _start_tls(self, session: _Session, request: pb.Request) -> bool:
+        """Answer START_TLS and upgrade the connection (see the module doc); False closes it."""
+        if self._ssl is None or not session.awaiting_tls or not request.HasField("startTLSRequest"):
+            self.stats.bad_requests += 1
+            session.send(None, _response(request.header, pb.EBADREQ, None))
+            return True
+        session.awaiting_tls = False
+        session.flush()
+        session.send_raw(_start_tls_ok(request.header))  # in plain text, after anything queued
+        try:
+            await session.writer.start_tls(self._ssl, ssl_handshake_timeout=self.tls_handshake_timeout_s)
+        except (OSError, ssl_module.SSLError, ConnectionError) as err:
+            self.stats.tls_failures += 1
+            logger.debug("TLS handshake after START_TLS failed: %s", err)
+            return False
+        self.stats.tls_upgrades += 1
+        return True
 
     def _dispatch(self, session: _Session, request: pb.Request) -> bool:
         """Answer (or not) one request; False closes the connection."""

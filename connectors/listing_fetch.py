@@ -39,7 +39,14 @@ from typing import Any, Final, Literal, TypeVar
 
 from scrutiny.connectors.agent_client import AgentClient
 from scrutiny.connectors.bookie_addresses import Address, BookieAddressError, parse_address, resolve_bookie_address
-from scrutiny.connectors.bookie_v3_client import BookieClientConfig, BookieV3Client, BookieV3Pool
+from scrutiny.connectors.bookie_v3_client import (
+    TLS_MODES,
+    BookieClientConfig,
+    BookieV3Client,
+    BookieV3Pool,
+    TlsMode,
+    client_tls_context,
+)
 from scrutiny.core.errors import FormatError, ScrutinyError
 from scrutiny.core.secret import Secret
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
@@ -114,8 +121,11 @@ class FetchConfig:
     ``v3_overrides`` / ``agent_overrides`` map bookie ids to ``"host:port"`` (used before the
     registration). ``token`` is sent to agents as a bearer token (never printed); ``agent_tls``
     makes agent channels TLS, verified against ``agent_ca_file`` (PEM; default: system roots).
-    ``v3_tls`` wraps v3 connections in TLS from the first byte (a TLS-terminating proxy in front of
-    the bookie; BookKeeper's own STARTTLS upgrade is not spoken), verified against ``v3_ca_file``.
+    ``v3_tls`` secures v3 connections with TLS, verified against ``v3_ca_file`` (PEM; default:
+    system roots) and the bookie's host name; ``v3_tls_mode`` is ``"starttls"`` (BookKeeper's
+    in-protocol upgrade, what bookies with TLS enabled speak) or ``"direct"`` (TLS from the first
+    byte, for a TLS-terminating proxy); ``v3_cert_file`` / ``v3_key_file`` (PEM) are the client
+    certificate and key presented to bookies that require client authentication.
     ``max_ledgers_per_call``: ledgers per agent call. ``max_in_flight_per_bookie``: ledgers in
     flight to one bookie at once (v3: that many requests; agent: that many ledgers' worth of calls,
     at least one call).
@@ -132,6 +142,9 @@ class FetchConfig:
     agent_ca_file: str = ""
     v3_tls: bool = False
     v3_ca_file: str = ""
+    v3_tls_mode: TlsMode = "starttls"
+    v3_cert_file: str = ""
+    v3_key_file: str = ""
     max_ledgers_per_call: int = 500
     max_in_flight_per_bookie: int = 1000
 
@@ -154,8 +167,16 @@ class FetchConfig:
             raise FetchConfigError("token must be a Secret")
         if self.agent_ca_file and not self.agent_tls:
             raise FetchConfigError("agent_ca_file is set but agent_tls is off")
-        if self.v3_ca_file and not self.v3_tls:
-            raise FetchConfigError("v3_ca_file is set but v3_tls is off")
+        self._check_v3_tls()
+
+    def _check_v3_tls(self) -> None:
+        if self.v3_tls_mode not in TLS_MODES:
+            raise FetchConfigError(f"v3_tls_mode must be one of {', '.join(TLS_MODES)}, not {self.v3_tls_mode!r}")
+        for name in ("v3_ca_file", "v3_cert_file", "v3_key_file"):
+            if getattr(self, name) and not self.v3_tls:
+                raise FetchConfigError(f"{name} is set but v3_tls is off")
+        if self.v3_key_file and not self.v3_cert_file:
+            raise FetchConfigError("v3_key_file is set without v3_cert_file")
 
     def _check_numbers(self) -> None:
         for name in ("request_timeout_s", "connect_timeout_s"):
@@ -216,7 +237,13 @@ class BookiesSettings(typing.Protocol):
     @property
     def v3_tls(self) -> bool: ...
     @property
+    def v3_tls_mode(self) -> str: ...
+    @property
     def v3_ca_file(self) -> str: ...
+    @property
+    def v3_cert_file(self) -> str: ...
+    @property
+    def v3_key_file(self) -> str: ...
     @property
     def max_ledgers_per_call(self) -> int: ...
     @property
@@ -246,6 +273,10 @@ def fetch_config_from_settings(section: BookiesSettings) -> FetchConfig:
             agent_ca_file=section.agent_ca_file,
             v3_tls=section.v3_tls,
             v3_ca_file=section.v3_ca_file,
+            # Read with defaults so that a [bookies] section without these keys still works.
+            v3_tls_mode=typing.cast(TlsMode, section.v3_tls_mode),  # checked by FetchConfig
+            v3_cert_file=section.v3_cert_file,
+            v3_key_file=section.v3_key_file,
             max_ledgers_per_call=section.max_ledgers_per_call,
             max_in_flight_per_bookie=section.max_in_flight_per_bookie,
         )
@@ -429,7 +460,9 @@ class ListingFetcher:
         self._pool = BookieV3Pool(
             lambda bookie_id: self._v3_addresses[bookie_id],
             config=BookieClientConfig(
-                request_timeout_s=config.request_timeout_s, connect_timeout_s=config.connect_timeout_s
+                request_timeout_s=config.request_timeout_s,
+                connect_timeout_s=config.connect_timeout_s,
+                tls_mode=config.v3_tls_mode,
             ),
             ssl=self._v3_ssl,
         )
@@ -704,9 +737,14 @@ def _v3_ssl_context(config: FetchConfig) -> ssl.SSLContext | None:
     if not config.v3_tls:
         return None
     try:
-        return ssl.create_default_context(cafile=config.v3_ca_file or None)
+        ssl.create_default_context(cafile=config.v3_ca_file or None)
     except (OSError, ssl.SSLError) as error:
         raise FetchConfigError(f"v3_ca_file: cannot load {config.v3_ca_file}: {error}") from None
+    try:
+        return client_tls_context(config.v3_ca_file, config.v3_cert_file, config.v3_key_file)
+    except (OSError, ssl.SSLError) as error:
+        key = config.v3_key_file or "the key in the cert file"
+        raise FetchConfigError(f"v3_cert_file: cannot load {config.v3_cert_file} with {key}: {error}") from None
 
 
 # --------------------------------------------------------------------------- one fetcher per process

@@ -34,6 +34,7 @@ class OperationType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     AUTH: _ClassVar[OperationType]
     READ_LAC: _ClassVar[OperationType]
     GET_BOOKIE_INFO: _ClassVar[OperationType]
+    START_TLS: _ClassVar[OperationType]
     GET_LIST_OF_ENTRIES_OF_LEDGER: _ClassVar[OperationType]
 VERSION_ONE: ProtocolVersion
 VERSION_TWO: ProtocolVersion
@@ -54,6 +55,7 @@ ADD_ENTRY: OperationType
 AUTH: OperationType
 READ_LAC: OperationType
 GET_BOOKIE_INFO: OperationType
+START_TLS: OperationType
 GET_LIST_OF_ENTRIES_OF_LEDGER: OperationType
 
 class BKPacketHeader(_message.Message):
@@ -77,24 +79,36 @@ class ContextPair(_message.Message):
     def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
 
 class Request(_message.Message):
-    __slots__ = ("header", "getListOfEntriesOfLedgerRequest", "requestContext")
+    __slots__ = ("header", "startTLSRequest", "getListOfEntriesOfLedgerRequest", "requestContext")
     HEADER_FIELD_NUMBER: _ClassVar[int]
+    STARTTLSREQUEST_FIELD_NUMBER: _ClassVar[int]
     GETLISTOFENTRIESOFLEDGERREQUEST_FIELD_NUMBER: _ClassVar[int]
     REQUESTCONTEXT_FIELD_NUMBER: _ClassVar[int]
     header: BKPacketHeader
+    startTLSRequest: StartTLSRequest
     getListOfEntriesOfLedgerRequest: GetListOfEntriesOfLedgerRequest
     requestContext: _containers.RepeatedCompositeFieldContainer[ContextPair]
-    def __init__(self, header: _Optional[_Union[BKPacketHeader, _Mapping]] = ..., getListOfEntriesOfLedgerRequest: _Optional[_Union[GetListOfEntriesOfLedgerRequest, _Mapping]] = ..., requestContext: _Optional[_Iterable[_Union[ContextPair, _Mapping]]] = ...) -> None: ...
+    def __init__(self, header: _Optional[_Union[BKPacketHeader, _Mapping]] = ..., startTLSRequest: _Optional[_Union[StartTLSRequest, _Mapping]] = ..., getListOfEntriesOfLedgerRequest: _Optional[_Union[GetListOfEntriesOfLedgerRequest, _Mapping]] = ..., requestContext: _Optional[_Iterable[_Union[ContextPair, _Mapping]]] = ...) -> None: ...
 
 class Response(_message.Message):
-    __slots__ = ("header", "status", "getListOfEntriesOfLedgerResponse")
+    __slots__ = ("header", "status", "startTLSResponse", "getListOfEntriesOfLedgerResponse")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
+    STARTTLSRESPONSE_FIELD_NUMBER: _ClassVar[int]
     GETLISTOFENTRIESOFLEDGERRESPONSE_FIELD_NUMBER: _ClassVar[int]
     header: BKPacketHeader
     status: StatusCode
+    startTLSResponse: StartTLSResponse
     getListOfEntriesOfLedgerResponse: GetListOfEntriesOfLedgerResponse
-    def __init__(self, header: _Optional[_Union[BKPacketHeader, _Mapping]] = ..., status: _Optional[_Union[StatusCode, str]] = ..., getListOfEntriesOfLedgerResponse: _Optional[_Union[GetListOfEntriesOfLedgerResponse, _Mapping]] = ...) -> None: ...
+    def __init__(self, header: _Optional[_Union[BKPacketHeader, _Mapping]] = ..., status: _Optional[_Union[StatusCode, str]] = ..., startTLSResponse: _Optional[_Union[StartTLSResponse, _Mapping]] = ..., getListOfEntriesOfLedgerResponse: _Optional[_Union[GetListOfEntriesOfLedgerResponse, _Mapping]] = ...) -> None: ...
+
+class StartTLSRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StartTLSResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class GetListOfEntriesOfLedgerRequest(_message.Message):
     __slots__ = ("ledgerId",)

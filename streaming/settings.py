@@ -108,7 +108,10 @@ class BookiesSection:
     agent_tls: bool = False
     agent_ca_file: str = ""
     v3_tls: bool = False
+    v3_tls_mode: str = "starttls"
     v3_ca_file: str = ""
+    v3_cert_file: str = ""
+    v3_key_file: str = ""
     max_ledgers_per_call: int = 500
     max_in_flight_per_bookie: int = 1000
 

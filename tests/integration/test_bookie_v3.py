@@ -26,6 +26,7 @@ from scrutiny.connectors.bookie_v3_client import (
     BookieV3Client,
     BookieV3Pool,
     RetryPolicy,
+    client_tls_context,
     encode_frame,
     listing_request,
     read_frame,
@@ -42,6 +43,7 @@ from scrutiny.connectors.bookie_v3_server import (
     Unresponsive,
     WrongLedgerId,
 )
+from scrutiny.connectors.listing_fetch import FetchConfig, ListingFetcher
 from scrutiny.core.listing_codec import encode_listing
 from scrutiny.core.sequence_groups import SequenceGroup, expand
 from scrutiny.core.striping import expected_groups
@@ -523,8 +525,8 @@ def test_the_server_refuses_frames_above_its_limit() -> None:
 # --------------------------------------------------------------------------- TLS and the pool
 
 
-def self_signed(tmp: Path) -> tuple[Path, Path]:
-    cert, key = tmp / "cert.pem", tmp / "key.pem"
+def self_signed(tmp: Path, name: str = "") -> tuple[Path, Path]:
+    cert, key = tmp / f"{name}cert.pem", tmp / f"{name}key.pem"
     subprocess.run(
         [
             *("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"),
@@ -538,20 +540,152 @@ def self_signed(tmp: Path) -> tuple[Path, Path]:
     return cert, key
 
 
-def test_tls_connection(tmp_path: Path) -> None:
+def server_tls(cert: Path, key: Path, *, client_ca: Path | None = None) -> ssl.SSLContext:
+    """A bookie's TLS context; with ``client_ca``, clients must present a certificate it signed."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    if client_ca is not None:
+        context.load_verify_locations(cafile=str(client_ca))
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+async def until(condition: Callable[[], bool], *, deadline_s: float = 2.0) -> None:
+    """Poll ``condition`` until it holds; fail after ``deadline_s``."""
+    async with asyncio.timeout(deadline_s):
+        while not condition():
+            await asyncio.sleep(0.005)
+
+
+DIRECT = BookieClientConfig(request_timeout_s=2.0, connect_timeout_s=1.0, retry=FAST_RETRY, tls_mode="direct")
+
+
+def test_direct_tls_connection(tmp_path: Path) -> None:
     cert, key = self_signed(tmp_path)
-    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server_context.load_cert_chain(cert, key)
-    client_context = ssl.create_default_context(cafile=str(cert))
+    client_context = client_tls_context(str(cert))
     untrusting = ssl.create_default_context()
 
     async def scenario() -> None:
-        async with BookieV3Server(holdings, ssl=server_context) as server:
-            async with BookieV3Client(*server.address, config=CONFIG, ssl=client_context) as client:
+        async with BookieV3Server(holdings, ssl=server_tls(cert, key), tls_mode="direct") as server:
+            async with BookieV3Client(*server.address, config=DIRECT, ssl=client_context) as client:
                 assert_listing(await client.get_listing(8), 8)
-            async with BookieV3Client(*server.address, config=CONFIG, ssl=untrusting) as client:
+            async with BookieV3Client(*server.address, config=DIRECT, ssl=untrusting) as client:
                 refused = await client.get_listing(8)
             assert refused.kind is AnswerKind.UNKNOWN and "CERTIFICATE_VERIFY_FAILED" in refused.reason
+            assert server.stats.tls_upgrades == 0 and server.stats.before_tls == 0
+
+    run(scenario())
+
+
+# --------------------------------------------------------------------------- START_TLS (what real bookies speak)
+
+
+def test_listings_over_start_tls(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path)
+
+    async def scenario() -> None:
+        async with BookieV3Server(holdings, ssl=server_tls(cert, key), shuffle=True) as server:
+            async with BookieV3Client(*server.address, config=CONFIG, ssl=client_tls_context(str(cert))) as client:
+                answers = await client.get_listings([3, 4, ABSENT_FROM])
+                again = await client.get_listing(5)  # same connection, still inside TLS
+            assert_listing(answers[3], 3)
+            assert_listing(answers[4], 4)
+            assert answers[ABSENT_FROM] == BookieAnswer.no_ledger()
+            assert_listing(again, 5)
+            assert (server.stats.connections, server.stats.tls_upgrades, server.stats.before_tls) == (1, 1, 0)
+            # A client without TLS is refused the way a bookie that needs TLS refuses it: EUA.
+            async with BookieV3Client(*server.address, config=CONFIG) as plain:
+                refused = await plain.get_listing(3)
+            assert refused.kind is AnswerKind.UNKNOWN and "EUA" in refused.reason
+            assert server.stats.before_tls == 1
+
+    run(scenario())
+
+
+def test_start_tls_with_the_wrong_ca_or_host_name_is_unknown_naming_tls(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path)
+    other_ca, _ = self_signed(tmp_path, "other-")
+
+    async def scenario() -> None:
+        async with BookieV3Server(holdings, ssl=server_tls(cert, key)) as server:
+            async with BookieV3Client(*server.address, config=CONFIG, ssl=client_tls_context(str(other_ca))) as client:
+                wrong_ca = await client.get_listing(3)
+            trusting = client_tls_context(str(cert))
+            async with BookieV3Client(
+                *server.address, config=CONFIG, ssl=trusting, server_hostname="bookie.example"
+            ) as client:
+                wrong_name = await client.get_listing(3)
+            await until(lambda: server.stats.tls_failures == 2)
+            assert server.stats.tls_upgrades == 0
+        for answer in (wrong_ca, wrong_name):
+            assert answer.kind is AnswerKind.UNKNOWN
+            assert answer.reason.startswith("TLS handshake with 127.0.0.1:")
+            assert "CERTIFICATE_VERIFY_FAILED" in answer.reason
+        assert "bookie.example" in wrong_name.reason
+
+    run(scenario())
+
+
+def test_start_tls_to_a_bookie_without_tls_is_refused(tmp_path: Path) -> None:
+    cert, _ = self_signed(tmp_path)
+
+    async def scenario() -> None:
+        async with (
+            BookieV3Server(holdings) as server,
+            BookieV3Client(*server.address, config=CONFIG, ssl=client_tls_context(str(cert))) as client,
+        ):
+            answer = await client.get_listing(3)
+        assert answer.kind is AnswerKind.UNKNOWN
+        assert answer.reason.endswith("START_TLS refused with status EBADREQ: TLS is not enabled on the bookie")
+
+    run(scenario())
+
+
+def test_a_bookie_not_answering_start_tls_is_unknown_within_the_connect_deadline(tmp_path: Path) -> None:
+    cert, _ = self_signed(tmp_path)
+    requests: list[pb.Request] = []
+    config = BookieClientConfig(request_timeout_s=2.0, connect_timeout_s=0.3, retry=FAST_RETRY)
+
+    def silent(request: pb.Request) -> None:
+        requests.append(request)
+
+    async def scenario() -> None:
+        server = await asyncio.start_server(scripted(silent), "127.0.0.1", 0)
+        try:
+            address = server.sockets[0].getsockname()[:2]
+            async with BookieV3Client(*address, config=config, ssl=client_tls_context(str(cert))) as client:
+                started = time.monotonic()
+                answer = await client.get_listing(3)
+                elapsed = time.monotonic() - started
+        finally:
+            server.close()
+        assert answer.kind is AnswerKind.UNKNOWN
+        assert answer.reason == f"no answer to START_TLS from 127.0.0.1:{address[1]} within 0.3 s"
+        assert 0.3 <= elapsed < 1.0
+        assert [r.header.operation for r in requests] == [pb.START_TLS]
+        assert requests[0].HasField("startTLSRequest")
+
+    run(scenario())
+
+
+def test_start_tls_with_a_required_client_certificate(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path)
+    client_cert, client_key = self_signed(tmp_path, "client-")
+    context = server_tls(cert, key, client_ca=client_cert)
+
+    async def scenario() -> None:
+        async with BookieV3Server(holdings, ssl=context) as server:
+            with_cert = client_tls_context(str(cert), str(client_cert), str(client_key))
+            async with BookieV3Client(*server.address, config=CONFIG, ssl=with_cert) as client:
+                assert_listing(await client.get_listing(6), 6)
+            async with BookieV3Client(*server.address, config=CONFIG, ssl=client_tls_context(str(cert))) as client:
+                without = await client.get_listing(6)
+            await until(lambda: server.stats.tls_failures == 1)
+            assert server.stats.tls_upgrades == 1
+        assert without.kind is AnswerKind.UNKNOWN
+        assert without.reason.endswith("the bookie may require a client certificate it trusts)"), without.reason
+
+    run(scenario())
 
     run(scenario())
 
@@ -574,5 +708,46 @@ def test_the_pool_resolves_bookie_ids_and_never_raises() -> None:
                 await pool.close()
         assert set(lost) == {1, 2}
         assert lost[1].kind is AnswerKind.UNKNOWN and lost[1].reason.startswith("cannot resolve bookie bk-c: ")
+
+    run(scenario())
+
+
+def test_a_passphrase_protected_client_key_is_refused_without_prompting(tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"),
+            *("-passout", "pass:secret", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=c"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
+    with pytest.raises(ssl.SSLError, match="passphrase-protected"):
+        client_tls_context(cert_file=str(cert), key_file=str(key))
+
+
+def test_the_fetcher_speaks_start_tls_with_a_client_certificate(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path)
+    client_cert, client_key = self_signed(tmp_path, "client-")
+
+    async def scenario() -> None:
+        async with BookieV3Server(holdings, ssl=server_tls(cert, key, client_ca=client_cert)) as server:
+            config = FetchConfig(
+                protocol="v3",
+                request_timeout_s=2.0,
+                v3_overrides={"bk1:3181": f"127.0.0.1:{server.port}"},
+                v3_tls=True,
+                v3_ca_file=str(cert),
+                v3_cert_file=str(client_cert),
+                v3_key_file=str(client_key),
+            )
+            fetcher = ListingFetcher(config)
+            try:
+                result = await asyncio.to_thread(fetcher.fetch, {11: ["bk1:3181"]}, {})
+            finally:
+                fetcher.close()
+            assert server.stats.tls_upgrades == 1
+        assert_listing(result.answers[11]["bk1:3181"], 11)
 
     run(scenario())

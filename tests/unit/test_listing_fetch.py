@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pickle
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import pytest
 
@@ -19,6 +19,7 @@ from scrutiny.connectors.listing_fetch import (
 )
 from scrutiny.core.secret import Secret
 from scrutiny.core.zk_records import BookieServiceInfo, Endpoint, format_bookie_service_info
+from scrutiny.streaming.settings import BookiesSection
 
 TOKEN = "s3cr3t-t0ken-value"
 
@@ -102,25 +103,6 @@ def test_parse_bookie_map() -> None:
     for bad in ("bk1", "=h:1", "bk1=", "bk1=a:1,bk1=b:1"):
         with pytest.raises(FetchConfigError, match=r"bookies\.v3_overrides"):
             parse_bookie_map(bad, what="bookies.v3_overrides")
-
-
-@dataclass(frozen=True)
-class BookiesSection:
-    """What a ``[bookies]`` settings section holds."""
-
-    protocol: str = "auto"
-    request_timeout_seconds: float = 5.0
-    connect_timeout_seconds: float = 2.0
-    protocols: str = ""
-    v3_overrides: str = ""
-    agent_overrides: str = ""
-    agent_token: Secret = Secret()
-    agent_tls: bool = False
-    agent_ca_file: str = ""
-    v3_tls: bool = False
-    v3_ca_file: str = ""
-    max_ledgers_per_call: int = 500
-    max_in_flight_per_bookie: int = 1000
 
 
 def test_config_from_settings_section() -> None:
