@@ -1,0 +1,19 @@
+-- data_loss_ledgers: which ledgers have lost data right now?
+-- Open critical NO_REPLICA, BELOW_ACK_QUORUM and ENTRIES_BEYOND_LAST_ENTRY violations, one row per open violation.
+-- Columns: ledger_id, category, segment_first_entry (null when not segment-specific), pulsar_topic,
+--   first_seen, last_seen, entries_affected (entries concerned at the last detection), details.
+-- Order: oldest first detection first, then ledger_id, category, segment_first_entry.
+SELECT
+    ledger_id,
+    category,
+    segment_first_entry,
+    pulsar_topic,
+    first_seen,
+    last_seen,
+    entry_count AS entries_affected,
+    details
+FROM open_violations
+WHERE resolved_at IS NULL
+  AND severity = 'critical'
+  AND category IN ('NO_REPLICA', 'BELOW_ACK_QUORUM', 'ENTRIES_BEYOND_LAST_ENTRY')
+ORDER BY first_seen, ledger_id, category, segment_first_entry NULLS FIRST
