@@ -16,7 +16,17 @@ from scrutiny.core.errors import ScrutinyError
 
 EXIT_BAD_INPUT = 2
 #: Modules of scrutiny.streaming that each register their subcommands with ``add_parser(commands)``.
-COMMAND_MODULES = ("cli_inspect", "cli_verdict", "cli_services", "cli_agent", "cli_watch", "cli_simulate", "cli_run")
+COMMAND_MODULES = (
+    "cli_inspect",
+    "cli_verdict",
+    "cli_services",
+    "cli_agent",
+    "cli_watch",
+    "cli_simulate",
+    "cli_run",
+    "cli_report",
+    "cli_sql",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,481 @@
+"""The fsck-style health summary of a cluster: counts, the worst ledgers, and a HEALTHY / UNHEALTHY status.
+
+Pure: callers hand in the open violations (from the ``open_violations`` table for ``scrutiny report``, from the
+verdicts for a one-shot scan) and the figures they know; nothing here reads files or clocks (times are epoch
+milliseconds, passed in). :func:`summarize` builds a :class:`HealthSummary`, :func:`render` lays it out for people
+(its last line is exactly ``Status: HEALTHY`` or ``Status: UNHEALTHY``), :func:`as_json_dict` gives the same content
+as the JSON contract of docs/report.md, and :func:`exit_code` is 0 when healthy and 1 otherwise.
+
+The status is UNHEALTHY when some open violation has a severity at or above the threshold (``--fail-on``; default
+:data:`DEFAULT_FAIL_ON`, critical, as fsck reports CORRUPT for missing blocks but stays HEALTHY with under-replicated
+ones).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.vocabulary import Category, Severity
+
+DEFAULT_FAIL_ON: Final = Severity.CRITICAL
+DEFAULT_WORST: Final = 10
+#: Categories where some acknowledged data cannot be read now (listed first among ledgers of equal severity).
+DATA_LOSS_CATEGORIES: Final = frozenset(
+    {Category.NO_REPLICA, Category.ENTRIES_BEYOND_LAST_ENTRY, Category.METADATA_UNREADABLE}
+)
+#: The window of "batches in the last N minutes".
+RECENT_WINDOW_MS: Final = 10 * 60_000
+#: A streaming checker with no batch for this long looks stalled (it runs a batch at least every watcher tick).
+DEFAULT_STALL_AFTER_MS: Final = 5 * 60_000
+HEALTHY: Final = "HEALTHY"
+UNHEALTHY: Final = "UNHEALTHY"
+_DETAILS_WIDTH: Final = 100
+_SEVERITIES_WORST_FIRST: Final = (Severity.CRITICAL, Severity.WARNING, Severity.INFO)
+
+
+class HealthSummaryError(ScrutinyError, ValueError):
+    """A violation row that cannot be summarized (unknown category or severity, missing field); names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpenViolation:
+    """One open violation, as ``open_violations`` holds it (``first_seen_ms``: epoch milliseconds, UTC)."""
+
+    ledger_id: int
+    category: Category
+    severity: Severity
+    first_seen_ms: int
+    bookie: str | None = None
+    segment_first_entry: int | None = None
+    entry_count: int | None = None
+    pulsar_topic: str | None = None
+    details: str | None = None
+
+    @classmethod
+    def from_mapping(cls, row: Mapping[str, object]) -> OpenViolation:
+        """From a dict with the ``open_violations`` column names, ``first_seen`` given as epoch ms."""
+        try:
+            category = Category(str(row["category"]))
+        except (KeyError, ValueError):
+            raise HealthSummaryError(f"violation field 'category': unknown value {row.get('category')!r}") from None
+        try:
+            severity = Severity(str(row["severity"]))
+        except (KeyError, ValueError):
+            raise HealthSummaryError(f"violation field 'severity': unknown value {row.get('severity')!r}") from None
+        return cls(
+            ledger_id=_int(row, "ledger_id"),
+            category=category,
+            severity=severity,
+            first_seen_ms=_int(row, "first_seen"),
+            bookie=_optional_str(row.get("bookie")),
+            segment_first_entry=_optional_int(row, "segment_first_entry"),
+            entry_count=_optional_int(row, "entry_count"),
+            pulsar_topic=_optional_str(row.get("pulsar_topic")),
+            details=_optional_str(row.get("details")),
+        )
+
+
+def _int(row: Mapping[str, object], name: str) -> int:
+    value = row.get(name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise HealthSummaryError(f"violation field {name!r}: expected an integer, got {value!r}")
+    return value
+
+
+def _optional_int(row: Mapping[str, object], name: str) -> int | None:
+    return None if row.get(name) is None else _int(row, name)
+
+
+def _optional_str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckerFigures:
+    """The streaming checker's own health, from ``checker_runs``; times in epoch ms.
+
+    ``last_batch_ms`` is when the last batch finished (None: no batch recorded), ``batches_recent`` how many
+    finished within :data:`RECENT_WINDOW_MS` of the summary's ``now_ms``.
+    """
+
+    last_batch_ms: int | None = None
+    last_batch_id: int | None = None
+    last_batch_source: str | None = None
+    lag_records: int | None = None
+    batches_recent: int = 0
+    stall_after_ms: int = DEFAULT_STALL_AFTER_MS
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """What the caller knows besides the violations; every field optional (None: not known, not shown)."""
+
+    ledgers_checked: int | None = None
+    seconds_taken: float | None = None
+    now_ms: int | None = None
+    checker: CheckerFigures | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerFindings:
+    """One affected ledger: its worst severity, whether it lost data, entries affected, and its findings.
+
+    ``entries_affected`` is the largest ``entry_count`` of its findings (they overlap: an entry with no copy is in
+    the ``NO_REPLICA`` row and in a ``MISSING_REPLICA`` row per bookie, so a sum would count it several times).
+    """
+
+    ledger_id: int
+    worst_severity: Severity
+    data_loss: bool
+    entries_affected: int | None
+    first_seen_ms: int
+    pulsar_topic: str | None
+    findings: tuple[OpenViolation, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HealthSummary:
+    """The summary; build it with :func:`summarize`. ``counts`` is keyed by (category, severity), non-zero only."""
+
+    fail_on: Severity
+    open_violations: int
+    ledgers_affected: int
+    counts: Mapping[tuple[Category, Severity], int]
+    worst: tuple[LedgerFindings, ...]
+    figures: Figures = field(default_factory=Figures)
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def by_severity(self) -> dict[Severity, int]:
+        """Open violations per severity, all three severities present (worst first)."""
+        totals = dict.fromkeys(_SEVERITIES_WORST_FIRST, 0)
+        for (_, severity), count in self.counts.items():
+            totals[severity] += count
+        return totals
+
+    @property
+    def healthy(self) -> bool:
+        """True when no open violation is at or above ``fail_on``."""
+        return not any(n for severity, n in self.by_severity.items() if severity.rank >= self.fail_on.rank)
+
+    @property
+    def status(self) -> str:
+        """``HEALTHY`` or ``UNHEALTHY``."""
+        return HEALTHY if self.healthy else UNHEALTHY
+
+
+def summarize(
+    violations: Iterable[OpenViolation],
+    figures: Figures | None = None,
+    *,
+    fail_on: Severity = DEFAULT_FAIL_ON,
+    worst: int = DEFAULT_WORST,
+) -> HealthSummary:
+    """The summary of ``violations`` (all open), keeping the ``worst`` worst ledgers (0: none; negative: error)."""
+    if worst < 0:
+        raise HealthSummaryError(f"the number of worst ledgers must not be negative, got {worst}")
+    figures = figures or Figures()
+    rows = tuple(violations)
+    counts: dict[tuple[Category, Severity], int] = {}
+    by_ledger: dict[int, list[OpenViolation]] = {}
+    for row in rows:
+        counts[(row.category, row.severity)] = counts.get((row.category, row.severity), 0) + 1
+        by_ledger.setdefault(row.ledger_id, []).append(row)
+    ledgers = sorted((_ledger_findings(i, found) for i, found in by_ledger.items()), key=_ledger_rank)
+    return HealthSummary(
+        fail_on=fail_on,
+        open_violations=len(rows),
+        ledgers_affected=len(by_ledger),
+        counts=dict(sorted(counts.items(), key=lambda item: _count_rank(*item[0]))),
+        worst=tuple(ledgers[:worst]),
+        figures=figures,
+        warnings=_checker_warnings(figures),
+    )
+
+
+def _count_rank(category: Category, severity: Severity) -> tuple[int, bool, str]:
+    return (-severity.rank, category not in DATA_LOSS_CATEGORIES, category.value)
+
+
+def _finding_rank(row: OpenViolation) -> tuple[int, bool, str, str, int]:
+    return (
+        -row.severity.rank,
+        row.category not in DATA_LOSS_CATEGORIES,
+        row.category.value,
+        row.bookie or "",
+        -1 if row.segment_first_entry is None else row.segment_first_entry,
+    )
+
+
+def _ledger_findings(ledger_id: int, rows: list[OpenViolation]) -> LedgerFindings:
+    counted = [r.entry_count for r in rows if r.entry_count is not None]
+    topics = sorted({r.pulsar_topic for r in rows if r.pulsar_topic})
+    return LedgerFindings(
+        ledger_id=ledger_id,
+        worst_severity=max((r.severity for r in rows), key=lambda s: s.rank),
+        data_loss=any(r.category in DATA_LOSS_CATEGORIES for r in rows),
+        entries_affected=max(counted) if counted else None,
+        first_seen_ms=min(r.first_seen_ms for r in rows),
+        pulsar_topic=topics[0] if topics else None,
+        findings=tuple(sorted(rows, key=_finding_rank)),
+    )
+
+
+def _ledger_rank(ledger: LedgerFindings) -> tuple[int, bool, int, int, int]:
+    """Worst severity, then data loss, then most entries affected, then oldest first seen (then ledger id)."""
+    entries = ledger.entries_affected if ledger.entries_affected is not None else -1
+    return (-ledger.worst_severity.rank, not ledger.data_loss, -entries, ledger.first_seen_ms, ledger.ledger_id)
+
+
+def _checker_warnings(figures: Figures) -> tuple[str, ...]:
+    checker = figures.checker
+    if checker is None:
+        return ()
+    if checker.last_batch_ms is None:
+        return ("no checker batch recorded yet: the checker has not run, or not finished a batch",)
+    idle_ms = stalled_for_ms(figures)
+    if idle_ms is None:
+        return ()
+    return (f"no batch for {format_duration_ms(idle_ms)}: the streaming checker looks stalled",)
+
+
+def stalled_for_ms(figures: Figures) -> int | None:
+    """How long the streaming checker has written no batch, when that is at least its ``stall_after_ms``; else None.
+
+    Only a last batch of the ``stream`` source can look stalled (a scan writes one batch and stops).
+    """
+    checker = figures.checker
+    if checker is None or checker.last_batch_ms is None or figures.now_ms is None:
+        return None
+    if checker.last_batch_source != "stream":
+        return None
+    idle_ms = figures.now_ms - checker.last_batch_ms
+    return idle_ms if idle_ms >= checker.stall_after_ms else None
+
+
+def exit_code(summary: HealthSummary) -> int:
+    """0 when the summary is healthy, 1 when some open violation is at or above its threshold."""
+    return 0 if summary.healthy else 1
+
+
+def format_utc_ms(epoch_ms: int) -> str:
+    """RFC 3339 UTC text of epoch milliseconds, to the second (``2026-03-01T12:00:00Z``), without a clock."""
+    seconds = epoch_ms // 1000
+    days, second_of_day = divmod(seconds, 86_400)
+    year, month, day = _civil_from_days(days)
+    hour, rest = divmod(second_of_day, 3600)
+    minute, second = divmod(rest, 60)
+    return f"{year:04d}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}Z"
+
+
+def _civil_from_days(days: int) -> tuple[int, int, int]:
+    """(year, month, day) of a day count since 1970-01-01 in the proleptic Gregorian calendar."""
+    shifted = days + 719_468  # days since 0000-03-01
+    era = shifted // 146_097
+    day_of_era = shifted - era * 146_097
+    year_of_era = (day_of_era - day_of_era // 1460 + day_of_era // 36_524 - day_of_era // 146_096) // 365
+    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
+    month_index = (5 * day_of_year + 2) // 153  # 0 = March
+    day = day_of_year - (153 * month_index + 2) // 5 + 1
+    month = month_index + 3 if month_index < 10 else month_index - 9
+    return year_of_era + era * 400 + (1 if month <= 2 else 0), month, day
+
+
+def format_duration_ms(duration_ms: int) -> str:
+    """A short human duration: ``42 s``, ``12 min``, ``3 h 5 min``, ``2 d 4 h``."""
+    seconds = max(0, duration_ms) // 1000
+    if seconds < 120:
+        return f"{seconds} s"
+    minutes = seconds // 60
+    if minutes < 120:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"
+
+
+# ----------------------------------------------------------------------------------------------- text layout
+
+
+def render(summary: HealthSummary) -> str:
+    """The summary for people, aligned like fsck's; the last line is exactly ``Status: HEALTHY|UNHEALTHY``."""
+    sections = [
+        _overview_lines(summary),
+        _category_lines(summary),
+        _worst_lines(summary),
+        [f"WARNING: {_one_line(text)}" for text in summary.warnings],
+    ]
+    lines: list[str] = []
+    for section in sections:
+        if section:
+            lines.extend([*section, ""])
+    lines.append(f"Status: {summary.status}")
+    return "\n".join(lines)
+
+
+def _field_line(label: str, value: str) -> str:
+    return f" {label + ':':<28}{value}"
+
+
+def _overview_lines(summary: HealthSummary) -> list[str]:
+    figures = summary.figures
+    lines = [f"Scrutiny health summary (fail on: {summary.fail_on.value} and worse)"]
+    if figures.ledgers_checked is not None:
+        lines.append(_field_line("Ledgers checked", str(figures.ledgers_checked)))
+    lines.append(_field_line("Ledgers with violations", str(summary.ledgers_affected)))
+    lines.append(_field_line("Open violations", str(summary.open_violations)))
+    lines.extend(_field_line(f"  {severity.value}", str(n)) for severity, n in summary.by_severity.items())
+    lines.extend(_checker_lines(figures))
+    if figures.seconds_taken is not None:
+        lines.append(_field_line("Time taken", f"{figures.seconds_taken:.3f} s"))
+    return lines
+
+
+def _checker_lines(figures: Figures) -> list[str]:
+    checker = figures.checker
+    if checker is None:
+        return []
+    if checker.last_batch_ms is None:
+        return [_field_line("Last batch", "none")]
+    when = format_utc_ms(checker.last_batch_ms)
+    if figures.now_ms is not None:
+        when += f" ({format_duration_ms(figures.now_ms - checker.last_batch_ms)} ago)"
+    lines = [_field_line("Last batch", f"{checker.last_batch_id} of {checker.last_batch_source}, finished {when}")]
+    lag = "unknown" if checker.lag_records is None else f"{checker.lag_records} records"
+    lines.append(_field_line("Lag", lag))
+    lines.append(_field_line(f"Batches, last {RECENT_WINDOW_MS // 60_000} min", str(checker.batches_recent)))
+    return lines
+
+
+def _category_lines(summary: HealthSummary) -> list[str]:
+    if not summary.counts:
+        return []
+    categories = sorted({c for c, _ in summary.counts}, key=lambda c: _category_order(summary, c))
+    width = max(len(c.value) for c in categories) + 2
+    header = f" {'category':<{width}}" + "".join(f"{s.value:>10}" for s in _SEVERITIES_WORST_FIRST) + f"{'total':>8}"
+    lines = ["Open violations by category:", header]
+    for category in categories:
+        cells = [summary.counts.get((category, s), 0) for s in _SEVERITIES_WORST_FIRST]
+        lines.append(f" {category.value:<{width}}" + "".join(f"{n:>10}" for n in cells) + f"{sum(cells):>8}")
+    return lines
+
+
+def _category_order(summary: HealthSummary, category: Category) -> tuple[int, bool, str]:
+    worst = max(s.rank for c, s in summary.counts if c is category)
+    return (-worst, category not in DATA_LOSS_CATEGORIES, category.value)
+
+
+def _worst_lines(summary: HealthSummary) -> list[str]:
+    if not summary.worst:
+        return []
+    lines = [f"Worst ledgers ({len(summary.worst)} of {summary.ledgers_affected}):"]
+    category_width = max(len(f.category.value) for ledger in summary.worst for f in ledger.findings)
+    for position, ledger in enumerate(summary.worst, start=1):
+        lines.append(f" {position}. {_ledger_headline(ledger)}")
+        for finding in ledger.findings:
+            label = f"{finding.category.value:<{category_width}}  {finding.severity.value:<8}"
+            lines.append(f"      {label}  {_where(finding)}".rstrip())
+    return lines
+
+
+def _ledger_headline(ledger: LedgerFindings) -> str:
+    parts = [f"ledger {ledger.ledger_id}", ledger.worst_severity.value]
+    if ledger.data_loss:
+        parts.append("DATA LOSS")
+    if ledger.entries_affected is not None:
+        parts.append(f"{ledger.entries_affected} entries")
+    parts.append(f"first seen {format_utc_ms(ledger.first_seen_ms)}")
+    if ledger.pulsar_topic:
+        parts.append(f"topic {_one_line(ledger.pulsar_topic)}")
+    return ", ".join(parts)
+
+
+def _where(finding: OpenViolation) -> str:
+    parts = []
+    if finding.bookie is not None:
+        parts.append(f"bookie {_one_line(finding.bookie)}")
+    if finding.segment_first_entry is not None:
+        parts.append(f"segment {finding.segment_first_entry}")
+    if finding.entry_count is not None:
+        parts.append(f"{finding.entry_count} entries")
+    text = ", ".join(parts)
+    if finding.details:
+        details = _one_line(finding.details)
+        if len(details) > _DETAILS_WIDTH:
+            details = details[: _DETAILS_WIDTH - 3] + "..."
+        text = f"{text}: {details}" if text else details
+    return text
+
+
+def _one_line(text: str) -> str:
+    """Whitespace (newlines included) collapsed, so no value can break the layout or fake the status line."""
+    return " ".join(text.split())
+
+
+# ----------------------------------------------------------------------------------------------- JSON contract
+
+
+def as_json_dict(summary: HealthSummary) -> dict[str, object]:
+    """The summary as the JSON document of docs/report.md (times as RFC 3339 UTC text)."""
+    figures = summary.figures
+    by_category: dict[str, dict[str, int]] = {}
+    for (category, severity), count in summary.counts.items():
+        by_category.setdefault(category.value, {s.value: 0 for s in _SEVERITIES_WORST_FIRST})[severity.value] = count
+    return {
+        "status": summary.status,
+        "fail_on": summary.fail_on.value,
+        "ledgers_checked": figures.ledgers_checked,
+        "ledgers_affected": summary.ledgers_affected,
+        "open_violations": summary.open_violations,
+        "by_severity": {s.value: n for s, n in summary.by_severity.items()},
+        "by_category": by_category,
+        "worst_ledgers": [_ledger_json(ledger) for ledger in summary.worst],
+        "checker": _checker_json(figures),
+        "seconds_taken": figures.seconds_taken,
+        "generated_at": None if figures.now_ms is None else format_utc_ms(figures.now_ms),
+        "warnings": list(summary.warnings),
+    }
+
+
+def _ledger_json(ledger: LedgerFindings) -> dict[str, object]:
+    return {
+        "ledger_id": ledger.ledger_id,
+        "worst_severity": ledger.worst_severity.value,
+        "data_loss": ledger.data_loss,
+        "entries_affected": ledger.entries_affected,
+        "first_seen": format_utc_ms(ledger.first_seen_ms),
+        "pulsar_topic": ledger.pulsar_topic,
+        "findings": [
+            {
+                "category": f.category.value,
+                "severity": f.severity.value,
+                "bookie": f.bookie,
+                "segment_first_entry": f.segment_first_entry,
+                "entry_count": f.entry_count,
+                "first_seen": format_utc_ms(f.first_seen_ms),
+                "details": f.details,
+            }
+            for f in ledger.findings
+        ],
+    }
+
+
+def _checker_json(figures: Figures) -> dict[str, object] | None:
+    checker = figures.checker
+    if checker is None:
+        return None
+    last = checker.last_batch_ms
+    return {
+        "last_batch_id": checker.last_batch_id,
+        "last_batch_source": checker.last_batch_source,
+        "last_batch_at": None if last is None else format_utc_ms(last),
+        "last_batch_age_seconds": None if last is None or figures.now_ms is None else (figures.now_ms - last) / 1000,
+        "lag_records": checker.lag_records,
+        "batches_last_10_minutes": checker.batches_recent,
+        "stalled": stalled_for_ms(figures) is not None,
+    }
