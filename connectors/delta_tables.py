@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Final
 
 import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
@@ -163,9 +165,49 @@ def table_uri(data_dir: str | Path, name: str) -> str:
     return str(Path(base) / name)
 
 
-def read_table(data_dir: str | Path, name: str, *, storage_options: Mapping[str, str] | None = None) -> pa.Table:
-    """The current rows of table ``name`` (live files only, as of its latest version). For tests and the CLI."""
-    return _open(table_uri(data_dir, name), name, storage_options).to_pyarrow_table()
+def live_dataset(
+    data_dir: str | Path, name: str, *, string_view: bool = False, storage_options: Mapping[str, str] | None = None
+) -> ds.Dataset:
+    """The live files of table ``name`` (as of its latest version) as a pyarrow dataset, for readers.
+
+    Local tables are read with pyarrow's own file system: delta-rs's file-system handler makes the
+    interpreter abort at exit now and then ("terminate called without an active exception", exit
+    134), which would break the CLI's exit codes. ``string_view`` declares text columns as
+    ``string_view``: the files delta-rs's MERGE writes store them so, and a filter pushed into the
+    dataset (e.g. by DuckDB) on a ``string`` declaration fails in pyarrow ("no kernel matching
+    input types (string, string_view)"); files stored as ``string`` are cast on read.
+    """
+    table = _open(table_uri(data_dir, name), name, storage_options)
+    remote = "://" in table_uri(data_dir, name)
+    declared = TABLE_SCHEMAS[name] if name in TABLE_SCHEMAS else pa.schema(table.schema().to_arrow())
+    schema = pa.schema([_as_view(f) for f in declared]) if string_view else declared
+    if remote:
+        remote_dataset = table.to_pyarrow_dataset()
+        files = [fragment.path for fragment in remote_dataset.get_fragments()]
+        return ds.FileSystemDataset.from_paths(
+            files, schema=schema, format=remote_dataset.format, filesystem=remote_dataset.filesystem
+        )
+    paths = [uri.removeprefix("file://") for uri in table.file_uris()]
+    return ds.FileSystemDataset.from_paths(
+        paths, schema=schema, format=ds.ParquetFileFormat(), filesystem=pafs.LocalFileSystem()
+    )
+
+
+def read_table(
+    data_dir: str | Path,
+    name: str,
+    *,
+    columns: list[str] | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> pa.Table:
+    """The current rows of table ``name`` (live files only, as of its latest version), in its declared schema."""
+    return live_dataset(data_dir, name, storage_options=storage_options).to_table(columns=columns)
+
+
+def _as_view(field: pa.Field) -> pa.Field:
+    if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
+        return field.with_type(pa.string_view())
+    return field
 
 
 def _open(uri: str, name: str, storage_options: Mapping[str, str] | None) -> DeltaTable:

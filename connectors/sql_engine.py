@@ -29,11 +29,9 @@ from pathlib import Path
 from typing import Final
 
 import duckdb
-import pyarrow as pa
-import pyarrow.dataset as ds
 from deltalake import DeltaTable
 
-from scrutiny.connectors.delta_tables import table_uri
+from scrutiny.connectors.delta_tables import live_dataset, table_uri
 from scrutiny.connectors.table_schemas import TABLE_NAMES
 from scrutiny.core.errors import ScrutinyError
 
@@ -50,7 +48,6 @@ __all__ = [
     "SqlError",
     "ViewSpec",
     "declared_params",
-    "live_dataset",
     "load_views",
 ]
 
@@ -281,7 +278,7 @@ class SqlEngine:
             if not DeltaTable.is_deltatable(uri):
                 self._catalog.missing.append(name)
                 continue
-            self._con.register(name, live_dataset(uri))
+            self._con.register(name, live_dataset(self.data_dir, name, string_view=True))
             self._catalog.tables.append(name)
         if not self._catalog.tables:
             raise DataDirError(f"data directory {self.data_dir} holds none of the tables {', '.join(TABLE_NAMES)}")
@@ -337,32 +334,6 @@ class SqlEngine:
                 raise MissingTableError(self.data_dir, name)
             if name in self._catalog.skipped:
                 raise MissingTableError(self.data_dir, self._catalog.skipped[name], via=name)
-
-
-def live_dataset(uri: str) -> ds.Dataset:
-    """The live files of the Delta table at ``uri`` (delta-rs ``to_pyarrow_dataset()``), strings as ``string_view``.
-
-    The files delta-rs's MERGE writes (``open_violations``) store strings as ``string_view`` while the table schema
-    says ``string``; a filter DuckDB pushes into the plain dataset (``WHERE category = 'NO_REPLICA'``) then fails
-    in pyarrow ("no kernel matching input types (string, string_view)"). The same files, fragments and partition
-    expressions re-declared with ``string_view`` columns filter fine and still read only what a query needs.
-    """
-    dataset = DeltaTable(uri).to_pyarrow_dataset()
-    schema = pa.schema([_as_view(f) for f in dataset.schema], metadata=dataset.schema.metadata)
-    fragments = list(dataset.get_fragments())
-    return ds.FileSystemDataset.from_paths(
-        [f.path for f in fragments],
-        schema=schema,
-        format=dataset.format,
-        filesystem=dataset.filesystem,
-        partitions=[f.partition_expression for f in fragments],
-    )
-
-
-def _as_view(field: pa.Field) -> pa.Field:
-    if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
-        return field.with_type(pa.string_view())
-    return field
 
 
 def _one_line(text: str) -> str:

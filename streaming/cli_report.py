@@ -17,12 +17,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
-from deltalake import DeltaTable
-from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.exceptions import DeltaError
 
-from scrutiny.connectors.delta_tables import table_uri
-from scrutiny.connectors.table_schemas import CHECKER_RUNS, LEDGER_CHECKS, OPEN_VIOLATIONS, TABLE_SCHEMAS
+from scrutiny.connectors.delta_tables import TableError, read_table, table_uri
+from scrutiny.connectors.table_schemas import CHECKER_RUNS, LEDGER_CHECKS, OPEN_VIOLATIONS
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.health_summary import (
     DEFAULT_FAIL_ON,
@@ -165,26 +163,11 @@ def _read(data_dir: str, name: str, columns: Sequence[str]) -> pa.Table:
         raise ReportError(f"data directory {data_dir} does not exist (give --data-dir or set checker.data_dir)")
     uri = table_uri(data_dir, name)
     try:
-        table = DeltaTable(uri)
-        if "://" in uri:
-            return table.to_pyarrow_table(columns=list(columns))
-        return _read_live_files(table.file_uris(), TABLE_SCHEMAS[name], columns)
-    except TableNotFoundError:
+        return read_table(data_dir, name, columns=list(columns))
+    except TableError:
         raise ReportError(f"no Delta table {name!r} at {uri}: is {data_dir} the checker's data directory?") from None
     except (DeltaError, OSError, pa.ArrowException) as error:
         raise ReportError(f"cannot read Delta table {name!r} at {uri}: {error}") from error
-
-
-def _read_live_files(files: Sequence[str], schema: pa.Schema, columns: Sequence[str]) -> pa.Table:
-    """The table's live Parquet files (listed by its Delta log) read with pyarrow's own local filesystem.
-
-    Local tables are read this way rather than through delta-rs's pyarrow filesystem, which here makes the
-    interpreter abort at exit now and then ("terminate called without an active exception", exit code 134) and
-    would break the exit-code contract.
-    """
-    if not files:
-        return schema.empty_table().select(list(columns))
-    return ds.dataset(list(files), schema=schema, format="parquet").to_table(columns=list(columns))
 
 
 def _epoch_ms(moment: datetime) -> int:
