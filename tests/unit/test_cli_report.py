@@ -13,11 +13,9 @@ from scrutiny.connectors.delta_tables import CheckerTables
 from scrutiny.connectors.table_schemas import RunRecord, output_table
 from scrutiny.streaming.cli import main
 
-NOW = datetime.now(UTC)
-
 
 def ago(minutes: float) -> datetime:
-    return NOW - timedelta(minutes=minutes)
+    return datetime.now(UTC) - timedelta(minutes=minutes)  # at call time: the suite may run long before this
 
 
 def violation(
