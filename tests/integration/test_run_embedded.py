@@ -53,9 +53,9 @@ def test_the_embedded_default_runs_reports_and_stops_cleanly_on_ctrl_c(tmp_path:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCRUTINY_")}
     env |= {"XDG_STATE_HOME": str(state_dir), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     command = [sys.executable, "-m", "scrutiny.streaming.cli", "run", "--scenario", "tiny.toml", "--summary-every", "5"]
-    process = subprocess.Popen(
-        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-    )
+    log = tmp_path / "stderr.log"
+    with log.open("w") as stderr:
+        process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
     lines: list[str] = []
     try:
         assert process.stdout is not None
@@ -75,7 +75,9 @@ def test_the_embedded_default_runs_reports_and_stops_cleanly_on_ctrl_c(tmp_path:
             process.kill()
             process.wait()
     text = "\n".join(lines)
-    assert process.returncode == 0, text
+    assert process.returncode == 0, (
+        text + "\n--- stderr (last lines) ---\n" + "\n".join(log.read_text().splitlines()[-30:])
+    )
     assert lines[0].startswith("embedded default: ZooKeeper 127.0.0.1:"), text
     assert any(line.startswith("batch 0: ") for line in lines), text
     assert "stopping: checker, watcher, simulated cluster, services" in text
