@@ -18,19 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import SparkSession
-from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.query import StreamingQuery
 
 from scrutiny.connectors.delta_tables import CheckerTables
 from scrutiny.connectors.kafka_source import ScrutinyKafkaSource, source_options
 from scrutiny.connectors.listing_fetch import FetchConfig, fetch_config_from_settings
-from scrutiny.connectors.table_schemas import OUTPUT_SCHEMA
 from scrutiny.connectors.zookeeper_client import zookeeper_target
 from scrutiny.core.ledger_tracker import RetryPolicy, TrackerConfig
 from scrutiny.streaming.job_config import JobConfig
 from scrutiny.streaming.job_metrics import JobMetrics
 from scrutiny.streaming.prepare import PREPARED_DDL, PrepareEvents
 from scrutiny.streaming.processor import LedgerProcessor
+from scrutiny.streaming.records import NARROW_DDL
 from scrutiny.streaming.settings import Settings
 from scrutiny.streaming.sink import BatchSink, BatchSummary
 
@@ -164,10 +163,8 @@ def start_checker(
     )
     raw = spark.readStream.format(ScrutinyKafkaSource.name()).options(**options).load()
     prepared = raw.select("offset", "value").mapInArrow(PrepareEvents(config), PREPARED_DDL)
-    output_type = from_arrow_schema(OUTPUT_SCHEMA)
-    processor = LedgerProcessor(config, tuple(OUTPUT_SCHEMA.names))
     checked = prepared.groupBy("ledger_id").transformWithState(
-        processor, output_type, outputMode="Append", timeMode="ProcessingTime"
+        LedgerProcessor(config), NARROW_DDL, outputMode="Append", timeMode="ProcessingTime"
     )
     checkpoint = (
         checker.checkpoint_dir if "://" in checker.checkpoint_dir else str(Path(checker.checkpoint_dir).resolve())

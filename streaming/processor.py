@@ -48,7 +48,7 @@ from scrutiny.proto import ledger_events_pb2 as pb
 from scrutiny.streaming.answer_codec import decode_answers
 from scrutiny.streaming.job_config import JobConfig
 from scrutiny.streaming.prepare import STATS_KEY, fetch_answers
-from scrutiny.streaming.records import Record, outcome_records
+from scrutiny.streaming.records import Record, narrow, outcome_records
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +61,8 @@ _MARKS = (pb.EventKind.UNDER_REPLICATION_MARKED, pb.EventKind.UNDER_REPLICATION_
 class LedgerProcessor(StatefulProcessor):
     """See the module docstring. Picklable: holds the :class:`JobConfig` until :meth:`init`."""
 
-    def __init__(self, config: JobConfig, columns: tuple[str, ...]) -> None:
+    def __init__(self, config: JobConfig) -> None:
         self.config = config
-        self.columns = columns
         self._handle: StatefulProcessorHandle | None = None
         self._state: ValueState | None = None
 
@@ -220,7 +219,8 @@ class LedgerProcessor(StatefulProcessor):
 
     def _rows(self, records: list[Record]) -> Iterator[Any]:
         for record in records:
-            yield Row(**{column: record.get(column) for column in self.columns})
+            kind, ledger_id, at, payload = narrow(record)
+            yield Row(record=kind, ledger_id=ledger_id, at=at, payload=payload)
 
 
 def _retry_record(

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
 from scrutiny.connectors.delta_tables import CheckerTables
-from scrutiny.connectors.table_schemas import CHECKER_RUNS, OUTPUT_SCHEMA, RunRecord
+from scrutiny.connectors.table_schemas import CHECKER_RUNS, RunRecord, output_table
 from scrutiny.streaming.job_metrics import JobMetrics
+from scrutiny.streaming.records import widen
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +77,19 @@ class BatchSink:
         output = frame.toArrow()
         computed = time.monotonic() - clock
         clock = time.monotonic()
-        kinds = output.column("record")
-        stats = _figures(output.filter(pc.equal(kinds, "stats")))
-        self._track_retries(output)
-        records = output.filter(pc.is_in(kinds, pa.array(_TABLE_RECORDS))).select(OUTPUT_SCHEMA.names)
-        records = records.cast(OUTPUT_SCHEMA)
+        rows = [
+            widen(kind, ledger, at, payload)
+            for kind, ledger, at, payload in zip(
+                output.column("record").to_pylist(),
+                output.column("ledger_id").to_pylist(),
+                output.column("at").to_pylist(),
+                output.column("payload").to_pylist(),
+                strict=True,
+            )
+        ]
+        stats = _figures([r for r in rows if r["record"] == "stats"])
+        self._track_retries(rows)
+        records = output_table([r for r in rows if r["record"] in _TABLE_RECORDS])
         summary = _summary(batch_id, records, stats, len(self.pending))
         run = RunRecord(
             run_id=self.run_id,
@@ -104,12 +112,13 @@ class BatchSink:
             return
         self._publish(summary, run)
 
-    def _track_retries(self, output: pa.Table) -> None:
-        kinds = output.column("record").to_pylist()
-        for kind, ledger in zip(kinds, output.column("ledger_id").to_pylist(), strict=True):
-            if kind == "retry":
+    def _track_retries(self, rows: list[dict[str, object]]) -> None:
+        for row in rows:
+            ledger = row["ledger_id"]
+            assert isinstance(ledger, int)
+            if row["record"] == "retry":
                 self.pending.add(ledger)
-            elif kind == "check":
+            elif row["record"] == "check":
                 self.pending.discard(ledger)
 
     def _publish(self, summary: BatchSummary, run: RunRecord) -> None:
@@ -131,10 +140,11 @@ class BatchSink:
             self.on_batch(summary)
 
 
-def _figures(stats: pa.Table) -> dict[str, int]:
+def _figures(stats: list[dict[str, object]]) -> dict[str, int]:
     totals: dict[str, int] = {}
-    for details in stats.column("details").to_pylist():
-        for name, value in json.loads(details or "{}").items():
+    for row in stats:
+        details = row.get("details")
+        for name, value in json.loads(details if isinstance(details, str) else "{}").items():
             totals[name] = totals.get(name, 0) + int(value)
     return totals
 

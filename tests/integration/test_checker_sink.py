@@ -8,12 +8,11 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
-from pyspark.sql.pandas.types import from_arrow_schema
 
 from scrutiny.connectors.delta_tables import CheckerTables, read_table
-from scrutiny.connectors.table_schemas import OUTPUT_SCHEMA
 from scrutiny.streaming.job import checkpoint_stream_id
 from scrutiny.streaming.job_metrics import JobMetrics
+from scrutiny.streaming.records import NARROW_DDL, narrow
 from scrutiny.streaming.sink import BatchSink, BatchSummary
 
 pytestmark = pytest.mark.integration
@@ -35,9 +34,7 @@ def rows() -> list[dict[str, object]]:
 
 
 def test_a_batch_lands_once_with_its_figures(spark: SparkSession, tmp_path: Path) -> None:
-    frame = spark.createDataFrame(
-        [tuple(r.get(name) for name in OUTPUT_SCHEMA.names) for r in rows()], schema=from_arrow_schema(OUTPUT_SCHEMA)
-    )
+    frame = spark.createDataFrame([narrow(r) for r in rows()], schema=NARROW_DDL)  # what the stateful step emits
     seen: list[BatchSummary] = []
     metrics = JobMetrics()
     sink = BatchSink(
