@@ -68,7 +68,22 @@ def build_spark_session(
     settings = {**BASE_CONF, "spark.ui.enabled": "true" if ui else "false", **(conf or {})}
     for key, value in settings.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    _quiet_state_server(session)
+    return session
+
+
+#: Logs a WARN for every key whose state is read before it was ever written: every new ledger.
+STATE_SERVER_LOGGER = "org.apache.spark.sql.execution.python.streaming.TransformWithStateInPySparkStateServer"
+
+
+def _quiet_state_server(session: SparkSession) -> None:
+    """Only errors from the state server's logger in this JVM (executors elsewhere: their own log4j2.properties)."""
+    jvm = session.sparkContext._jvm
+    if jvm is None:
+        return
+    log4j = jvm.org.apache.logging.log4j
+    log4j.core.config.Configurator.setLevel(STATE_SERVER_LOGGER, log4j.Level.ERROR)
 
 
 def _submitted() -> bool:
