@@ -103,11 +103,19 @@ def harness_settings(base: Settings, scenario: Scenario, chroot: str, topic: str
     )
 
 
+@dataclass
+class SimulatedCluster:
+    """A running simulated cluster (on its own event loop) and the watcher publishing its changes."""
+
+    cluster: SimCluster
+    loop: asyncio.AbstractEventLoop
+
+
 @contextmanager
-def running_checker(
-    spark: SparkSession, zk_client: KazooClient, settings: Settings, scenario: Scenario, *, schedule: bool = True
-) -> Iterator[Harness]:
-    """Cluster (running its schedule unless told not to), watcher and checker, all stopped on exit."""
+def simulated_cluster(
+    zk_client: KazooClient, settings: Settings, scenario: Scenario, *, schedule: bool = False
+) -> Iterator[SimulatedCluster]:
+    """The scenario's cluster (running its schedule if asked) and a watcher to its topic, both stopped on exit."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="sim-cluster", daemon=True)
     thread.start()
@@ -115,25 +123,34 @@ def running_checker(
     stop = threading.Event()
     watcher = watcher_from_settings(settings, "test-watcher", WatcherMetrics())
     watcher_thread = threading.Thread(target=watcher.run, args=(stop,), name="watcher", daemon=True)
-    harness: Harness | None = None
     try:
-        asyncio.run_coroutine_threadsafe(cluster.start(), loop).result(timeout=60)
+        asyncio.run_coroutine_threadsafe(cluster.start(), loop).result(timeout=120)
         if schedule:
             asyncio.run_coroutine_threadsafe(_schedule(cluster), loop).result(timeout=10)
         watcher_thread.start()
-        harness = Harness(settings, cluster, start_checker(spark, settings), loop)
-        yield harness
+        yield SimulatedCluster(cluster, loop)
     finally:
-        if harness is not None:
-            harness.checker.stop()  # the one running now (a test may have restarted it)
         stop.set()
         if watcher_thread.is_alive():
             watcher_thread.join(timeout=30)
         watcher.zk.stop()
         watcher.zk.close()
-        asyncio.run_coroutine_threadsafe(cluster.stop(), loop).result(timeout=60)
+        asyncio.run_coroutine_threadsafe(cluster.stop(), loop).result(timeout=120)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
+
+
+@contextmanager
+def running_checker(
+    spark: SparkSession, zk_client: KazooClient, settings: Settings, scenario: Scenario, *, schedule: bool = True
+) -> Iterator[Harness]:
+    """Cluster (running its schedule unless told not to), watcher and checker, all stopped on exit."""
+    with simulated_cluster(zk_client, settings, scenario, schedule=schedule) as simulated:
+        harness = Harness(settings, simulated.cluster, start_checker(spark, settings), simulated.loop)
+        try:
+            yield harness
+        finally:
+            harness.checker.stop()  # the one running now (a test may have restarted it)
 
 
 async def _schedule(cluster: SimCluster) -> None:

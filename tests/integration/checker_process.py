@@ -4,8 +4,6 @@
   (secrets left out: :func:`child_env` passes them as ``SCRUTINY_<SECTION>_<KEY>`` variables);
 * :func:`child_process` starts a command in its own process group with its output in a log file and
   always ends that group (by the child's PID) when the block is left; :meth:`Child.kill` is the crash;
-* :func:`simulated_cluster` runs a scenario's cluster and the watcher in this process (the checker is
-  the child), both stopped on exit;
 * :class:`CheckpointProbe` tells from the checkpoint and the Delta logs which batch is in progress
   and which tables already hold it (files only: cheap enough to poll every few milliseconds);
 * :func:`spark_standalone` starts a Spark standalone Master and one Worker from the pyspark wheel's
@@ -14,7 +12,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import os
@@ -22,7 +19,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
@@ -31,14 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import pyspark
-from kazoo.client import KazooClient
 
 from scrutiny.connectors.delta_tables import read_table
-from scrutiny.connectors.sim_cluster import SimCluster
-from scrutiny.connectors.sim_model import Scenario
-from scrutiny.connectors.watcher_metrics import WatcherMetrics
 from scrutiny.core.secret import Secret
-from scrutiny.streaming.cli_watch import watcher_from_settings
 from scrutiny.streaming.settings import ENV_PREFIX, Settings, schema_keys
 
 SCRUTINY = Path(sys.executable).parent / "scrutiny"
@@ -256,39 +247,6 @@ def wait_for(check: Callable[[], bool], timeout_s: float, what: str, *, child: C
 
 
 # ---------------------------------------------------------------------------------------------- cluster + watcher
-
-
-@dataclass
-class SimulatedCluster:
-    """A running simulated cluster (on its own event loop) and the watcher publishing its changes."""
-
-    cluster: SimCluster
-    loop: asyncio.AbstractEventLoop
-
-
-@contextmanager
-def simulated_cluster(zk_client: KazooClient, settings: Settings, scenario: Scenario) -> Iterator[SimulatedCluster]:
-    """The scenario's cluster (no schedule) and a watcher to ``settings.kafka.topic``, both stopped on exit."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="sim-cluster", daemon=True)
-    thread.start()
-    cluster = SimCluster(scenario, zk_client, replace=True)
-    stop = threading.Event()
-    watcher = watcher_from_settings(settings, "test-watcher", WatcherMetrics())
-    watcher_thread = threading.Thread(target=watcher.run, args=(stop,), name="watcher", daemon=True)
-    try:
-        asyncio.run_coroutine_threadsafe(cluster.start(), loop).result(timeout=120)
-        watcher_thread.start()
-        yield SimulatedCluster(cluster, loop)
-    finally:
-        stop.set()
-        if watcher_thread.is_alive():
-            watcher_thread.join(timeout=30)
-        watcher.zk.stop()
-        watcher.zk.close()
-        asyncio.run_coroutine_threadsafe(cluster.stop(), loop).result(timeout=120)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
 
 
 # ---------------------------------------------------------------------------------------------- tables, checkpoint

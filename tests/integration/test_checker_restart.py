@@ -19,14 +19,13 @@ from scrutiny.connectors.sim_scenario import parse_scenario
 from scrutiny.connectors.sim_state import ClusterState
 from scrutiny.streaming.job import APP_ID
 from scrutiny.streaming.settings import Settings
-from tests.integration.checker_harness import ViolationId, harness_settings
+from tests.integration.checker_harness import ViolationId, harness_settings, simulated_cluster
 from tests.integration.checker_process import (
     CheckpointProbe,
     child_env,
     kill_mid_batch,
     run_checker,
     settings_replace,
-    simulated_cluster,
     table_rows,
     wait_for,
     write_config,

@@ -17,13 +17,12 @@ from kazoo.client import KazooClient
 from scrutiny.connectors.sim_scenario import load_scenario
 from scrutiny.connectors.sim_state import ClusterState
 from scrutiny.streaming.settings import Settings
-from tests.integration.checker_harness import ViolationId, harness_settings
+from tests.integration.checker_harness import ViolationId, harness_settings, simulated_cluster
 from tests.integration.checker_process import (
     CheckpointProbe,
     child_env,
     run_checker,
     settings_replace,
-    simulated_cluster,
     spark_standalone,
     table_rows,
     wait_for,

@@ -12,6 +12,7 @@ import pytest
 from scrutiny.connectors.delta_tables import CheckerTables
 from scrutiny.connectors.table_schemas import RunRecord, output_table
 from scrutiny.streaming.cli import main
+from tests.unit.test_health_summary import DOCUMENTED_KEYS
 
 
 def ago(minutes: float) -> datetime:
@@ -121,20 +122,7 @@ def test_json_output_has_the_documented_keys(data_dir: Path, capsys: pytest.Capt
     code, lines, _ = report(capsys, data_dir, "--format", "json", "--worst", "1")
     document = json.loads("\n".join(lines))
     assert code == 1
-    assert set(document) == {
-        "status",
-        "fail_on",
-        "ledgers_checked",
-        "ledgers_affected",
-        "open_violations",
-        "by_severity",
-        "by_category",
-        "worst_ledgers",
-        "checker",
-        "seconds_taken",
-        "generated_at",
-        "warnings",
-    }
+    assert list(document) == DOCUMENTED_KEYS
     assert document["status"] == "UNHEALTHY" and document["fail_on"] == "critical"
     assert (document["ledgers_checked"], document["ledgers_affected"], document["open_violations"]) == (1, 1, 1)
     assert document["by_severity"] == {"critical": 1, "warning": 0, "info": 0}

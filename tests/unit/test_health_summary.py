@@ -193,22 +193,26 @@ def test_a_stalled_stream_is_warned_about_but_does_not_change_the_status() -> No
     assert summarize([], Figures(now_ms=T0_MS, checker=CheckerFigures())).warnings[0].startswith("no checker batch")
 
 
+#: The JSON keys docs/report.md documents, in order (a contract).
+DOCUMENTED_KEYS = [
+    "status",
+    "fail_on",
+    "ledgers_checked",
+    "ledgers_affected",
+    "open_violations",
+    "by_severity",
+    "by_category",
+    "worst_ledgers",
+    "checker",
+    "seconds_taken",
+    "generated_at",
+    "warnings",
+]
+
+
 def test_json_document_has_the_documented_keys() -> None:
     document = as_json_dict(summarize([finding(1, entries=3)], Figures(ledgers_checked=4, now_ms=T0_MS), worst=1))
-    assert list(document) == [
-        "status",
-        "fail_on",
-        "ledgers_checked",
-        "ledgers_affected",
-        "open_violations",
-        "by_severity",
-        "by_category",
-        "worst_ledgers",
-        "checker",
-        "seconds_taken",
-        "generated_at",
-        "warnings",
-    ]
+    assert list(document) == DOCUMENTED_KEYS
     assert document["by_category"] == {"NO_REPLICA": {"critical": 1, "warning": 0, "info": 0}}
     assert document["generated_at"] == "2026-03-01T12:00:00Z"
     ledgers = document["worst_ledgers"]
