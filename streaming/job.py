@@ -14,8 +14,10 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
@@ -88,16 +90,7 @@ class RunningChecker:
 
     def lag(self) -> int | None:
         """Events in Kafka beyond what the last batch read (None before the first progress report)."""
-        progress = self.query.lastProgress
-        if not progress or not progress.get("sources"):
-            return None
-        source = progress["sources"][0]
-        try:
-            latest = json.loads(source.get("latestOffset") or "{}")
-            done = json.loads(source.get("endOffset") or "{}")
-        except (TypeError, ValueError):
-            return None
-        return sum(max(0, int(v) - int(done.get(k, 0))) for k, v in _flat(latest).items()) if latest else None
+        return lag_records(self.query.lastProgress)
 
     def stop(self) -> None:
         """Stop the query (the current batch is finished or abandoned; the checkpoint stays consistent)."""
@@ -136,10 +129,30 @@ def checkpoint_stream_id(spark: SparkSession, checkpoint: str) -> str:
         stream.close()
 
 
-def _flat(offsets: dict[str, object]) -> dict[str, int]:
-    """Partition -> offset from the source's offset JSON (``{"partitions": {...}}`` or flat)."""
-    inner = offsets.get("partitions", offsets)
-    return {str(k): int(v) for k, v in inner.items()} if isinstance(inner, dict) else {}
+def lag_records(progress: Mapping[str, Any] | None) -> int | None:
+    """Records between the source's end offset of a progress report and its latest offset, over all partitions.
+
+    None when the report has no source offsets (before the first batch, or offsets that do not parse).
+    """
+    sources = (progress or {}).get("sources") or []
+    if not sources:
+        return None
+    try:
+        latest = _partition_offsets(json.loads(sources[0].get("latestOffset") or "null"))
+        done = _partition_offsets(json.loads(sources[0].get("endOffset") or "null"))
+    except (TypeError, ValueError, AttributeError):
+        return None
+    if latest is None:
+        return None
+    return sum(max(0, offset - (done or {}).get(partition, 0)) for partition, offset in latest.items())
+
+
+def _partition_offsets(document: object) -> dict[str, int] | None:
+    """Partition -> offset of the source's offset JSON (``{"topic": t, "partitions": {...}}``)."""
+    if not isinstance(document, dict):
+        return None
+    inner = document.get("partitions", document)
+    return {str(k): int(v) for k, v in inner.items()} if isinstance(inner, dict) else None
 
 
 def start_checker(
