@@ -17,7 +17,6 @@ import argparse
 import logging
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -26,8 +25,10 @@ from types import FrameType
 
 from prometheus_client import start_http_server
 
-from scrutiny.connectors.delta_tables import read_table
 from scrutiny.connectors.sim_scenario import load_scenario
+from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.health_summary import category_table, summarize
+from scrutiny.streaming.cli_report import read_open_violations
 from scrutiny.streaming.embedded import DEMO_SCENARIO, EmbeddedStack
 from scrutiny.streaming.job import RunningChecker, start_checker
 from scrutiny.streaming.job_metrics import JobMetrics
@@ -151,18 +152,12 @@ def _print_batch(s: BatchSummary) -> None:
 
 
 def _print_summary(settings: Settings) -> None:
+    """The open violations per category and severity, as ``scrutiny report`` counts them."""
     try:
-        table = read_table(settings.checker.data_dir, "open_violations")
-    except Exception as error:
+        rows = read_open_violations(settings.checker.data_dir)
+    except ScrutinyError as error:  # no table yet: nothing written so far
         log.debug("no summary: %s", error)
         return
-    rows = [r for r in table.to_pylist() if r["resolved_at"] is None]
-    counts: dict[tuple[str, str], int] = {}
-    for row in rows:
-        key = (row["severity"], row["category"])
-        counts[key] = counts.get(key, 0) + 1
-    ledgers = len({r["ledger_id"] for r in rows})
-    print(f"open violations: {len(rows)} on {ledgers} ledgers", flush=True)
-    for (severity, category), count in sorted(counts.items()):
-        print(f"  {severity:<8} {category:<26} {count}", flush=True)
-    sys.stdout.flush()
+    summary = summarize(rows, worst=0)
+    lines = [f"open violations: {summary.open_violations} on {summary.ledgers_affected} ledgers"]
+    print("\n".join(lines + category_table(summary)), flush=True)

@@ -28,11 +28,10 @@ from scrutiny.core.verdict import BookieAnswer
 from scrutiny.proto import ledger_events_pb2 as pb
 from scrutiny.streaming.answer_codec import encode_answers
 from scrutiny.streaming.job_config import JobConfig
+from scrutiny.streaming.records import STATS_KEY
 
 log = logging.getLogger(__name__)
 
-#: The key of the per-partition figures row.
-STATS_KEY = -1
 PREPARED_SCHEMA = pa.schema(
     [
         pa.field("ledger_id", pa.int64(), nullable=False),

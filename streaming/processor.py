@@ -7,8 +7,8 @@ run the pure steps of :mod:`scrutiny.core.ledger_tracker`, store the ledger's sm
 RocksDB state store, keep the registered timers equal to what the state needs, do the fetch a due
 retry asks for, and return the records of :mod:`scrutiny.streaming.records`.
 
-Guarantees: events of one ledger are applied in offset order, except that a batch's marks go
-first (the ledger is judged with the mark it has at the end of the batch); only the newest
+Guarantees: events of one ledger are applied in offset order (the order of a mark and the
+metadata does not change the outcome: see :mod:`scrutiny.core.ledger_tracker`); only the newest
 metadata event of a batch is checked (earlier ones are superseded); nothing a ledger sends can raise out of here
 (an unexpected error is logged and the ledger's state left as it was, so a later event or timer
 tries again).
@@ -16,10 +16,8 @@ tries again).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 from pyspark.sql import Row
@@ -47,15 +45,14 @@ from scrutiny.core.zk_records import UnderReplicationMark
 from scrutiny.proto import ledger_events_pb2 as pb
 from scrutiny.streaming.answer_codec import decode_answers
 from scrutiny.streaming.job_config import JobConfig
-from scrutiny.streaming.prepare import STATS_KEY, fetch_answers
-from scrutiny.streaming.records import Record, narrow, outcome_records
+from scrutiny.streaming.prepare import fetch_answers
+from scrutiny.streaming.records import STATS_KEY, Record, narrow, outcome_records, retry_records, stats_records
 
 log = logging.getLogger(__name__)
 
 STATE_SCHEMA = "state binary"
 _METADATA = (pb.EventKind.LEDGER_CREATED, pb.EventKind.LEDGER_CHANGED)
 _DELETED = pb.EventKind.LEDGER_DELETED
-_MARKS = (pb.EventKind.UNDER_REPLICATION_MARKED, pb.EventKind.UNDER_REPLICATION_CLEARED)
 
 
 class LedgerProcessor(StatefulProcessor):
@@ -82,7 +79,9 @@ class LedgerProcessor(StatefulProcessor):
         now_ms = timerValues.getCurrentProcessingTimeInMs()
         ordered = sorted(rows, key=lambda r: r["offset"])
         if ledger_id == STATS_KEY:
-            yield from self._rows([_stats(ordered, now_ms, self.config.source)])
+            yield from self._rows(
+                stats_records([row["event"] for row in ordered], now_ms=now_ms, source=self.config.source)
+            )
             return
         try:
             records = self._apply_events(ledger_id, ordered, now_ms)
@@ -112,7 +111,7 @@ class LedgerProcessor(StatefulProcessor):
         except Exception:
             log.exception("ledger %d: timer not handled; the state is kept", ledger_id)
             return
-        records += _retry_record(ledger_id, state, step.state, now_ms, self.config.source)
+        records += retry_records(ledger_id, state, step.state, now_ms=now_ms, source=self.config.source)
         self._save(state, step.state, now_ms)
         yield from self._rows(records)
 
@@ -125,10 +124,7 @@ class LedgerProcessor(StatefulProcessor):
         state = before = self._load()
         records: list[Record] = []
         parsed = [(row, pb.LedgerEvent.FromString(row["event"])) for row in rows]
-        # Marks first: the ledger is judged with the mark it has at the end of the batch.
-        parsed = [p for p in parsed if p[1].kind in _MARKS] + [p for p in parsed if p[1].kind not in _MARKS]
-        events = [event for _, event in parsed]
-        newest = max((i for i, e in enumerate(events) if e.kind in _METADATA or e.kind == _DELETED), default=-1)
+        newest = max((i for i, (_, e) in enumerate(parsed) if e.kind in _METADATA or e.kind == _DELETED), default=-1)
         for index, (row, event) in enumerate(parsed):
             if event.kind in _METADATA and index != newest:
                 continue  # superseded within the batch by a newer version or a deletion
@@ -137,7 +133,7 @@ class LedgerProcessor(StatefulProcessor):
             if step.outcome.fetch and step.state is not None:
                 step, more = self._fetched(ledger_id, step, now_ms)
                 records += more
-            records += _retry_record(ledger_id, state, step.state, now_ms, self.config.source)
+            records += retry_records(ledger_id, state, step.state, now_ms=now_ms, source=self.config.source)
             state = step.state
         self._save(before, state, now_ms)
         return records
@@ -221,40 +217,3 @@ class LedgerProcessor(StatefulProcessor):
         for record in records:
             kind, ledger_id, at, payload = narrow(record)
             yield Row(record=kind, ledger_id=ledger_id, at=at, payload=payload)
-
-
-def _retry_record(
-    ledger_id: int, before: TrackedLedger | None, after: TrackedLedger | None, now_ms: int, source: str
-) -> list[Record]:
-    """A "retry" record when a step scheduled a new delayed re-check (the driver counts pending ones)."""
-    if after is None or after.retry_at_ms is None or (before is not None and before.retry_at_ms == after.retry_at_ms):
-        return []
-    return [
-        {
-            "record": "retry",
-            "ledger_id": ledger_id,
-            "at": _utc(now_ms),
-            "metadata_version": after.version,
-            "retries": after.attempts,
-            "source": source,
-        }
-    ]
-
-
-def _utc(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
-
-
-def _stats(rows: list[Any], now_ms: int, source: str) -> Record:
-    """One "stats" record summing the fetch stage's figures of every partition."""
-    totals: dict[str, int] = {}
-    for row in rows:
-        for name, value in json.loads(row["event"]).items():
-            totals[name] = totals.get(name, 0) + int(value)
-    return {
-        "record": "stats",
-        "ledger_id": STATS_KEY,
-        "at": _utc(now_ms),
-        "details": json.dumps(totals, sort_keys=True),
-        "source": source,
-    }

@@ -11,13 +11,16 @@ import json
 from datetime import UTC, datetime
 
 from scrutiny.core.ledger_metadata import LedgerMetadata
-from scrutiny.core.ledger_tracker import Outcome, ViolationKey
+from scrutiny.core.ledger_tracker import Outcome, TrackedLedger, ViolationKey
 from scrutiny.core.verdict import Violation
 
 #: The rows the stateful step emits: kind, ledger, time, and the rest of the record as JSON. A narrow row costs
 #: PySpark far less to convert per ledger than the 25 columns of the checker output; the sink widens it again.
 NARROW_DDL = "record string, ledger_id long, at timestamp, payload string"
 _NARROW_KEYS = ("record", "ledger_id", "at")
+
+#: The key of the fetch stage's figures rows (no ledger has a negative id).
+STATS_KEY = -1
 
 #: The custom-metadata key under which Pulsar names a ledger's topic.
 PULSAR_TOPIC_KEY = "pulsar/managed-ledger"
@@ -27,7 +30,7 @@ Record = dict[str, object]
 
 def outcome_records(ledger_id: int, outcome: Outcome, *, now_ms: int, source: str) -> list[Record]:
     """The records of one step, in the order they happened (findings, resolutions, the check)."""
-    at = datetime.fromtimestamp(now_ms / 1000, tz=UTC)
+    at = utc(now_ms)
     context = _context(outcome.metadata, outcome.version)
     base: Record = {"ledger_id": ledger_id, "at": at, "source": source, **context}
     out = [{**base, **_violation(v)} for v in outcome.found]
@@ -47,6 +50,30 @@ def outcome_records(ledger_id: int, outcome: Outcome, *, now_ms: int, source: st
             }
         )
     return out
+
+
+def retry_records(
+    ledger_id: int, before: TrackedLedger | None, after: TrackedLedger | None, *, now_ms: int, source: str
+) -> list[Record]:
+    """A "retry" record when a step scheduled a new delayed re-check (the driver counts the pending ones)."""
+    if after is None or after.retry_at_ms is None or (before is not None and before.retry_at_ms == after.retry_at_ms):
+        return []
+    record = {"record": "retry", "ledger_id": ledger_id, "at": utc(now_ms), "metadata_version": after.version}
+    return [{**record, "retries": after.attempts, "source": source}]
+
+
+def stats_records(figures: list[bytes], *, now_ms: int, source: str) -> list[Record]:
+    """One "stats" record per fetch-stage figures row (JSON); the sink sums them for ``checker_runs``."""
+    at = utc(now_ms)
+    return [
+        {"record": "stats", "ledger_id": STATS_KEY, "at": at, "details": bytes(f).decode(), "source": source}
+        for f in figures
+    ]
+
+
+def utc(epoch_ms: int) -> datetime:
+    """A UTC datetime from epoch milliseconds."""
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
 
 
 def narrow(record: Record) -> tuple[object, object, object, str]:

@@ -306,7 +306,7 @@ def render(summary: HealthSummary) -> str:
     """The summary for people, aligned like fsck's; the last line is exactly ``Status: HEALTHY|UNHEALTHY``."""
     sections = [
         _overview_lines(summary),
-        _category_lines(summary),
+        category_table(summary),
         _worst_lines(summary),
         [f"WARNING: {_one_line(text)}" for text in summary.warnings],
     ]
@@ -352,7 +352,8 @@ def _checker_lines(figures: Figures) -> list[str]:
     return lines
 
 
-def _category_lines(summary: HealthSummary) -> list[str]:
+def category_table(summary: HealthSummary) -> list[str]:
+    """The open violations per category and severity as aligned lines (none when there are none)."""
     if not summary.counts:
         return []
     categories = sorted({c for c, _ in summary.counts}, key=lambda c: _category_order(summary, c))
