@@ -106,7 +106,7 @@ class EmbeddedStack:
         self.cluster = SimCluster(self.scenario, self._client, replace=True)
         log.info("starting the simulated cluster %r (%d ledgers)", self.scenario.name, len(self.scenario.ledgers))
         self._run(self.cluster.start())
-        self._run(self._schedule())
+        self._loop.call_soon_threadsafe(self.cluster.start_schedule)  # a task on the cluster's loop
         self.watcher = watcher_from_settings(settings, f"embedded-{socket.gethostname()}", WatcherMetrics())
         self._watcher_thread = threading.Thread(
             target=self.watcher.run, args=(self._watcher_stop,), name="watcher", daemon=True
@@ -124,10 +124,6 @@ class EmbeddedStack:
         log.info("starting the checker (Spark %s)", spark.version)
         self.checker = start_checker(spark, settings, metrics=self.metrics)
         return settings
-
-    async def _schedule(self) -> None:
-        assert self.cluster is not None
-        self.cluster.start_schedule()
 
     def _run(self, coroutine: Coroutine[Any, Any, None]) -> None:
         asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=300)

@@ -126,7 +126,7 @@ def simulated_cluster(
     try:
         asyncio.run_coroutine_threadsafe(cluster.start(), loop).result(timeout=120)
         if schedule:
-            asyncio.run_coroutine_threadsafe(_schedule(cluster), loop).result(timeout=10)
+            loop.call_soon_threadsafe(cluster.start_schedule)
         watcher_thread.start()
         yield SimulatedCluster(cluster, loop)
     finally:
@@ -151,7 +151,3 @@ def running_checker(
             yield harness
         finally:
             harness.checker.stop()  # the one running now (a test may have restarted it)
-
-
-async def _schedule(cluster: SimCluster) -> None:
-    cluster.start_schedule()

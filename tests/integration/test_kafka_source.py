@@ -8,8 +8,6 @@ trusted it. The reader's methods are first driven directly (no Spark), then thro
 from __future__ import annotations
 
 import logging
-import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -42,10 +40,6 @@ from scrutiny.connectors.services import free_port
 from scrutiny.streaming.settings import Settings
 
 pytestmark = pytest.mark.integration
-
-# Spark's Python workers (the source's planner and its reads) must run this interpreter, where the
-# package is installed; set before the session-scoped Spark fixture starts the SparkContext.
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 QUERY_TIMEOUT_S = 60
 
