@@ -77,14 +77,19 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help=f"lowest severity that makes the status UNHEALTHY (default: {DEFAULT_FAIL_ON.value})",
     )
     report.add_argument(
-        "--worst", type=_count, default=DEFAULT_WORST, metavar="N", help=f"worst ledgers to list ({DEFAULT_WORST})"
+        "--worst",
+        type=count_argument,
+        default=DEFAULT_WORST,
+        metavar="N",
+        help=f"worst ledgers to list ({DEFAULT_WORST})",
     )
     report.add_argument("--format", choices=["text", "json"], default="text", help="output format (default: text)")
     report.add_argument("--config", help="configuration file (TOML; default: built-in defaults)")
     report.set_defaults(handler=_run)
 
 
-def _count(text: str) -> int:
+def count_argument(text: str) -> int:
+    """An argparse type: a whole number ≥ 0."""
     try:
         value = int(text)
     except ValueError:

@@ -3,8 +3,9 @@
 Pure: callers hand in the open violations (from the ``open_violations`` table for ``scrutiny report``, from the
 verdicts for a one-shot scan) and the figures they know; nothing here reads files or clocks (times are epoch
 milliseconds, passed in). :func:`summarize` builds a :class:`HealthSummary`, :func:`render` lays it out for people
-(its last line is exactly ``Status: HEALTHY`` or ``Status: UNHEALTHY``), :func:`as_json_dict` gives the same content
-as the JSON contract of docs/report.md, and :func:`exit_code` is 0 when healthy and 1 otherwise.
+(its last line is exactly ``Status: HEALTHY`` or ``Status: UNHEALTHY``, or ``Status: INTERRUPTED`` for a scan stopped
+before its end), :func:`as_json_dict` gives the same content as the JSON contract of docs/report.md, and
+:func:`exit_code` is 0 when healthy, 1 otherwise, and 2 when interrupted.
 
 The status is UNHEALTHY when some open violation has a severity at or above the threshold (``--fail-on``; default
 :data:`DEFAULT_FAIL_ON`, critical, as fsck reports CORRUPT for missing blocks but stays HEALTHY with under-replicated
@@ -32,6 +33,9 @@ RECENT_WINDOW_MS: Final = 10 * 60_000
 DEFAULT_STALL_AFTER_MS: Final = 5 * 60_000
 HEALTHY: Final = "HEALTHY"
 UNHEALTHY: Final = "UNHEALTHY"
+INTERRUPTED: Final = "INTERRUPTED"
+#: The exit code of an incomplete summary (as for errors: the health is not known).
+EXIT_INTERRUPTED: Final = 2
 _DETAILS_WIDTH: Final = 100
 _SEVERITIES_WORST_FIRST: Final = (Severity.CRITICAL, Severity.WARNING, Severity.INFO)
 
@@ -117,6 +121,8 @@ class Figures:
     seconds_taken: float | None = None
     now_ms: int | None = None
     checker: CheckerFigures | None = None
+    #: Why the figures are incomplete (a scan stopped before its end); the status is then INTERRUPTED.
+    interrupted: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +169,9 @@ class HealthSummary:
 
     @property
     def status(self) -> str:
-        """``HEALTHY`` or ``UNHEALTHY``."""
+        """``HEALTHY`` or ``UNHEALTHY``; ``INTERRUPTED`` when the figures are incomplete, whatever was found."""
+        if self.figures.interrupted is not None:
+            return INTERRUPTED
         return HEALTHY if self.healthy else UNHEALTHY
 
 
@@ -231,6 +239,8 @@ def _ledger_rank(ledger: LedgerFindings) -> tuple[int, bool, int, int, int]:
 
 
 def _checker_warnings(figures: Figures) -> tuple[str, ...]:
+    if figures.interrupted is not None:
+        return (f"incomplete: {figures.interrupted}",)
     checker = figures.checker
     if checker is None:
         return ()
@@ -257,7 +267,9 @@ def stalled_for_ms(figures: Figures) -> int | None:
 
 
 def exit_code(summary: HealthSummary) -> int:
-    """0 when the summary is healthy, 1 when some open violation is at or above its threshold."""
+    """0 when healthy, 1 when some open violation is at or above the threshold, 2 when interrupted."""
+    if summary.figures.interrupted is not None:
+        return EXIT_INTERRUPTED
     return 0 if summary.healthy else 1
 
 
@@ -303,7 +315,7 @@ def format_duration_ms(duration_ms: int) -> str:
 
 
 def render(summary: HealthSummary) -> str:
-    """The summary for people, aligned like fsck's; the last line is exactly ``Status: HEALTHY|UNHEALTHY``."""
+    """The summary for people, aligned like fsck's; the last line is exactly ``Status: <status>``."""
     sections = [
         _overview_lines(summary),
         category_table(summary),

@@ -113,9 +113,9 @@ class SimulatedCluster:
 
 @contextmanager
 def simulated_cluster(
-    zk_client: KazooClient, settings: Settings, scenario: Scenario, *, schedule: bool = False
+    zk_client: KazooClient, settings: Settings, scenario: Scenario, *, schedule: bool = False, watch: bool = True
 ) -> Iterator[SimulatedCluster]:
-    """The scenario's cluster (running its schedule if asked) and a watcher to its topic, both stopped on exit."""
+    """The scenario's cluster (its schedule running if asked) and a watcher to its topic (if asked); stopped on exit."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="sim-cluster", daemon=True)
     thread.start()
@@ -127,7 +127,8 @@ def simulated_cluster(
         asyncio.run_coroutine_threadsafe(cluster.start(), loop).result(timeout=120)
         if schedule:
             loop.call_soon_threadsafe(cluster.start_schedule)
-        watcher_thread.start()
+        if watch:
+            watcher_thread.start()
         yield SimulatedCluster(cluster, loop)
     finally:
         stop.set()

@@ -1,0 +1,249 @@
+"""``scrutiny scan``: a one-shot check of every ledger (fsck style), on Spark in batch mode, with an opt-in fix.
+
+Walks ZooKeeper once, checks the selected ledgers with the streaming checker's rules (``--fast``: metadata only;
+``--deep``, the default: also the bookies' entry listings), writes the findings to the checker's Delta tables (source
+``scan``) and prints the health summary of what it found, ending in ``Status: HEALTHY`` or ``Status: UNHEALTHY``.
+Exit code 0 when healthy, 1 when a violation is at or above ``--fail-on``, 2 on errors and when stopped before the
+end (Ctrl-C or SIGTERM stop it safely: the Spark job is cancelled, the chunks written stay; the last line is then
+``Status: INTERRUPTED``). Progress goes to standard error. docs/scan.md documents it all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any, TextIO
+
+from scrutiny.core.health_summary import (
+    DEFAULT_FAIL_ON,
+    DEFAULT_WORST,
+    Figures,
+    OpenViolation,
+    as_json_dict,
+    exit_code,
+    render,
+    summarize,
+)
+from scrutiny.core.ledger_scan import ScanMode, parse_ledger_selection
+from scrutiny.core.vocabulary import Severity
+from scrutiny.streaming.cli_io import print_json
+from scrutiny.streaming.cli_report import count_argument
+from scrutiny.streaming.scan_fix import FixOptions, check_fix_options, fix_json, fix_lines, run_fix
+from scrutiny.streaming.scan_job import DEFAULT_CHUNK_SIZE, ScanOptions, ScanResult, ScanRun
+from scrutiny.streaming.settings import Settings, load_settings
+from scrutiny.streaming.spark_session import build_spark_session
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``scan``."""
+    scan = commands.add_parser(
+        "scan",
+        help="check every ledger once (fsck style) and write the findings to the tables",
+        description=(
+            "Exit code 0 when healthy, 1 when a violation is at or above --fail-on, 2 on errors or when stopped early."
+        ),
+    )
+    depth = scan.add_mutually_exclusive_group()
+    depth.add_argument("--fast", action="store_true", help="metadata only: ask no bookie")
+    depth.add_argument("--deep", action="store_true", help="also ask the bookies for their entries (the default)")
+    scan.add_argument("--ledgers", metavar="RANGE", help="ledger ids: N, A-B, A-, -B, comma-separated (default: all)")
+    scan.add_argument("--bookie", metavar="ID", help="only ledgers with this bookie in an ensemble")
+    scan.add_argument(
+        "--fail-on",
+        choices=[s.value for s in Severity],
+        default=DEFAULT_FAIL_ON.value,
+        help=f"lowest severity that makes the status UNHEALTHY (default: {DEFAULT_FAIL_ON.value})",
+    )
+    scan.add_argument("--worst", type=count_argument, default=DEFAULT_WORST, metavar="N", help="worst ledgers to list")
+    scan.add_argument("--format", choices=["text", "json"], default="text", help="output format (default: text)")
+    scan.add_argument("--data-dir", metavar="DIR", help="the tables' directory (default: checker.data_dir)")
+    scan.add_argument(
+        "--chunk-size",
+        type=count_argument,
+        default=DEFAULT_CHUNK_SIZE,
+        metavar="N",
+        help=f"ledgers per Spark job and table batch (default: {DEFAULT_CHUNK_SIZE})",
+    )
+    scan.add_argument("--fix", action="store_true", help="mark ledgers with missing replicas under-replicated")
+    scan.add_argument("--dry-run", action="store_true", help="with --fix: print the plan, change nothing")
+    scan.add_argument("--force", action="store_true", help="with --fix: mark even when auto-recovery is disabled")
+    scan.add_argument("--config", help="configuration file (TOML; default: built-in defaults)")
+    scan.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = load_settings(args.config)
+    mode = ScanMode.FAST if args.fast else ScanMode.DEEP
+    fix = FixOptions(enabled=args.fix, dry_run=args.dry_run, force=args.force)
+    check_fix_options(fix, mode)
+    options = ScanOptions(
+        mode=mode,
+        selection=parse_ledger_selection(args.ledgers),
+        bookie=args.bookie,
+        chunk_size=max(1, args.chunk_size),
+        data_dir=args.data_dir,
+    )
+    started = time.monotonic()
+    spark = build_spark_session(
+        "scrutiny-scan",
+        master=settings.checker.spark_master or None,
+        ui=settings.checker.spark_ui,
+        conf={"spark.sql.shuffle.partitions": str(settings.checker.shuffle_partitions)},
+    )
+    run = ScanRun(spark, settings, options)
+    progress = ProgressLine(sys.stderr)
+    with _stopping_on_signals(run.stop, progress):
+        result = run.run(progress.update)
+    progress.done()
+    fixed = run_fix(settings, result, fix, data_dir=run.data_dir) if fix.enabled and not result.interrupted else None
+    summary = summarize(
+        (_open_violation(row) for row in result.violations),
+        Figures(
+            ledgers_checked=result.checked,
+            seconds_taken=time.monotonic() - started,
+            now_ms=int(time.time() * 1000),
+            interrupted=_interruption(result),
+        ),
+        fail_on=Severity(args.fail_on),
+        worst=args.worst,
+    )
+    if args.format == "json":
+        document = as_json_dict(summary)
+        document["scan"] = scan_json(result, run.data_dir)
+        document["fix"] = None if fixed is None else fix_json(fixed)
+        print_json(document)
+    else:
+        lines = scan_lines(result, run.data_dir, settings)
+        if fixed is not None:
+            lines += ["", *fix_lines(fixed)]
+        print("\n".join([*lines, "", render(summary)]), flush=True)
+    return exit_code(summary)
+
+
+def _interruption(result: ScanResult) -> str | None:
+    if not result.interrupted:
+        return None
+    return f"the scan was stopped after {result.examined} of {result.selected} ledgers; their findings are written"
+
+
+def _open_violation(row: dict[str, Any]) -> OpenViolation:
+    return OpenViolation.from_mapping({**row, "first_seen": int(row["at"].timestamp() * 1000)})
+
+
+def scan_lines(result: ScanResult, data_dir: str, settings: Settings) -> list[str]:
+    """The scan's own figures, aligned like the summary below them."""
+    examined = f"{result.examined} of {result.selected}"
+    skipped = result.examined - result.checked
+    rate = result.examined / result.check_seconds if result.check_seconds > 0 else 0.0
+    rows = [
+        ("Scan", f"{result.scan_id} ({result.mode.value})"),
+        ("ZooKeeper", settings.zookeeper.metadata_uri or settings.zookeeper.connect),
+        ("Ledgers in ZooKeeper", str(result.ledgers_in_zookeeper)),
+        ("Ledgers selected", str(result.selected)),
+        ("Ledgers examined", examined),
+        ("Skipped (open, nothing sealed)", str(skipped)),
+        ("Bookie requests", str(result.rpcs)),
+        ("Violations resolved", str(result.resolved)),
+        ("Read / check time", f"{result.read_seconds:.3f} s / {result.check_seconds:.3f} s ({rate:.0f} ledgers/s)"),
+        ("Tables", f"{data_dir} ({result.batches} batches, source scan)"),
+    ]
+    lines = [f" {label + ':':<28}{value}" for label, value in rows]
+    lines += [f"WARNING: {warning}" for warning in result.warnings]
+    return lines
+
+
+def scan_json(result: ScanResult, data_dir: str) -> dict[str, object]:
+    """The scan's own figures for ``--format json`` (key ``scan``)."""
+    return {
+        "scan_id": result.scan_id,
+        "mode": result.mode.value,
+        "ledgers_in_zookeeper": result.ledgers_in_zookeeper,
+        "ledgers_selected": result.selected,
+        "ledgers_examined": result.examined,
+        "ledgers_skipped": result.examined - result.checked,
+        "bookie_requests": result.rpcs,
+        "violations_found": len(result.violations),
+        "violations_resolved": result.resolved,
+        "read_seconds": round(result.read_seconds, 3),
+        "check_seconds": round(result.check_seconds, 3),
+        "batches_written": result.batches,
+        "data_dir": data_dir,
+        "interrupted": result.interrupted,
+        "warnings": list(result.warnings),
+    }
+
+
+class ProgressLine:
+    """Progress on standard error: one rewritten line on a terminal, a line per step otherwise."""
+
+    def __init__(self, stream: TextIO, *, every_s: float = 1.0) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.every_s = every_s
+        self._last = 0.0
+        self._started = time.monotonic()
+        self._open = False
+
+    def update(self, phase: str, done: int, total: int | None) -> None:
+        """Show ``done`` (of ``total``) for ``phase``; rate-limited, except the first and the last step."""
+        now = time.monotonic()
+        if done == 0:
+            self._started = now
+        final = total is not None and done >= total
+        if not final and done and now - self._last < self.every_s:
+            return
+        self._last = now
+        text = f"scan: {phase} {done}" if total is None else self._bar(phase, done, total, now)
+        if self.tty:
+            self.stream.write(f"\r\033[K{text}")
+            self._open = True
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def _bar(self, phase: str, done: int, total: int, now: float) -> str:
+        share = done / total if total else 1.0
+        filled = int(share * 30)
+        elapsed = now - self._started
+        rate = done / elapsed if elapsed > 0 else 0.0
+        eta = f", {(total - done) / rate:.0f} s left" if rate > 0 and done < total else ""
+        return f"scan: [{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {phase} ({rate:.0f}/s{eta})"
+
+    def note(self, text: str) -> None:
+        """A line of its own (e.g. that the scan is stopping)."""
+        self.done()
+        self.stream.write(f"scan: {text}\n")
+        self.stream.flush()
+
+    def done(self) -> None:
+        """End the rewritten line, if any."""
+        if self._open:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._open = False
+
+
+@contextmanager
+def _stopping_on_signals(stop: Callable[[], None], progress: ProgressLine) -> Iterator[None]:
+    """SIGINT/SIGTERM stop the scan safely; a second SIGINT interrupts at once."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        progress.note("stopping safely: cancelling the running chunk (Ctrl-C again to abort at once)")
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        stop()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

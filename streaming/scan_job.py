@@ -1,0 +1,365 @@
+"""A one-shot scan on Spark in batch mode: one ZooKeeper snapshot, every selected ledger checked, tables written.
+
+The driver walks ZooKeeper once (:func:`read_snapshot`, the watcher's pipelined walk, with progress), looks up which
+violations the tables hold open, and checks the selected ledgers in chunks: each chunk is one Spark job
+(:class:`~scrutiny.streaming.scan_tasks.ScanLedgers` over ``mapInArrow``) whose records are written to the checker's
+Delta tables as one batch with source ``scan`` (exactly once per scan id, like the streaming checker's batches). A
+stop request (:meth:`ScanRun.stop`, e.g. Ctrl-C) cancels the running Spark job and ends the scan between chunks:
+the chunks written before stay, each complete; nothing is half written. Ledgers gone from ZooKeeper have their open
+violations resolved only by a scan that ran to the end over every ledger.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake.exceptions import DeltaError
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+from pyspark.sql import SparkSession
+
+from scrutiny.connectors.delta_tables import CheckerTables, TableError, read_table
+from scrutiny.connectors.listing_fetch import fetch_config_from_settings
+from scrutiny.connectors.table_schemas import OPEN_VIOLATIONS, RunRecord, output_table
+from scrutiny.connectors.watch_state import ClusterView as ObservedCluster
+from scrutiny.connectors.zk_tree import TreeLayout, read_cluster
+from scrutiny.connectors.zookeeper_client import build_zookeeper_client, zookeeper_target
+from scrutiny.core.errors import FormatError, ScrutinyError
+from scrutiny.core.ledger_scan import (
+    LedgerSelection,
+    ScanItem,
+    ScanMode,
+    ScanStep,
+    gone,
+    involves_bookie,
+)
+from scrutiny.core.ledger_tracker import ViolationKey
+from scrutiny.core.verdict import ClusterView
+from scrutiny.core.zk_records import parse_pulsar_racks, parse_underreplication_mark
+from scrutiny.streaming.job import job_config
+from scrutiny.streaming.records import NARROW_DDL, Record, widen
+from scrutiny.streaming.scan_tasks import INPUT_SCHEMA, SOURCE, ScanConfig, ScanLedgers, encode_keys, step_records
+from scrutiny.streaming.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: Ledgers per Spark job (and per table batch): the unit of progress and of a safe stop.
+DEFAULT_CHUNK_SIZE = 10_000
+_TABLE_RECORDS = ("violation", "resolved", "check")
+#: (phase, done, total or None): progress of the walk and of the checks.
+Progress = Callable[[str, int, int | None], None]
+
+
+class ScanError(ScrutinyError):
+    """The scan cannot run: ZooKeeper unreachable, an unreadable table, a Spark job that failed."""
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    """What to scan and how."""
+
+    mode: ScanMode = ScanMode.DEEP
+    selection: LedgerSelection = field(default_factory=LedgerSelection)
+    bookie: str | None = None
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    data_dir: str | None = None
+    connect_timeout_s: float = 15.0
+
+
+@dataclass
+class Snapshot:
+    """The scan's view of the cluster, read once."""
+
+    items: list[ScanItem]
+    ledgers_in_zookeeper: int
+    gone: dict[int, tuple[ViolationKey, ...]]
+    cluster: ClusterView
+    registrations: dict[str, bytes | None]
+    marked: frozenset[int]
+    warnings: list[str]
+    read_seconds: float
+
+
+@dataclass
+class ScanResult:
+    """What a scan did and found (``violations``: the violation records it wrote)."""
+
+    scan_id: str
+    mode: ScanMode
+    started_ms: int
+    ledgers_in_zookeeper: int = 0
+    selected: int = 0
+    examined: int = 0
+    checked: int = 0
+    resolved: int = 0
+    rpcs: int = 0
+    batches: int = 0
+    violations: list[Record] = field(default_factory=list)
+    interrupted: bool = False
+    warnings: list[str] = field(default_factory=list)
+    read_seconds: float = 0.0
+    check_seconds: float = 0.0
+
+
+class ScanRun:
+    """One scan; :meth:`run` does it, :meth:`stop` (any thread, e.g. a signal handler) ends it safely."""
+
+    def __init__(self, spark: SparkSession, settings: Settings, options: ScanOptions) -> None:
+        if options.chunk_size < 1:
+            raise ScanError(f"the chunk size must be at least 1, got {options.chunk_size}")
+        self.spark = spark
+        self.settings = settings
+        self.options = options
+        self.scan_id = f"scan-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
+        self.data_dir = options.data_dir or settings.checker.data_dir
+        self._stopping = threading.Event()
+
+    def stop(self) -> None:
+        """Cancel the running Spark job and end the scan before the next chunk."""
+        self._stopping.set()
+        try:
+            self.spark.sparkContext.cancelAllJobs()
+        except Exception as error:  # the session may be stopping too
+            log.debug("cancelling the scan's Spark jobs: %s", error)
+
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`stop` was called."""
+        return self._stopping.is_set()
+
+    def run(self, progress: Progress | None = None) -> ScanResult:
+        """Read the snapshot, check every selected ledger chunk by chunk, write the tables; the figures."""
+        report = progress or (lambda phase, done, total: None)
+        result = ScanResult(self.scan_id, self.options.mode, int(time.time() * 1000))
+        prior = read_open_keys(self.data_dir)
+        snapshot = read_snapshot(self.settings, self.options, prior, report)
+        result.ledgers_in_zookeeper = snapshot.ledgers_in_zookeeper
+        result.selected = len(snapshot.items)
+        result.warnings += snapshot.warnings
+        result.read_seconds = snapshot.read_seconds
+        if self._stopping.is_set():
+            result.interrupted = True
+            return result
+        tables = CheckerTables(self.data_dir, app_id=f"scrutiny-{self.scan_id}")
+        tables.ensure_tables()
+        config = self._config(snapshot)
+        clock = time.monotonic()
+        report("ledgers checked", 0, len(snapshot.items))
+        for batch_id, chunk in enumerate(_chunks(snapshot.items, self.options.chunk_size)):
+            if self._stopping.is_set():
+                break
+            started = datetime.now(UTC)
+            rows = self._check(chunk, config)
+            if rows is None:
+                break
+            self._write(tables, batch_id, rows, started=started, examined=len(chunk), result=result)
+            report("ledgers checked", result.examined, len(snapshot.items))
+        result.interrupted = self._stopping.is_set() or result.examined < len(snapshot.items)
+        if not result.interrupted and snapshot.gone:
+            rows = [r for lid, keys in snapshot.gone.items() for r in _gone_records(lid, keys)]
+            self._write(tables, result.batches, rows, started=datetime.now(UTC), examined=0, result=result)
+        result.check_seconds = time.monotonic() - clock
+        return result
+
+    def _config(self, snapshot: Snapshot) -> ScanConfig:
+        job = job_config(self.settings, fetch_config_from_settings(self.settings.bookies), source=SOURCE)
+        return ScanConfig(
+            mode=self.options.mode,
+            tracker=job.tracker,
+            fetch=job.fetch,
+            cluster=snapshot.cluster,
+            registrations=snapshot.registrations,
+            fetch_timeout_s=job.fetch_timeout_s,
+        )
+
+    def _check(self, chunk: list[ScanItem], config: ScanConfig) -> list[Record] | None:
+        """The chunk's records (None when the scan was stopped while Spark ran it)."""
+        partitions = max(1, min(self.spark.sparkContext.defaultParallelism, math.ceil(len(chunk) / 100)))
+        frame = self.spark.createDataFrame(input_table(chunk)).repartition(partitions)
+        try:
+            output = frame.mapInArrow(ScanLedgers(config), NARROW_DDL).toArrow()
+        except Exception as error:
+            if self._stopping.is_set():
+                return None
+            raise ScanError(f"the scan's Spark job failed: {_first_line(error)}") from error
+        if self._stopping.is_set():
+            return None
+        return [
+            widen(kind, ledger, at, payload)
+            for kind, ledger, at, payload in zip(
+                output.column("record").to_pylist(),
+                output.column("ledger_id").to_pylist(),
+                output.column("at").to_pylist(),
+                output.column("payload").to_pylist(),
+                strict=True,
+            )
+        ]
+
+    def _write(
+        self,
+        tables: CheckerTables,
+        batch_id: int,
+        rows: list[Record],
+        *,
+        started: datetime,
+        examined: int,
+        result: ScanResult,
+    ) -> None:
+        rpcs = sum(_stat(r, "rpcs") for r in rows if r["record"] == "stats")
+        records = [r for r in rows if r["record"] in _TABLE_RECORDS]
+        found = [r for r in records if r["record"] == "violation"]
+        checks = sum(1 for r in records if r["record"] == "check")
+        resolved = sum(1 for r in records if r["record"] == "resolved")
+        run = RunRecord(
+            run_id=self.scan_id,
+            started_at=started,
+            finished_at=datetime.now(UTC),
+            events=examined,
+            ledgers_checked=checks,
+            violations=len(found),
+            resolved=resolved,
+            rpcs=rpcs,
+            source=SOURCE,
+        )
+        tables.write_batch(batch_id, output_table(records), run)
+        result.batches += 1
+        result.examined += examined
+        result.checked += checks
+        result.resolved += resolved
+        result.rpcs += rpcs
+        result.violations += found
+
+
+def read_open_keys(data_dir: str) -> dict[int, list[ViolationKey]]:
+    """The violations ``open_violations`` holds open, by ledger (no table yet: none)."""
+    columns = ["ledger_id", "category", "bookie", "segment_first_entry", "resolved_at"]
+    try:
+        table = read_table(data_dir, OPEN_VIOLATIONS, columns=columns)
+    except TableError:
+        return {}
+    except (DeltaError, OSError, pa.ArrowException) as error:
+        raise ScanError(f"cannot read the open violations under {data_dir}: {error}") from error
+    table = table.filter(pc.is_null(table["resolved_at"]))
+    out: dict[int, list[ViolationKey]] = {}
+    for row in table.to_pylist():
+        segment = row["segment_first_entry"]
+        key = (row["category"], row["bookie"] or "", -1 if segment is None else segment)
+        out.setdefault(row["ledger_id"], []).append(key)
+    return out
+
+
+def read_snapshot(
+    settings: Settings, options: ScanOptions, prior: dict[int, list[ViolationKey]], progress: Progress
+) -> Snapshot:
+    """ZooKeeper read once: the selected ledgers with their marks and open keys, the cluster, the ledgers gone."""
+    clock = time.monotonic()
+    target = zookeeper_target(settings.zookeeper)
+    layout = TreeLayout(root=target.ledgers_root, manager=target.manager, racks_path=settings.watcher.racks_path)
+    client = build_zookeeper_client(settings.zookeeper)
+    try:
+        client.start(timeout=options.connect_timeout_s)
+    except KazooTimeoutError:
+        _close(client)
+        raise ScanError(f"cannot reach ZooKeeper at {target.hosts} within {options.connect_timeout_s:g} s") from None
+    try:
+        observed = read_cluster(client, layout, progress=lambda phase, count: progress(phase, count, None))
+    finally:
+        _close(client)
+    snapshot = _select(observed, options, prior)
+    snapshot.read_seconds = time.monotonic() - clock
+    return snapshot
+
+
+def _select(observed: ObservedCluster, options: ScanOptions, prior: dict[int, list[ViolationKey]]) -> Snapshot:
+    warnings: list[str] = []
+    marks = {}
+    unreadable_marks = 0
+    for ledger_id, node in observed.marks.items():
+        try:
+            marks[ledger_id] = parse_underreplication_mark(node.data)
+        except FormatError:
+            unreadable_marks += 1
+    if unreadable_marks:
+        warnings.append(
+            f"{unreadable_marks} under-replication mark(s) do not parse; their ledgers are scanned unmarked"
+        )
+    items: list[ScanItem] = []
+    for ledger_id in sorted(observed.ledgers):
+        if ledger_id not in options.selection:
+            continue
+        node = observed.ledgers[ledger_id]
+        if options.bookie is not None and not involves_bookie(node.data, options.bookie):
+            continue
+        keys = tuple(prior.get(ledger_id, ()))
+        items.append(ScanItem(ledger_id, node.stat.version, node.data, marks.get(ledger_id), keys))
+    every_ledger = options.selection.everything and options.bookie is None
+    gone_ids = {lid: tuple(keys) for lid, keys in prior.items() if lid not in observed.ledgers}
+    racks: dict[str, str] = {}
+    if observed.racks is not None:
+        try:
+            racks = dict(parse_pulsar_racks(observed.racks).racks)
+        except FormatError as error:
+            warnings.append(f"the rack node does not parse ({error}); placement is judged with the default rack")
+    cluster = ClusterView(racks=racks, writable=frozenset(observed.writable), readonly=frozenset(observed.readonly))
+    return Snapshot(
+        items=items,
+        ledgers_in_zookeeper=len(observed.ledgers),
+        gone=gone_ids if every_ledger else {lid: k for lid, k in gone_ids.items() if lid in options.selection},
+        cluster=cluster,
+        registrations={**observed.readonly, **observed.writable},
+        marked=frozenset(observed.marks),
+        warnings=warnings,
+        read_seconds=0.0,
+    )
+
+
+def input_table(items: list[ScanItem]) -> pa.Table:
+    """The chunk as the tasks' input (:data:`~scrutiny.streaming.scan_tasks.INPUT_SCHEMA`)."""
+    return pa.Table.from_pydict(
+        {
+            "ledger_id": [i.ledger_id for i in items],
+            "version": [i.version for i in items],
+            "data": [i.data for i in items],
+            "mark_replicas": [None if i.mark is None else list(i.mark.replicas) for i in items],
+            "mark_ctime": [None if i.mark is None else i.mark.ctime_ms for i in items],
+            "open_keys": [encode_keys(list(i.open_keys)) for i in items],
+        },
+        schema=INPUT_SCHEMA,
+    )
+
+
+def _gone_records(ledger_id: int, keys: tuple[ViolationKey, ...]) -> list[Record]:
+    return step_records(ledger_id, ScanStep((gone(ledger_id, keys),)), int(time.time() * 1000))
+
+
+def _chunks(items: list[ScanItem], size: int) -> Iterator[list[ScanItem]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _stat(row: Record, name: str) -> int:
+    details = row.get("details")
+    return int(json.loads(details).get(name, 0)) if isinstance(details, str) else 0
+
+
+def _close(client: KazooClient) -> None:
+    try:
+        client.stop()
+        client.close()
+    except Exception as error:
+        log.debug("closing the scan's ZooKeeper client: %s", error)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
