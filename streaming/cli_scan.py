@@ -95,7 +95,10 @@ def _run(args: argparse.Namespace) -> int:
         "scrutiny-scan",
         master=settings.checker.spark_master or None,
         ui=settings.checker.spark_ui,
-        conf={"spark.sql.shuffle.partitions": str(settings.checker.shuffle_partitions)},
+        conf={
+            "spark.sql.shuffle.partitions": str(settings.checker.shuffle_partitions),
+            "spark.ui.showConsoleProgress": "false",  # the scan shows its own progress
+        },
     )
     run = ScanRun(spark, settings, options)
     progress = ProgressLine(sys.stderr)
