@@ -116,6 +116,16 @@ def test_no_violation_is_healthy_at_every_threshold() -> None:
         assert render(summary).splitlines()[-1] == "Status: HEALTHY"
 
 
+@pytest.mark.parametrize("rows", [[], [finding(1)]])
+def test_an_interrupted_scan_is_neither_healthy_nor_unhealthy(rows: list[OpenViolation]) -> None:
+    stopped = "the scan was stopped after 100 of 400 ledgers"
+    summary = summarize(rows, Figures(ledgers_checked=100, interrupted=stopped))
+    assert summary.status == "INTERRUPTED" and exit_code(summary) == 2
+    lines = render(summary).splitlines()
+    assert lines[-1] == "Status: INTERRUPTED" and f"WARNING: incomplete: {stopped}" in lines
+    assert as_json_dict(summary)["status"] == "INTERRUPTED"
+
+
 def test_the_threshold_decides_which_severities_fail() -> None:
     warning_only = [finding(1, Category.BELOW_WRITE_QUORUM, Severity.WARNING)]
     assert DEFAULT_FAIL_ON is Severity.CRITICAL
