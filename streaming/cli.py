@@ -26,6 +26,8 @@ COMMAND_MODULES = (
     "cli_run",
     "cli_report",
     "cli_sql",
+    "cli_scan",
+    "cli_dashboard",
 )
 
 

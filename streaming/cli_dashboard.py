@@ -1,0 +1,124 @@
+"""``scrutiny dashboard``: a live web dashboard over the checker's Delta tables (docs/dashboard.md).
+
+Serves the page of :mod:`scrutiny.streaming.dashboard_app` until Ctrl-C. Bound to 127.0.0.1 by default. A token is
+enforced when one is given (``--token`` or ``$SCRUTINY_DASHBOARD_TOKEN``) and always when the address is not a
+loopback one: without a given token one is generated and the URL carrying it is printed once. A missing data
+directory, one without any of the tables, or an address that cannot be bound ends the command with exit code 2 and
+one line on standard error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import sys
+from collections.abc import Mapping
+
+from scrutiny.streaming.cli_io import InputError
+from scrutiny.streaming.cli_report import stall_after_ms
+from scrutiny.streaming.dashboard_app import DEFAULT_REFRESH_SECONDS, DashboardServer, create_app, is_loopback
+from scrutiny.streaming.dashboard_data import check_data_dir
+from scrutiny.streaming.settings import load_settings
+
+#: The environment variable that may hold the token.
+TOKEN_ENV = "SCRUTINY_DASHBOARD_TOKEN"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8050
+_TOKEN_BYTES = 32
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``dashboard``."""
+    dashboard = commands.add_parser(
+        "dashboard",
+        help="serve a live web dashboard over the checker's Delta tables",
+        description=(
+            "Serves a web page over the Delta tables of the data directory that refreshes itself while the "
+            "streaming job writes: open violations, the worst ledgers with their evidence, bookies, "
+            "under-replication, check coverage and the checker's own health. See docs/dashboard.md."
+        ),
+    )
+    dashboard.add_argument("--data-dir", metavar="DIR", help="the tables' directory (default: checker.data_dir)")
+    dashboard.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default: {DEFAULT_HOST})")
+    dashboard.add_argument(
+        "--port", type=_port, default=DEFAULT_PORT, help=f"port to bind, 0 for any free one (default: {DEFAULT_PORT})"
+    )
+    dashboard.add_argument(
+        "--token",
+        help=f"require this token on every request (default: ${TOKEN_ENV}; generated when the address is not loopback)",
+    )
+    dashboard.add_argument(
+        "--refresh-seconds",
+        type=_positive,
+        default=DEFAULT_REFRESH_SECONDS,
+        metavar="S",
+        help=f"how often the page refreshes (default: {DEFAULT_REFRESH_SECONDS:g})",
+    )
+    dashboard.add_argument("--config", help="configuration file (TOML; default: built-in defaults)")
+    dashboard.set_defaults(handler=_run)
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0..65535, got {value}")
+    return value
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def resolve_token(host: str, given: str | None, env: Mapping[str, str]) -> tuple[str | None, bool]:
+    """The token to enforce and whether it was generated here.
+
+    A given token (``--token``, else a non-empty ``$SCRUTINY_DASHBOARD_TOKEN``) is always enforced; without one, a
+    loopback address needs none and any other address gets a fresh ``secrets.token_urlsafe`` token.
+    """
+    if given is not None:
+        if not given.strip():
+            raise InputError("--token must not be empty")
+        return given, False
+    from_env = env.get(TOKEN_ENV, "")
+    if from_env.strip():
+        return from_env, False
+    if is_loopback(host):
+        return None, False
+    return secrets.token_urlsafe(_TOKEN_BYTES), True
+
+
+def _run(args: argparse.Namespace) -> int:
+    settings = load_settings(args.config)
+    data_dir = args.data_dir if args.data_dir is not None else settings.checker.data_dir
+    for table in check_data_dir(data_dir):
+        print(f"scrutiny: note: table {table!r} does not exist yet in {data_dir}: no data yet", file=sys.stderr)
+    token, generated = resolve_token(args.host, args.token, os.environ)
+    app = create_app(
+        data_dir, token=token, refresh_seconds=args.refresh_seconds, stall_after_ms=stall_after_ms(settings)
+    )
+    server = DashboardServer(app, args.host, args.port)
+    if generated:
+        print(f"scrutiny dashboard: open {server.url(token)}", flush=True)
+    elif token is not None:
+        print(f"scrutiny dashboard: {server.url()} (token required)", flush=True)
+    else:
+        print(f"scrutiny dashboard: {server.url()}", flush=True)
+    every = f"{args.refresh_seconds:g}"
+    print(f"scrutiny dashboard: serving {data_dir}, refreshing every {every} s; Ctrl-C stops", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
