@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
+from pyspark.sql.functions import expr
 from pyspark.sql.streaming.query import StreamingQuery
 
 from scrutiny.connectors.delta_tables import CheckerTables
@@ -29,6 +30,7 @@ from scrutiny.connectors.zookeeper_client import zookeeper_target
 from scrutiny.core.ledger_tracker import RetryPolicy, TrackerConfig
 from scrutiny.streaming.job_config import JobConfig
 from scrutiny.streaming.job_metrics import JobMetrics
+from scrutiny.streaming.ledger_buckets import BUCKET_EXPRESSION
 from scrutiny.streaming.prepare import PREPARED_DDL, PrepareEvents
 from scrutiny.streaming.processor import LedgerProcessor
 from scrutiny.streaming.records import NARROW_DDL
@@ -176,8 +178,10 @@ def start_checker(
     )
     raw = spark.readStream.format(ScrutinyKafkaSource.name()).options(**options).load()
     prepared = raw.select("offset", "value").mapInArrow(PrepareEvents(config), PREPARED_DDL)
-    checked = prepared.groupBy("ledger_id").transformWithState(
-        LedgerProcessor(config), NARROW_DDL, outputMode="Append", timeMode="ProcessingTime"
+    checked = (
+        prepared.withColumn("bucket", expr(BUCKET_EXPRESSION))
+        .groupBy("bucket")
+        .transformWithState(LedgerProcessor(config), NARROW_DDL, outputMode="Append", timeMode="ProcessingTime")
     )
     checkpoint = (
         checker.checkpoint_dir if "://" in checker.checkpoint_dir else str(Path(checker.checkpoint_dir).resolve())

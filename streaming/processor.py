@@ -1,17 +1,18 @@
-"""The stateful processor of the checker: one instance per state partition, keyed by ledger id.
+"""The stateful processor of the checker: one instance per state partition, keyed by bucket of ledgers.
 
-Spark calls :meth:`LedgerProcessor.handleInputRows` with a ledger's events of a micro-batch (from
-:mod:`scrutiny.streaming.prepare`, with the fetched answers) and
-:meth:`LedgerProcessor.handleExpiredTimer` when one of its timers is due (processing time). Both
-run the pure steps of :mod:`scrutiny.core.ledger_tracker`, store the ledger's small state in the
-RocksDB state store, keep the registered timers equal to what the state needs, do the fetch a due
-retry asks for, and return the records of :mod:`scrutiny.streaming.records`.
+The key is a bucket of consecutive ledger ids (:mod:`scrutiny.streaming.ledger_buckets`): Spark calls
+:meth:`LedgerProcessor.handleInputRows` with a bucket's events of a micro-batch (from
+:mod:`scrutiny.streaming.prepare`, with the fetched answers) and :meth:`LedgerProcessor.handleExpiredTimer` when one
+of its timers is due (processing time). Both run the pure steps of :mod:`scrutiny.core.ledger_tracker` for each
+ledger concerned, store the bucket's small states as one value in the RocksDB state store, keep the registered timers
+equal to what the states need, do the fetch a due retry asks for, and return the records of
+:mod:`scrutiny.streaming.records`.
 
 Guarantees: events of one ledger are applied in offset order (the order of a mark and the
 metadata does not change the outcome: see :mod:`scrutiny.core.ledger_tracker`); only the newest
 metadata event of a batch is checked (earlier ones are superseded); nothing a ledger sends can raise out of here
-(an unexpected error is logged and the ledger's state left as it was, so a later event or timer
-tries again).
+(an unexpected error is logged and that ledger's state left as it was, so a later event or timer
+tries again; the other ledgers of its bucket go on).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from scrutiny.core.zk_records import UnderReplicationMark
 from scrutiny.proto import ledger_events_pb2 as pb
 from scrutiny.streaming.answer_codec import decode_answers
 from scrutiny.streaming.job_config import JobConfig
+from scrutiny.streaming.ledger_buckets import decode_bucket, encode_bucket
 from scrutiny.streaming.prepare import fetch_answers
 from scrutiny.streaming.records import STATS_KEY, Record, narrow, outcome_records, retry_records, stats_records
 
@@ -64,9 +66,9 @@ class LedgerProcessor(StatefulProcessor):
         self._state: ValueState | None = None
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        """Once per state partition: the value state holding each ledger's :class:`TrackedLedger`."""
+        """Once per state partition: the value state holding each bucket's ledgers."""
         self._handle = handle
-        self._state = handle.getValueState("ledger", STATE_SCHEMA)
+        self._state = handle.getValueState("ledgers", STATE_SCHEMA)
 
     def handleInputRows(  # noqa: N802 - PySpark's names
         self,
@@ -74,20 +76,29 @@ class LedgerProcessor(StatefulProcessor):
         rows: Iterator[Any],
         timerValues: TimerValues,  # noqa: N803
     ) -> Iterator[Any]:
-        """A ledger's events of this batch (or the stats rows under :data:`STATS_KEY`)."""
-        ledger_id = int(key[0])
+        """A bucket's events of this batch (or the stats rows under :data:`STATS_KEY`)."""
         now_ms = timerValues.getCurrentProcessingTimeInMs()
         ordered = sorted(rows, key=lambda r: r["offset"])
-        if ledger_id == STATS_KEY:
+        if int(key[0]) == STATS_KEY:
             yield from self._rows(
                 stats_records([row["event"] for row in ordered], now_ms=now_ms, source=self.config.source)
             )
             return
-        try:
-            records = self._apply_events(ledger_id, ordered, now_ms)
-        except Exception:
-            log.exception("ledger %d: events not applied; the state is kept for a later try", ledger_id)
-            return
+        by_ledger: dict[int, list[Any]] = {}
+        for row in ordered:
+            by_ledger.setdefault(int(row["ledger_id"]), []).append(row)
+        before = self._load()
+        states = dict(before)
+        records: list[Record] = []
+        for ledger_id, ledger_rows in by_ledger.items():
+            try:
+                state, found = self._apply_events(ledger_id, states.get(ledger_id), ledger_rows, now_ms)
+            except Exception:
+                log.exception("ledger %d: events not applied; the state is kept for a later try", ledger_id)
+                continue
+            _put(states, ledger_id, state)
+            records += found
+        self._save(before, states, now_ms)
         yield from self._rows(records)
 
     def handleExpiredTimer(  # noqa: N802 - PySpark's names
@@ -96,23 +107,27 @@ class LedgerProcessor(StatefulProcessor):
         timerValues: TimerValues,  # noqa: N803
         expiredTimerInfo: ExpiredTimerInfo,  # noqa: N803
     ) -> Iterator[Any]:
-        """A retry or a stuck-mark timer of this ledger is due."""
-        ledger_id = int(key[0])
+        """A retry or a stuck-mark timer of some ledgers of this bucket is due: every due one is handled."""
         now_ms = timerValues.getCurrentProcessingTimeInMs()
-        state = self._load()
-        if state is None:
-            return
-        try:
-            step = on_timer(state, now_ms=now_ms)
-            records = outcome_records(ledger_id, step.outcome, now_ms=now_ms, source=self.config.source)
-            if step.outcome.fetch and step.state is not None:
-                step, more = self._fetched(ledger_id, step, now_ms)
-                records += more
-        except Exception:
-            log.exception("ledger %d: timer not handled; the state is kept", ledger_id)
-            return
-        records += retry_records(ledger_id, state, step.state, now_ms=now_ms, source=self.config.source)
-        self._save(state, step.state, now_ms)
+        before = self._load()
+        states = dict(before)
+        records: list[Record] = []
+        for ledger_id, state in before.items():
+            if not any(t <= now_ms for t in state.timers()):
+                continue
+            try:
+                step = on_timer(state, now_ms=now_ms)
+                found = outcome_records(ledger_id, step.outcome, now_ms=now_ms, source=self.config.source)
+                if step.outcome.fetch and step.state is not None:
+                    step, more = self._fetched(ledger_id, step, now_ms)
+                    found += more
+            except Exception:
+                log.exception("ledger %d: timer not handled; the state is kept", ledger_id)
+                continue
+            records += found
+            records += retry_records(ledger_id, state, step.state, now_ms=now_ms, source=self.config.source)
+            _put(states, ledger_id, step.state)
+        self._save(before, states, now_ms)
         yield from self._rows(records)
 
     def close(self) -> None:
@@ -120,8 +135,10 @@ class LedgerProcessor(StatefulProcessor):
 
     # ------------------------------------------------------------------ applying events
 
-    def _apply_events(self, ledger_id: int, rows: list[Any], now_ms: int) -> list[Record]:
-        state = before = self._load()
+    def _apply_events(
+        self, ledger_id: int, state: TrackedLedger | None, rows: list[Any], now_ms: int
+    ) -> tuple[TrackedLedger | None, list[Record]]:
+        """One ledger's events of the batch, in offset order: its new state and records."""
         records: list[Record] = []
         parsed = [(row, pb.LedgerEvent.FromString(row["event"])) for row in rows]
         newest = max((i for i, (_, e) in enumerate(parsed) if e.kind in _METADATA or e.kind == _DELETED), default=-1)
@@ -135,8 +152,7 @@ class LedgerProcessor(StatefulProcessor):
                 records += more
             records += retry_records(ledger_id, state, step.state, now_ms=now_ms, source=self.config.source)
             state = step.state
-        self._save(before, state, now_ms)
-        return records
+        return state, records
 
     def _step(self, state: TrackedLedger | None, event: pb.LedgerEvent, answers: bytes | None, now_ms: int) -> Step:
         tracker = self.config.tracker
@@ -180,31 +196,31 @@ class LedgerProcessor(StatefulProcessor):
 
     # ------------------------------------------------------------------ state, timers, cluster
 
-    def _load(self) -> TrackedLedger | None:
-        """The ledger's state (one call to the state store: ``get`` answers None for a new key)."""
+    def _load(self) -> dict[int, TrackedLedger]:
+        """The bucket's ledgers (one call to the state store: ``get`` answers None for a new key)."""
         assert self._state is not None
         value = self._state.get()
-        return TrackedLedger.from_bytes(bytes(value[0])) if value is not None else None
+        return decode_bucket(bytes(value[0])) if value is not None else {}
 
-    def _save(self, before: TrackedLedger | None, state: TrackedLedger | None, now_ms: int) -> None:
-        """Store the state and make the registered timers those it needs.
+    def _save(self, before: dict[int, TrackedLedger], after: dict[int, TrackedLedger], now_ms: int) -> None:
+        """Store the bucket and make the registered timers those its ledgers need.
 
-        The timers registered are always ``before.timers()`` (this method is the only one that
+        The timers registered are always those of ``before`` (this method is the only one that
         registers any), so no listing call is needed; due ones are Spark's to remove.
         """
         assert self._state is not None and self._handle is not None
-        registered = set(before.timers()) if before is not None else set()
-        wanted = set(state.timers()) if state is not None else set()
+        registered = {t for state in before.values() for t in state.timers()}
+        wanted = {t for state in after.values() for t in state.timers()}
         for expired in registered - wanted:
             if expired > now_ms:
                 self._handle.deleteTimer(expired)
         for due in wanted - registered:
             self._handle.registerTimer(due)
-        if state is None:
-            if before is not None:
+        if not after:
+            if before:
                 self._state.clear()
-        elif state != before:
-            self._state.update((state.to_bytes(),))
+        elif after != before:
+            self._state.update((encode_bucket(after),))
 
     def _cluster(self) -> ClusterView:
         try:
@@ -217,3 +233,10 @@ class LedgerProcessor(StatefulProcessor):
         for record in records:
             kind, ledger_id, at, payload = narrow(record)
             yield Row(record=kind, ledger_id=ledger_id, at=at, payload=payload)
+
+
+def _put(states: dict[int, TrackedLedger], ledger_id: int, state: TrackedLedger | None) -> None:
+    if state is None:
+        states.pop(ledger_id, None)
+    else:
+        states[ledger_id] = state

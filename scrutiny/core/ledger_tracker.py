@@ -32,6 +32,7 @@ import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from scrutiny.core.errors import FormatError
 from scrutiny.core.ledger_metadata import LedgerMetadata, LedgerState, decode_ledger_metadata
@@ -100,6 +101,10 @@ class TrackedLedger:
 
     def to_bytes(self) -> bytes:
         """Compact JSON for the state store."""
+        return json.dumps(self.to_doc(), separators=(",", ":")).encode()
+
+    def to_doc(self) -> dict[str, object]:
+        """The compact JSON document of :meth:`to_bytes` (short keys, defaults left out)."""
         doc: dict[str, object] = {"v": self.version, "c": self.checked, "o": [list(k) for k in self.open]}
         if self.metadata is not None:
             doc["m"] = base64.b64encode(self.metadata).decode("ascii")
@@ -111,12 +116,16 @@ class TrackedLedger:
             doc["k"] = {"r": list(self.mark.replicas), "t": self.mark.ctime_ms}
         if self.reported:
             doc["p"] = [list(k) for k in self.reported]
-        return json.dumps(doc, separators=(",", ":")).encode()
+        return doc
 
     @classmethod
     def from_bytes(cls, data: bytes) -> TrackedLedger:
         """The inverse of :meth:`to_bytes`."""
-        doc = json.loads(data)
+        return cls.from_doc(json.loads(data))
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> TrackedLedger:
+        """The inverse of :meth:`to_doc`."""
         mark = doc.get("k")
         return cls(
             version=doc["v"],
