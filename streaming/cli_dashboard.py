@@ -1,10 +1,10 @@
 """``scrutiny dashboard``: a live web dashboard over the checker's Delta tables (docs/dashboard.md).
 
-Serves the page of :mod:`scrutiny.streaming.dashboard_app` until Ctrl-C. Bound to 127.0.0.1 by default. A token is
-enforced when one is given (``--token`` or ``$SCRUTINY_DASHBOARD_TOKEN``) and always when the address is not a
-loopback one: without a given token one is generated and the URL carrying it is printed once. A missing data
-directory, one without any of the tables, or an address that cannot be bound ends the command with exit code 2 and
-one line on standard error.
+Serves the page of :mod:`scrutiny.streaming.dashboard_app` with :mod:`scrutiny.streaming.dashboard_server` until
+Ctrl-C. Bound to 127.0.0.1 by default. A token is enforced when one is given (``--token`` or
+``$SCRUTINY_DASHBOARD_TOKEN``) and always when the address is not a loopback one: without a given token one is
+generated and the URL carrying it is printed once. A missing data directory, one without any of the tables, or an
+address that cannot be bound ends the command with exit code 2 and one line on standard error.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from collections.abc import Mapping
 
 from scrutiny.streaming.cli_io import InputError
 from scrutiny.streaming.cli_report import stall_after_ms
-from scrutiny.streaming.dashboard_app import DEFAULT_REFRESH_SECONDS, DashboardServer, create_app, is_loopback
+from scrutiny.streaming.dashboard_app import DEFAULT_REFRESH_SECONDS, create_app
 from scrutiny.streaming.dashboard_data import check_data_dir
+from scrutiny.streaming.dashboard_server import DashboardServer, is_loopback
 from scrutiny.streaming.settings import load_settings
 
 #: The environment variable that may hold the token.

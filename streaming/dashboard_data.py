@@ -2,13 +2,11 @@
 
 :func:`load_snapshot` opens a fresh :class:`~scrutiny.connectors.sql_engine.SqlEngine` over the data directory (so
 tables that appeared since the last call are seen, and every figure is the one ``scrutiny sql`` shows for the same
-view), runs the queries of each section and returns a :class:`Snapshot`. It never raises on the tables' content or
-state: a section whose table does not exist yet, or cannot be read right now (a file vacuumed between listing and
-reading, a commit in progress), is ``None`` ("no data yet") and the reason, when it is not just a missing table, is in
-:attr:`Snapshot.problems`. Only :func:`check_data_dir`, run once at start, raises (:class:`DashboardDataError`).
-
-The chart functions (``*_chart``) turn a section into a Plotly figure as a plain dict (``{"data": [...],
-"layout": {...}}``) that ``dcc.Graph`` draws; they are pure, so tests check them without a browser.
+view), runs the queries of each section and returns a :class:`~.dashboard_snapshot.Snapshot`. It never raises on the
+tables' content or state: a section whose table does not exist yet, or cannot be read right now (a file vacuumed
+between listing and reading, a commit in progress), is ``None`` ("no data yet") and the reason, when it is not just a
+missing table, is in :attr:`~.dashboard_snapshot.Snapshot.problems`. Only :func:`check_data_dir`, run once at start,
+raises (:class:`DashboardDataError`).
 
 Sections and their sources:
 
@@ -17,21 +15,24 @@ Sections and their sources:
   quorums, the entries each bookie misses) comes from its latest ``violations`` rows;
 * categories, bookies, under-replication, coverage, latency, checker health: the shipped views
   ``open_violations_by_category``, ``violations_per_bookie``, ``under_replication_age``, ``check_coverage``,
-  ``detection_latency`` and ``checker_health`` (docs/sql.md);
+  ``detection_latency`` and ``checker_health`` (docs/sql.md), each row becoming the section's dataclass field by
+  field (a column per field, converted by the field's declared type);
 * timeline: first detections and resolutions per time bucket from ``open_violations.first_seen`` / ``resolved_at``
   (or, without that table, ``violations.detected_at``); recent batches: ``checker_runs`` of the streaming job.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import logging
+import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -49,44 +50,36 @@ from scrutiny.core.health_summary import (
     summarize,
 )
 from scrutiny.core.sequence_groups import SequenceGroup
-from scrutiny.core.vocabulary import Category, Severity
+from scrutiny.core.vocabulary import Category
+from scrutiny.streaming.dashboard_snapshot import (
+    BookieHealth,
+    CategoryCount,
+    CheckerHealth,
+    Coverage,
+    Latency,
+    MissingReplica,
+    Overview,
+    RunPoint,
+    Segment,
+    Snapshot,
+    StuckLedger,
+    Timeline,
+    WorstLedger,
+)
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = [
-    "NO_DATA",
-    "SEVERITIES",
-    "SEVERITY_COLORS",
-    "BookieHealth",
-    "CategoryCount",
-    "CheckerHealth",
-    "Coverage",
     "DashboardDataError",
-    "Latency",
-    "MissingReplica",
-    "Overview",
-    "RunPoint",
-    "Segment",
-    "Snapshot",
-    "StuckLedger",
-    "Timeline",
-    "WorstLedger",
-    "bookie_chart",
     "bucket_seconds",
-    "category_chart",
     "check_data_dir",
-    "checker_chart",
-    "coverage_chart",
-    "empty_chart",
     "entry_ranges",
     "load_snapshot",
-    "timeline_chart",
-    "under_replication_chart",
 ]
 
 log = logging.getLogger(__name__)
 
-#: Severities worst first, as the page lists them.
-SEVERITIES: Final = (Severity.CRITICAL.value, Severity.WARNING.value, Severity.INFO.value)
-SEVERITY_COLORS: Final[Mapping[str, str]] = {"critical": "#c0392b", "warning": "#e08e0b", "info": "#2e86c1"}
 #: How far back the timeline looks at most.
 TIMELINE_WINDOW: Final = timedelta(days=7)
 #: Bucket widths the timeline may use (seconds), the narrowest giving at most TIMELINE_MAX_BUCKETS buckets.
@@ -96,183 +89,16 @@ TIMELINE_MAX_BUCKETS: Final = 72
 RECENT_RUNS: Final = 120
 #: Sequence groups spelled out per missing replica before "+N more".
 RANGE_GROUPS_SHOWN: Final = 4
-NO_DATA: Final = "no data yet"
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 #: What a read of a table can fail with while the streaming job writes (besides a missing table).
 _READ_ERRORS: Final = (ScrutinyError, DeltaError, OSError, pa.ArrowException, duckdb.Error, ValueError, TypeError)
 _T = TypeVar("_T")
+_Row = TypeVar("_Row", bound="DataclassInstance")
 
 
 class DashboardDataError(ScrutinyError):
     """The data directory cannot be served: it does not exist, or holds none of the checker's tables."""
-
-
-# ----------------------------------------------------------------------------------------------- the snapshot
-
-
-@dataclass(frozen=True, slots=True)
-class Overview:
-    """Open violations in numbers; ``status`` is ``HEALTHY`` unless some open violation is critical."""
-
-    status: str
-    open_total: int
-    ledgers_affected: int
-    by_severity: Mapping[str, int]
-    data_loss_ledgers: int
-
-
-@dataclass(frozen=True, slots=True)
-class CategoryCount:
-    """One row of the ``open_violations_by_category`` view."""
-
-    category: str
-    severity: str
-    open_count: int
-    ledgers: int
-
-
-@dataclass(frozen=True, slots=True)
-class Timeline:
-    """First detections and resolutions per bucket of ``bucket_seconds``, oldest first, empty buckets included."""
-
-    bucket_seconds: int
-    starts: tuple[datetime, ...]
-    detected: tuple[int, ...]
-    resolved: tuple[int, ...]
-    source: str  # the table the counts come from
-
-
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """One ensemble of a ledger: from ``first_entry`` on, entries are striped over ``bookies``."""
-
-    first_entry: int
-    bookies: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class MissingReplica:
-    """A bookie lacking entries it should hold (an open ``MISSING_REPLICA``); ``ranges`` empty when not recorded."""
-
-    bookie: str
-    segment_first_entry: int | None
-    entry_count: int | None
-    ranges: str
-
-
-@dataclass(frozen=True, slots=True)
-class WorstLedger:
-    """A ledger among the worst (ranked as ``scrutiny report`` ranks them) with its evidence."""
-
-    ledger_id: int
-    worst_severity: str
-    data_loss: bool
-    entries_affected: int | None
-    first_seen: datetime
-    pulsar_topic: str | None
-    categories: tuple[str, ...]
-    missing: tuple[MissingReplica, ...]
-    ensemble: tuple[Segment, ...]
-    quorum: str | None  # "E 3, WQ 2, AQ 2" when recorded
-
-
-@dataclass(frozen=True, slots=True)
-class BookieHealth:
-    """One row of the ``violations_per_bookie`` view."""
-
-    bookie: str
-    open_count: int
-    ledgers: int
-    critical: int
-    warning: int
-    info: int
-    entries: int
-
-
-@dataclass(frozen=True, slots=True)
-class StuckLedger:
-    """One row of the ``under_replication_age`` view."""
-
-    ledger_id: int
-    bookie: str | None
-    pulsar_topic: str | None
-    first_seen: datetime
-    age_hours: float
-    details: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class Coverage:
-    """The ``check_coverage`` view; ``coverage`` (0..1) is None when no ledger is closed."""
-
-    window_hours: float
-    closed_ledgers: int
-    verified_ledgers: int
-    unverified_ledgers: int
-    coverage: float | None
-    oldest_verification: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class Latency:
-    """The ``detection_latency`` view: percentiles of close-to-verdict latency (None when there is no check)."""
-
-    window_hours: float
-    checks: int
-    p50_ms: int | None
-    p90_ms: int | None
-    p99_ms: int | None
-    max_ms: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class CheckerHealth:
-    """The ``checker_health`` view for the streaming job, and whether it looks stalled."""
-
-    last_run_id: str
-    last_batch_id: int
-    last_batch_at: datetime
-    seconds_since_last_batch: float
-    last_duration_ms: int
-    last_lag_records: int | None
-    batches_per_minute: float
-    events_last_hour: int
-    checks_last_hour: int
-    violations_last_hour: int
-    stalled: bool
-
-
-@dataclass(frozen=True, slots=True)
-class RunPoint:
-    """One recent batch of the streaming job (``checker_runs``)."""
-
-    batch_id: int
-    finished_at: datetime
-    duration_ms: int
-    events: int
-    ledgers_checked: int
-    lag_records: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """Everything the page shows, as of ``generated_at``; a section that is None has no data yet."""
-
-    data_dir: str
-    generated_at: datetime
-    missing_tables: tuple[str, ...] = ()
-    problems: tuple[str, ...] = ()
-    overview: Overview | None = None
-    categories: tuple[CategoryCount, ...] | None = None
-    timeline: Timeline | None = None
-    worst: tuple[WorstLedger, ...] | None = None
-    bookies: tuple[BookieHealth, ...] | None = None
-    under_replication: tuple[StuckLedger, ...] | None = None
-    coverage: Coverage | None = None
-    latency: Latency | None = None
-    checker: CheckerHealth | None = None
-    runs: tuple[RunPoint, ...] | None = None
 
 
 # ----------------------------------------------------------------------------------------------- loading
@@ -374,6 +200,10 @@ def _int(value: object) -> int:
 
 def _opt_int(value: object) -> int | None:
     return None if value is None else _int(value)
+
+
+def _opt_number(value: object) -> float | None:
+    return None if value is None else _number(value)
 
 
 def _opt_str(value: object) -> str | None:
@@ -544,84 +374,33 @@ def _first_runs(group: SequenceGroup, count: int) -> list[tuple[int, int]]:
 
 
 def _categories(engine: SqlEngine) -> tuple[CategoryCount, ...]:
-    return tuple(
-        CategoryCount(str(r["category"]), str(r["severity"]), _int(r["open_count"]), _int(r["ledgers"]))
-        for r in _records(engine.query("SELECT * FROM open_violations_by_category"))
-    )
+    return _view_rows(engine, "open_violations_by_category", CategoryCount)
 
 
 def _bookies(engine: SqlEngine) -> tuple[BookieHealth, ...]:
-    return tuple(
-        BookieHealth(
-            bookie=str(r["bookie"]),
-            open_count=_int(r["open_count"]),
-            ledgers=_int(r["ledgers"]),
-            critical=_int(r["critical"]),
-            warning=_int(r["warning"]),
-            info=_int(r["info"]),
-            entries=_int(r["entries"]),
-        )
-        for r in _records(engine.query("SELECT * FROM violations_per_bookie"))
-    )
+    return _view_rows(engine, "violations_per_bookie", BookieHealth)
 
 
 def _under_replication(engine: SqlEngine) -> tuple[StuckLedger, ...]:
-    return tuple(
-        StuckLedger(
-            ledger_id=_int(r["ledger_id"]),
-            bookie=_opt_str(r["bookie"]),
-            pulsar_topic=_opt_str(r["pulsar_topic"]),
-            first_seen=_time(r["first_seen"]),
-            age_hours=_number(r["age_hours"]),
-            details=_opt_str(r["details"]),
-        )
-        for r in _records(engine.query("SELECT * FROM under_replication_age"))
-    )
+    return _view_rows(engine, "under_replication_age", StuckLedger)
 
 
 def _coverage(engine: SqlEngine) -> Coverage:
-    (r,) = _records(engine.query("SELECT * FROM check_coverage"))
-    return Coverage(
-        window_hours=_number(r["window_hours"]),
-        closed_ledgers=_int(r["closed_ledgers"]),
-        verified_ledgers=_int(r["verified_ledgers"]),
-        unverified_ledgers=_int(r["unverified_ledgers"]),
-        coverage=None if r["coverage"] is None else _number(r["coverage"]),
-        oldest_verification=_opt_time(r["oldest_verification"]),
-    )
+    (coverage,) = _view_rows(engine, "check_coverage", Coverage)
+    return coverage
 
 
 def _latency(engine: SqlEngine) -> Latency:
-    (r,) = _records(engine.query("SELECT * FROM detection_latency"))
-    return Latency(
-        window_hours=_number(r["window_hours"]),
-        checks=_int(r["checks"]),
-        p50_ms=_opt_int(r["p50_ms"]),
-        p90_ms=_opt_int(r["p90_ms"]),
-        p99_ms=_opt_int(r["p99_ms"]),
-        max_ms=_opt_int(r["max_ms"]),
-    )
+    (latency,) = _view_rows(engine, "detection_latency", Latency)
+    return latency
 
 
 def _checker(engine: SqlEngine, stall_after_ms: int) -> CheckerHealth | None:
     rows = _records(engine.query("SELECT * FROM checker_health"))
     if not rows:
         return None
-    r = rows[0]
-    idle_s = _number(r["seconds_since_last_batch"])
-    return CheckerHealth(
-        last_run_id=str(r["last_run_id"]),
-        last_batch_id=_int(r["last_batch_id"]),
-        last_batch_at=_time(r["last_batch_at"]),
-        seconds_since_last_batch=idle_s,
-        last_duration_ms=_int(r["last_duration_ms"]),
-        last_lag_records=_opt_int(r["last_lag_records"]),
-        batches_per_minute=_number(r["batches_per_minute"]),
-        events_last_hour=_int(r["events_last_hour"]),
-        checks_last_hour=_int(r["checks_last_hour"]),
-        violations_last_hour=_int(r["violations_last_hour"]),
-        stalled=idle_s * 1000 >= stall_after_ms,
-    )
+    stalled = _number(rows[0]["seconds_since_last_batch"]) * 1000 >= stall_after_ms
+    return _from_record(CheckerHealth, rows[0], stalled=stalled)
 
 
 def _runs(engine: SqlEngine) -> tuple[RunPoint, ...]:
@@ -630,18 +409,40 @@ def _runs(engine: SqlEngine) -> tuple[RunPoint, ...]:
         " WHERE source = getvariable('source') AND finished_at <= getvariable('now')"
         f" ORDER BY finished_at DESC, batch_id DESC LIMIT {RECENT_RUNS}"
     )
-    points = [
-        RunPoint(
-            batch_id=_int(r["batch_id"]),
-            finished_at=_time(r["finished_at"]),
-            duration_ms=_int(r["duration_ms"]),
-            events=_int(r["events"]),
-            ledgers_checked=_int(r["ledgers_checked"]),
-            lag_records=_opt_int(r["lag_records"]),
-        )
-        for r in _records(result)
-    ]
-    return tuple(reversed(points))
+    return tuple(reversed([_from_record(RunPoint, record) for record in _records(result)]))
+
+
+def _view_rows(engine: SqlEngine, view: str, row_type: type[_Row]) -> tuple[_Row, ...]:
+    """Every row of ``view`` as a ``row_type``."""
+    return tuple(_from_record(row_type, record) for record in _records(engine.query(f"SELECT * FROM {view}")))
+
+
+#: How a column becomes a field of a section, by the field's declared type.
+_CONVERSIONS: Final[Mapping[object, Callable[[object], object]]] = {
+    str: str,
+    str | None: _opt_str,
+    int: _int,
+    int | None: _opt_int,
+    float: _number,
+    float | None: _opt_number,
+    datetime: _time,
+    datetime | None: _opt_time,
+}
+
+
+@functools.cache
+def _field_types(row_type: type[DataclassInstance]) -> dict[str, object]:
+    return typing.get_type_hints(row_type)
+
+
+def _from_record(row_type: type[_Row], record: Mapping[str, object], **computed: object) -> _Row:
+    """A ``row_type`` whose fields are the columns of the same names (but those given in ``computed``)."""
+    types = _field_types(row_type)
+    values = dict(computed)
+    for field in dataclasses.fields(row_type):
+        if field.name not in values:
+            values[field.name] = _CONVERSIONS[types[field.name]](record[field.name])
+    return row_type(**values)
 
 
 # --- the timeline
@@ -692,205 +493,3 @@ def _bucket_counts(engine: SqlEngine, table: str, column: str, width: int, first
         f" WHERE {column} <= getvariable('now') AND {key} >= {first_key} GROUP BY bucket"
     )
     return {_int(bucket): _int(n) for bucket, n in result.rows}
-
-
-# ----------------------------------------------------------------------------------------------- charts
-
-_GRID: Final = "#e5e8ec"
-_DETECTED_COLOR: Final = "#c0392b"
-_RESOLVED_COLOR: Final = "#27ae60"
-_NEUTRAL_COLOR: Final = "#9aa4ae"
-
-
-def _plot_time(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _layout(**extra: object) -> dict[str, object]:
-    layout: dict[str, object] = {
-        "margin": {"l": 10, "r": 10, "t": 10, "b": 10},
-        "paper_bgcolor": "rgba(0,0,0,0)",
-        "plot_bgcolor": "rgba(0,0,0,0)",
-        "font": {"family": "system-ui, sans-serif", "size": 12, "color": "#2c3e50"},
-        "legend": {"orientation": "h", "y": -0.2, "traceorder": "normal"},
-        "height": 280,
-        "xaxis": {"automargin": True, "gridcolor": _GRID},
-        "yaxis": {"automargin": True, "gridcolor": _GRID},
-    }
-    layout.update(extra)
-    return layout
-
-
-def empty_chart(message: str) -> dict[str, object]:
-    """A figure with no trace and ``message`` in its middle ("no data yet", "no open violations")."""
-    note = {
-        "text": message,
-        "showarrow": False,
-        "xref": "paper",
-        "yref": "paper",
-        "x": 0.5,
-        "y": 0.5,
-        "font": {"size": 15, "color": "#7f8c8d"},
-    }
-    return {
-        "data": [],
-        "layout": _layout(xaxis={"visible": False}, yaxis={"visible": False}, annotations=[note], height=200),
-    }
-
-
-def category_chart(categories: Sequence[CategoryCount] | None) -> dict[str, object]:
-    """Open violations per category (worst first, top down), one stacked bar segment per severity."""
-    if categories is None:
-        return empty_chart(NO_DATA)
-    if not categories:
-        return empty_chart("no open violations")
-    names = list(dict.fromkeys(row.category for row in categories))
-    counts = {(row.category, row.severity): row.open_count for row in categories}
-    traces = [
-        {
-            "type": "bar",
-            "orientation": "h",
-            "name": severity,
-            "y": names,
-            "x": [counts.get((name, severity), 0) for name in names],
-            "marker": {"color": SEVERITY_COLORS[severity]},
-        }
-        for severity in SEVERITIES
-        if any(row.severity == severity for row in categories)
-    ]
-    return {
-        "data": traces,
-        "layout": _layout(barmode="stack", yaxis={"automargin": True, "autorange": "reversed"}),
-    }
-
-
-def timeline_chart(timeline: Timeline | None) -> dict[str, object]:
-    """First detections and resolutions per bucket."""
-    if timeline is None:
-        return empty_chart(NO_DATA)
-    if not timeline.starts:
-        return empty_chart("nothing detected yet")
-    x = [_plot_time(start) for start in timeline.starts]
-    traces: list[dict[str, object]] = [
-        {"type": "bar", "name": "detected", "x": x, "y": list(timeline.detected), "marker": {"color": _DETECTED_COLOR}}
-    ]
-    if timeline.source == OPEN_VIOLATIONS:
-        traces.append(
-            {
-                "type": "bar",
-                "name": "resolved",
-                "x": x,
-                "y": list(timeline.resolved),
-                "marker": {"color": _RESOLVED_COLOR},
-            }
-        )
-    minutes = timeline.bucket_seconds // 60
-    title = f"per {minutes} min" if minutes < 60 else f"per {minutes // 60} h"
-    return {
-        "data": traces,
-        "layout": _layout(
-            barmode="group",
-            xaxis={"type": "date", "automargin": True, "gridcolor": _GRID},
-            yaxis={"automargin": True, "gridcolor": _GRID, "title": {"text": title}, "rangemode": "tozero"},
-        ),
-    }
-
-
-def bookie_chart(bookies: Sequence[BookieHealth] | None) -> dict[str, object]:
-    """Open violations naming each bookie, stacked by severity."""
-    if bookies is None:
-        return empty_chart(NO_DATA)
-    if not bookies:
-        return empty_chart("no open violation names a bookie")
-    names = [row.bookie for row in bookies]
-    by_severity = {
-        "critical": [row.critical for row in bookies],
-        "warning": [row.warning for row in bookies],
-        "info": [row.info for row in bookies],
-    }
-    traces = [
-        {"type": "bar", "name": severity, "x": names, "y": by_severity[severity], "marker": {"color": color}}
-        for severity, color in SEVERITY_COLORS.items()
-        if any(by_severity[severity])
-    ]
-    return {"data": traces, "layout": _layout(barmode="stack")}
-
-
-def under_replication_chart(stuck: Sequence[StuckLedger] | None) -> dict[str, object]:
-    """Hours each stuck under-replicated ledger has been reported, oldest on top."""
-    if stuck is None:
-        return empty_chart(NO_DATA)
-    if not stuck:
-        return empty_chart("no ledger stuck under-replicated")
-    labels = [f"ledger {row.ledger_id}" + (f" ({row.bookie})" if row.bookie else "") for row in stuck]
-    trace = {
-        "type": "bar",
-        "orientation": "h",
-        "name": "age (h)",
-        "y": labels,
-        "x": [row.age_hours for row in stuck],
-        "marker": {"color": SEVERITY_COLORS["critical"]},
-    }
-    return {
-        "data": [trace],
-        "layout": _layout(
-            showlegend=False,
-            height=min(400, 110 + 32 * len(stuck)),
-            yaxis={"automargin": True, "autorange": "reversed"},
-            xaxis={"automargin": True, "gridcolor": _GRID, "title": {"text": "hours"}},
-        ),
-    }
-
-
-def coverage_chart(coverage: Coverage | None) -> dict[str, object]:
-    """Closed ledgers verified within the window against those not verified, as a ring."""
-    if coverage is None:
-        return empty_chart(NO_DATA)
-    if coverage.closed_ledgers == 0:
-        return empty_chart("no closed ledger checked yet")
-    trace = {
-        "type": "pie",
-        "hole": 0.6,
-        "sort": False,
-        "labels": ["verified", "not verified"],
-        "values": [coverage.verified_ledgers, coverage.unverified_ledgers],
-        "marker": {"colors": [_RESOLVED_COLOR, _NEUTRAL_COLOR]},
-        "textinfo": "value",
-    }
-    return {"data": [trace], "layout": _layout(height=240)}
-
-
-def checker_chart(runs: Sequence[RunPoint] | None) -> dict[str, object]:
-    """The streaming job's recent batches: duration (bars) and lag in records (line, right axis)."""
-    if runs is None:
-        return empty_chart(NO_DATA)
-    if not runs:
-        return empty_chart("no batch of the streaming job yet")
-    x = [_plot_time(run.finished_at) for run in runs]
-    traces = [
-        {
-            "type": "bar",
-            "name": "batch duration (ms)",
-            "x": x,
-            "y": [run.duration_ms for run in runs],
-            "marker": {"color": "#5d6d7e"},
-        },
-        {
-            "type": "scatter",
-            "mode": "lines+markers",
-            "name": "lag (records)",
-            "x": x,
-            "y": [run.lag_records for run in runs],
-            "yaxis": "y2",
-            "line": {"color": SEVERITY_COLORS["warning"]},
-        },
-    ]
-    return {
-        "data": traces,
-        "layout": _layout(
-            margin={"l": 10, "r": 60, "t": 10, "b": 10},
-            xaxis={"type": "date", "automargin": True, "gridcolor": _GRID},
-            yaxis={"automargin": True, "gridcolor": _GRID, "title": {"text": "ms"}, "rangemode": "tozero"},
-            yaxis2={"overlaying": "y", "side": "right", "rangemode": "tozero", "title": {"text": "records"}},
-        ),
-    }

@@ -24,7 +24,8 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from scrutiny.streaming.cli_dashboard import TOKEN_ENV
-from scrutiny.streaming.dashboard_app import TOKEN_COOKIE, DashboardServer, create_app
+from scrutiny.streaming.dashboard_app import create_app
+from scrutiny.streaming.dashboard_server import TOKEN_COOKIE, DashboardServer
 from tests.unit.test_dashboard_data import (
     B1,
     B2,

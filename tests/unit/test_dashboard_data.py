@@ -1,4 +1,4 @@
-"""The dashboard's data, page values, token guard and command, over tables of known content (no server, no browser).
+"""The dashboard's data over tables of known content: every section of the snapshot, and missing or unreadable tables.
 
 The data set (:func:`write_known_tables`, times relative to ``t0``; the snapshot is taken at ``t0 + 2 h``):
 
@@ -10,14 +10,13 @@ The data set (:func:`write_known_tables`, times relative to ``t0``; the snapshot
 * checks: ledgers 1, 2, 4, 6, 7 conclusive and closed within the day, 3 UNKNOWN, 8 checked 30 h ago, 9 open;
 * stream batches 0-3 finished at t0, +30 min, +115 min, +118 min (lag 40, 5, 3, 0), and a scan at +119 min.
 
-The integration test (tests/integration/test_dashboard.py) serves the same data set to a browser.
+The other dashboard tests (tests/unit/test_dashboard_*.py, tests/integration/test_dashboard.py) use the same data set.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import socket
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -27,34 +26,22 @@ from scrutiny.connectors.delta_tables import CheckerTables, table_uri
 from scrutiny.connectors.sql_engine import SqlEngine
 from scrutiny.connectors.table_schemas import CHECKER_RUNS, OPEN_VIOLATIONS, VIOLATIONS, RunRecord, output_table
 from scrutiny.core.sequence_groups import SequenceGroup
-from scrutiny.streaming.cli import main
-from scrutiny.streaming.cli_dashboard import TOKEN_ENV, resolve_token
-from scrutiny.streaming.dashboard_app import (
-    NUMBER_IDS,
-    TOKEN_COOKIE,
-    SnapshotCache,
-    create_app,
-    is_loopback,
-    render,
-)
 from scrutiny.streaming.dashboard_data import (
+    DashboardDataError,
+    bucket_seconds,
+    check_data_dir,
+    entry_ranges,
+    load_snapshot,
+)
+from scrutiny.streaming.dashboard_layout import NUMBER_IDS
+from scrutiny.streaming.dashboard_render import render
+from scrutiny.streaming.dashboard_snapshot import (
     NO_DATA,
     BookieHealth,
     CategoryCount,
-    DashboardDataError,
     MissingReplica,
     Segment,
     Snapshot,
-    bookie_chart,
-    bucket_seconds,
-    category_chart,
-    check_data_dir,
-    checker_chart,
-    coverage_chart,
-    entry_ranges,
-    load_snapshot,
-    timeline_chart,
-    under_replication_chart,
 )
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -415,200 +402,3 @@ def test_check_data_dir_refuses_a_directory_without_tables(tmp_path: Path, make:
         path.mkdir()
     with pytest.raises(DashboardDataError, match="does not exist" if make == "missing" else "holds none"):
         check_data_dir(path)
-
-
-# --- charts
-
-
-def test_category_chart_stacks_severities_worst_first(snapshot: Snapshot) -> None:
-    figure = category_chart(snapshot.categories)
-    traces = figure["data"]
-    assert isinstance(traces, list)
-    assert [t["name"] for t in traces] == ["critical", "warning", "info"]
-    critical = traces[0]
-    assert critical["y"][:4] == ["MISSING_REPLICA", "BELOW_ACK_QUORUM", "NO_REPLICA", "UNDER_REPLICATION_STUCK"]
-    assert critical["x"][:4] == [3, 1, 1, 1]
-    assert sum(sum(t["x"]) for t in traces) == 10
-
-
-def test_other_charts_carry_the_figures(snapshot: Snapshot) -> None:
-    timeline = timeline_chart(snapshot.timeline)["data"]
-    assert isinstance(timeline, list)
-    assert [t["name"] for t in timeline] == ["detected", "resolved"]
-    assert (sum(timeline[0]["y"]), sum(timeline[1]["y"])) == (11, 1)
-    bookies = bookie_chart(snapshot.bookies)["data"]
-    assert isinstance(bookies, list)
-    assert bookies[0]["x"] == [B3, B1, B2] and bookies[0]["y"] == [2, 1, 1]
-    stuck = under_replication_chart(snapshot.under_replication)["data"]
-    assert isinstance(stuck, list) and stuck[0]["x"] == [12.0]
-    ring = coverage_chart(snapshot.coverage)["data"]
-    assert isinstance(ring, list) and ring[0]["values"] == [5, 2]
-    runs = checker_chart(snapshot.runs)["data"]
-    assert isinstance(runs, list) and runs[1]["y"] == [40, 5, 3, 0]
-
-
-@pytest.mark.parametrize(
-    "chart", [category_chart, timeline_chart, bookie_chart, under_replication_chart, coverage_chart, checker_chart]
-)
-def test_charts_without_data_say_so(chart: object) -> None:
-    figure = chart(None)  # type: ignore[operator]
-    assert figure["data"] == []
-    assert figure["layout"]["annotations"][0]["text"] == NO_DATA
-
-
-# --- the page's values
-
-
-def test_render_puts_the_numbers_in_their_elements(snapshot: Snapshot) -> None:
-    values = render(snapshot)
-    texts = {name: values[(name, "children")] for name in NUMBER_IDS}
-    assert texts["status"] == "UNHEALTHY"
-    assert values[("status", "className")] == "status unhealthy"
-    assert (texts["open-critical"], texts["open-warning"], texts["open-info"], texts["open-total"]) == (
-        "6",
-        "3",
-        "1",
-        "10",
-    )
-    assert texts["coverage-percent"] == EXPECTED_COVERAGE_TEXT
-    assert (texts["coverage-closed"], texts["coverage-verified"], texts["coverage-unverified"]) == ("7", "5", "2")
-    assert texts["last-batch-id"] == str(EXPECTED_LAST_BATCH)
-    assert texts["checker-lag"] == "0"
-    assert texts["batches-per-minute"] == "0.2"
-    assert texts["checker-state"] == "running"
-    assert texts["latency-p50"] == "1.5 s"
-    assert texts["under-replication-count"] == "1" and texts["under-replication-oldest"] == "12.00"
-    table = str(values[("worst-ledgers", "children")])
-    assert "worst-ledger-0-id" in table and "b1:3181 (segment 0): 0-4" in table
-
-
-def test_snapshot_cache_reloads_only_when_stale() -> None:
-    loads: list[int] = []
-    moment = [0.0]
-
-    def load() -> Snapshot:
-        loads.append(1)
-        return Snapshot("d", NOW)
-
-    cache = SnapshotCache(load, max_age_s=1.0, clock=lambda: moment[0])
-    cache.get()
-    moment[0] = 0.5
-    cache.get()
-    assert len(loads) == 1
-    moment[0] = 1.5
-    cache.get()
-    assert len(loads) == 2
-
-
-# --- security
-
-
-@pytest.mark.parametrize(
-    ("host", "loopback"),
-    [
-        *[("127.0.0.1", True), ("127.1.2.3", True), ("::1", True), ("[::1]", True), ("localhost", True)],
-        *[("0.0.0.0", False), ("::", False), ("192.168.1.10", False), ("dashboard.example", False), ("", False)],
-    ],
-)
-def test_is_loopback(host: str, loopback: bool) -> None:
-    assert is_loopback(host) is loopback
-
-
-def test_resolve_token() -> None:
-    assert resolve_token("127.0.0.1", None, {}) == (None, False)
-    assert resolve_token("127.0.0.1", "given", {TOKEN_ENV: "env"}) == ("given", False)
-    assert resolve_token("0.0.0.0", None, {TOKEN_ENV: "env"}) == ("env", False)
-    assert resolve_token("127.0.0.1", None, {TOKEN_ENV: "env"}) == ("env", False)
-    token, generated = resolve_token("0.0.0.0", None, {TOKEN_ENV: " "})
-    assert generated and token is not None and len(token) >= 40
-    assert resolve_token("0.0.0.0", None, {})[0] != token
-
-
-def test_the_token_guard_answers_401_unless_the_token_is_presented(data_dir: Path) -> None:
-    client = create_app(data_dir, token="s3cret-token").server.test_client()
-    for path in ("/", "/_dash-layout", "/_dash-dependencies", "/_favicon.ico"):
-        assert client.get(path).status_code == 401, path
-    assert client.get("/?token=wrong").status_code == 401
-    assert client.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 401
-    assert client.get("/", headers={"Authorization": "Bearer s3cret-token"}).status_code == 200
-    response = client.get("/?token=s3cret-token")
-    assert response.status_code == 200
-    cookie = response.headers["Set-Cookie"]
-    assert cookie.startswith(f"{TOKEN_COOKIE}=s3cret-token") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
-    assert response.headers["Referrer-Policy"] == "no-referrer"
-    assert client.get("/_dash-layout").status_code == 200  # the cookie now carries the token
-    client.delete_cookie(TOKEN_COOKIE)
-    assert client.get("/_dash-layout").status_code == 401
-
-
-def test_without_a_token_the_page_is_served(data_dir: Path) -> None:
-    client = create_app(data_dir).server.test_client()
-    response = client.get("/")
-    assert response.status_code == 200
-    assert "Set-Cookie" not in response.headers
-    layout = json.dumps(client.get("/_dash-layout").get_json())
-    for name in (*NUMBER_IDS, "worst-ledgers", "category-chart", "refresh"):
-        assert f'"{name}"' in layout, name
-
-
-def test_the_refresh_callback_returns_every_output(data_dir: Path) -> None:
-    client = create_app(data_dir, clock=lambda: NOW).server.test_client()
-    dependencies = client.get("/_dash-dependencies").get_json()
-    assert len(dependencies) == 1
-    (callback,) = dependencies
-    outputs = callback["output"].strip(".").split("...")
-    body = {
-        "output": callback["output"],
-        "outputs": [{"id": o.split(".")[0], "property": o.split(".")[1]} for o in outputs],
-        "inputs": [{"id": "refresh", "property": "n_intervals", "value": 1}],
-        "changedPropIds": ["refresh.n_intervals"],
-    }
-    response = client.post("/_dash-update-component", json=body)
-    assert response.status_code == 200
-    answer = response.get_json()["response"]
-    assert answer["open-critical"]["children"] == "6"
-    assert answer["last-batch-id"]["children"] == str(EXPECTED_LAST_BATCH)
-    assert answer["coverage-percent"]["children"] == EXPECTED_COVERAGE_TEXT
-
-
-# --- the command
-
-
-def test_command_exits_2_with_one_line_when_the_data_dir_is_missing(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    code = main(["dashboard", "--data-dir", str(tmp_path / "nowhere")])
-    err = capsys.readouterr().err
-    assert code == 2
-    assert err.count("\n") == 1 and err.startswith("scrutiny: error: data directory") and "does not exist" in err
-
-
-def test_command_exits_2_when_the_data_dir_holds_no_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["dashboard", "--data-dir", str(tmp_path)])
-    err = capsys.readouterr().err
-    assert code == 2
-    assert err.count("\n") == 1 and "holds none of the tables" in err
-
-
-def test_command_exits_2_when_the_port_is_taken(
-    data_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv(TOKEN_ENV, raising=False)
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen(1)
-        port = taken.getsockname()[1]
-        code = main(["dashboard", "--data-dir", str(data_dir), "--port", str(port)])
-    err = capsys.readouterr().err
-    assert code == 2
-    assert err.count("\n") == 1 and f"cannot listen on 127.0.0.1:{port}" in err
-
-
-@pytest.mark.parametrize(
-    "args", [["--port", "70000"], ["--port", "x"], ["--refresh-seconds", "0"], ["--refresh-seconds", "-1"]]
-)
-def test_command_refuses_bad_options(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(["dashboard", *args])
-    assert exit_info.value.code == 2
-    assert "dashboard" in capsys.readouterr().err

@@ -1,0 +1,62 @@
+"""The dashboard's charts: the figures drawn from the known data set of tests/unit/test_dashboard_data.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scrutiny.streaming.dashboard_charts import (
+    bookie_chart,
+    category_chart,
+    checker_chart,
+    coverage_chart,
+    timeline_chart,
+    under_replication_chart,
+)
+from scrutiny.streaming.dashboard_data import load_snapshot
+from scrutiny.streaming.dashboard_snapshot import NO_DATA, Snapshot
+from tests.unit.test_dashboard_data import B1, B2, B3, NOW, T0, write_known_tables
+
+
+@pytest.fixture(scope="module")
+def snapshot(tmp_path_factory: pytest.TempPathFactory) -> Snapshot:
+    path: Path = tmp_path_factory.mktemp("dashboard-charts") / "data"
+    write_known_tables(path, T0)
+    return load_snapshot(path, now=NOW)
+
+
+def test_category_chart_stacks_severities_worst_first(snapshot: Snapshot) -> None:
+    figure = category_chart(snapshot.categories)
+    traces = figure["data"]
+    assert isinstance(traces, list)
+    assert [t["name"] for t in traces] == ["critical", "warning", "info"]
+    critical = traces[0]
+    assert critical["y"][:4] == ["MISSING_REPLICA", "BELOW_ACK_QUORUM", "NO_REPLICA", "UNDER_REPLICATION_STUCK"]
+    assert critical["x"][:4] == [3, 1, 1, 1]
+    assert sum(sum(t["x"]) for t in traces) == 10
+
+
+def test_other_charts_carry_the_figures(snapshot: Snapshot) -> None:
+    timeline = timeline_chart(snapshot.timeline)["data"]
+    assert isinstance(timeline, list)
+    assert [t["name"] for t in timeline] == ["detected", "resolved"]
+    assert (sum(timeline[0]["y"]), sum(timeline[1]["y"])) == (11, 1)
+    bookies = bookie_chart(snapshot.bookies)["data"]
+    assert isinstance(bookies, list)
+    assert bookies[0]["x"] == [B3, B1, B2] and bookies[0]["y"] == [2, 1, 1]
+    stuck = under_replication_chart(snapshot.under_replication)["data"]
+    assert isinstance(stuck, list) and stuck[0]["x"] == [12.0]
+    ring = coverage_chart(snapshot.coverage)["data"]
+    assert isinstance(ring, list) and ring[0]["values"] == [5, 2]
+    runs = checker_chart(snapshot.runs)["data"]
+    assert isinstance(runs, list) and runs[1]["y"] == [40, 5, 3, 0]
+
+
+@pytest.mark.parametrize(
+    "chart", [category_chart, timeline_chart, bookie_chart, under_replication_chart, coverage_chart, checker_chart]
+)
+def test_charts_without_data_say_so(chart: object) -> None:
+    figure = chart(None)  # type: ignore[operator]
+    assert figure["data"] == []
+    assert figure["layout"]["annotations"][0]["text"] == NO_DATA

@@ -1,0 +1,69 @@
+"""``scrutiny dashboard``: the token it enforces and its exit codes (it is served for real in tests/integration)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from scrutiny.streaming.cli import main
+from scrutiny.streaming.cli_dashboard import TOKEN_ENV, resolve_token
+from tests.unit.test_dashboard_data import T0, write_known_tables
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("dashboard-command") / "data"
+    write_known_tables(path, T0)
+    return path
+
+
+def test_resolve_token() -> None:
+    assert resolve_token("127.0.0.1", None, {}) == (None, False)
+    assert resolve_token("127.0.0.1", "given", {TOKEN_ENV: "env"}) == ("given", False)
+    assert resolve_token("0.0.0.0", None, {TOKEN_ENV: "env"}) == ("env", False)
+    assert resolve_token("127.0.0.1", None, {TOKEN_ENV: "env"}) == ("env", False)
+    token, generated = resolve_token("0.0.0.0", None, {TOKEN_ENV: " "})
+    assert generated and token is not None and len(token) >= 40
+    assert resolve_token("0.0.0.0", None, {})[0] != token
+
+
+def test_command_exits_2_with_one_line_when_the_data_dir_is_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["dashboard", "--data-dir", str(tmp_path / "nowhere")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("scrutiny: error: data directory") and "does not exist" in err
+
+
+def test_command_exits_2_when_the_data_dir_holds_no_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["dashboard", "--data-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and "holds none of the tables" in err
+
+
+def test_command_exits_2_when_the_port_is_taken(
+    data_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        code = main(["dashboard", "--data-dir", str(data_dir), "--port", str(port)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and f"cannot listen on 127.0.0.1:{port}" in err
+
+
+@pytest.mark.parametrize(
+    "args", [["--port", "70000"], ["--port", "x"], ["--refresh-seconds", "0"], ["--refresh-seconds", "-1"]]
+)
+def test_command_refuses_bad_options(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["dashboard", *args])
+    assert exit_info.value.code == 2
+    assert "dashboard" in capsys.readouterr().err

@@ -1,0 +1,41 @@
+"""The dashboard's HTTP side: which addresses are loopback, and the token guard and headers (Flask's test client).
+
+The guard is checked on an app over an empty directory: none of the requests it answers reads a table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scrutiny.streaming.dashboard_app import create_app
+from scrutiny.streaming.dashboard_server import TOKEN_COOKIE, is_loopback
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        *[("127.0.0.1", True), ("127.1.2.3", True), ("::1", True), ("[::1]", True), ("localhost", True)],
+        *[("0.0.0.0", False), ("::", False), ("192.168.1.10", False), ("dashboard.example", False), ("", False)],
+    ],
+)
+def test_is_loopback(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+def test_the_token_guard_answers_401_unless_the_token_is_presented(tmp_path: Path) -> None:
+    client = create_app(tmp_path, token="s3cret-token").server.test_client()
+    for path in ("/", "/_dash-layout", "/_dash-dependencies", "/_favicon.ico"):
+        assert client.get(path).status_code == 401, path
+    assert client.get("/?token=wrong").status_code == 401
+    assert client.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert client.get("/", headers={"Authorization": "Bearer s3cret-token"}).status_code == 200
+    response = client.get("/?token=s3cret-token")
+    assert response.status_code == 200
+    cookie = response.headers["Set-Cookie"]
+    assert cookie.startswith(f"{TOKEN_COOKIE}=s3cret-token") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert response.headers["Referrer-Policy"] == "no-referrer"
+    assert client.get("/_dash-layout").status_code == 200  # the cookie now carries the token
+    client.delete_cookie(TOKEN_COOKIE)
+    assert client.get("/_dash-layout").status_code == 401
