@@ -35,7 +35,7 @@ from scrutiny.core.vocabulary import Severity
 from scrutiny.streaming.cli_io import print_json
 from scrutiny.streaming.cli_report import count_argument
 from scrutiny.streaming.scan_fix import FixOptions, check_fix_options, fix_json, fix_lines, run_fix
-from scrutiny.streaming.scan_job import DEFAULT_CHUNK_SIZE, ScanOptions, ScanResult, ScanRun
+from scrutiny.streaming.scan_job import DEFAULT_CHUNK_SIZE, ScanOptions, ScanResult, ScanRun, probe_zookeeper
 from scrutiny.streaming.settings import Settings, load_settings
 from scrutiny.streaming.spark_session import build_spark_session
 
@@ -91,6 +91,7 @@ def _run(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
     )
     started = time.monotonic()
+    probe_zookeeper(settings)  # before the JVM starts: a wrong address fails in seconds
     spark = build_spark_session(
         "scrutiny-scan",
         master=settings.checker.spark_master or None,

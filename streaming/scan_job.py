@@ -258,6 +258,31 @@ def read_open_keys(data_dir: str) -> dict[int, list[ViolationKey]]:
     return out
 
 
+def probe_zookeeper(settings: Settings, *, timeout_s: float = 15.0) -> None:
+    """Fail early and clearly: ZooKeeper reachable and the ledgers root there (a scan of nothing is no HEALTHY)."""
+    target = zookeeper_target(settings.zookeeper)
+    client = _started_client(settings, timeout_s)
+    try:
+        if client.exists(target.ledgers_root) is None:
+            raise ScanError(
+                f"no ledgers root {target.ledgers_root} in ZooKeeper at {target.hosts}: "
+                "check zookeeper.connect / ledgers_root (or metadata_uri)"
+            )
+    finally:
+        _close(client)
+
+
+def _started_client(settings: Settings, timeout_s: float) -> KazooClient:
+    target = zookeeper_target(settings.zookeeper)
+    client = build_zookeeper_client(settings.zookeeper)
+    try:
+        client.start(timeout=timeout_s)
+    except KazooTimeoutError:
+        _close(client)
+        raise ScanError(f"cannot reach ZooKeeper at {target.hosts} within {timeout_s:g} s") from None
+    return client
+
+
 def read_snapshot(
     settings: Settings, options: ScanOptions, prior: dict[int, list[ViolationKey]], progress: Progress
 ) -> Snapshot:
@@ -265,12 +290,7 @@ def read_snapshot(
     clock = time.monotonic()
     target = zookeeper_target(settings.zookeeper)
     layout = TreeLayout(root=target.ledgers_root, manager=target.manager, racks_path=settings.watcher.racks_path)
-    client = build_zookeeper_client(settings.zookeeper)
-    try:
-        client.start(timeout=options.connect_timeout_s)
-    except KazooTimeoutError:
-        _close(client)
-        raise ScanError(f"cannot reach ZooKeeper at {target.hosts} within {options.connect_timeout_s:g} s") from None
+    client = _started_client(settings, options.connect_timeout_s)
     try:
         observed = read_cluster(client, layout, progress=lambda phase, count: progress(phase, count, None))
     finally:

@@ -149,6 +149,9 @@ def test_cli_exit_codes_summary_and_json(
         assert main(["scan", "--config", config, "--fast", "--fail-on", "info"]) == 1
         assert capsys.readouterr().out.splitlines()[-1] == "Status: UNHEALTHY"
 
+    absent = replace(settings, zookeeper=replace(settings.zookeeper, ledgers_root="/absent"))
+    assert main(["scan", "--config", str(write_config(absent, tmp_path / "absent.toml"))]) == 2
+    assert "no ledgers root /absent in ZooKeeper" in capsys.readouterr().err
     assert main(["scan", "--config", config, "--ledgers", "9-3"]) == 2
     assert "ledger range" in capsys.readouterr().err
     assert main(["scan", "--config", config, "--fast", "--fix"]) == 2
