@@ -42,6 +42,7 @@ from scrutiny.connectors.table_schemas import (
     CHECKER_RUNS,
     LEDGER_CHECKS,
     OPEN_VIOLATIONS,
+    READABLE_SCHEMAS,
     TABLE_NAMES,
     TABLE_SCHEMAS,
     VIOLATIONS,
@@ -157,8 +158,8 @@ class WriteResult:
 
 def table_uri(data_dir: str | Path, name: str) -> str:
     """Where table ``name`` lives under ``data_dir`` (a local path or an object-store URI)."""
-    if name not in TABLE_NAMES:
-        raise TableError(name, f"unknown table (known: {', '.join(TABLE_NAMES)})")
+    if name not in READABLE_SCHEMAS:
+        raise TableError(name, f"unknown table (known: {', '.join(READABLE_SCHEMAS)})")
     base = str(data_dir)
     if "://" in base:
         return f"{base.rstrip('/')}/{name}"
@@ -179,7 +180,7 @@ def live_dataset(
     """
     table = _open(table_uri(data_dir, name), name, storage_options)
     remote = "://" in table_uri(data_dir, name)
-    declared = TABLE_SCHEMAS[name] if name in TABLE_SCHEMAS else pa.schema(table.schema().to_arrow())
+    declared = READABLE_SCHEMAS[name]
     schema = pa.schema([_as_view(f) for f in declared]) if string_view else declared
     if remote:
         remote_dataset = table.to_pyarrow_dataset()

@@ -178,6 +178,22 @@ TABLE_SCHEMAS: Final[Mapping[str, pa.Schema]] = {
     CHECKER_RUNS: CHECKER_RUNS_SCHEMA,
 }
 
+#: The fix's record (``scrutiny scan --fix``, written by :mod:`scrutiny.connectors.under_replication`; docs/fix.md).
+REPAIR_ACTIONS: Final = "repair_actions"
+REPAIR_ACTIONS_SCHEMA: Final = pa.schema(
+    [
+        _field("run_id", pa.string(), nullable=False),
+        _field("ledger_id", pa.int64(), nullable=False),
+        _field("action", pa.string(), nullable=False),
+        _field("missing_bookies", pa.list_(pa.field("element", pa.string(), nullable=False)), nullable=False),
+        _field("path", pa.string(), nullable=False),
+        _field("reason", pa.string()),
+        _field("at", UTC_TIMESTAMP, nullable=False),
+    ]
+)
+#: Every table a reader may ask for by name: the checker's four and the fix's record.
+READABLE_SCHEMAS: Final[Mapping[str, pa.Schema]] = {**TABLE_SCHEMAS, REPAIR_ACTIONS: REPAIR_ACTIONS_SCHEMA}
+
 #: The MERGE source of ``open_violations``: one row per key with the batch's net effect on it.
 #: ``has_violation`` false means "resolve the open row, if any"; ``first_seen`` is used only on insert.
 OPEN_CHANGES_SCHEMA: Final = pa.schema(

@@ -29,16 +29,14 @@ from pathlib import Path
 from typing import Any, Final
 
 import pyarrow as pa
-import pyarrow.dataset as ds
-import pyarrow.fs as pafs
 from deltalake import DeltaTable, write_deltalake
-from deltalake.exceptions import TableNotFoundError
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError
 
-from scrutiny.connectors.delta_tables import TableError
-from scrutiny.connectors.zk_tree import pipelined
-from scrutiny.core.errors import PathError, ScrutinyError
+from scrutiny.connectors.delta_tables import TableError, read_table, table_uri
+from scrutiny.connectors.table_schemas import REPAIR_ACTIONS, REPAIR_ACTIONS_SCHEMA
+from scrutiny.connectors.zk_tree import mark_leaves
+from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.repair_plan import (
     REASON_MARKED_BEFORE,
     REASON_MARKED_CONCURRENTLY,
@@ -52,9 +50,7 @@ from scrutiny.core.repair_plan import (
     plan_repairs,
 )
 from scrutiny.core.zk_paths import (
-    ledger_id_from_underreplication_path,
     underreplication_disable_path,
-    underreplication_ledgers_path,
 )
 
 __all__ = [
@@ -75,24 +71,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: The Delta table of fix actions, under the data directory next to the checker's four tables.
-REPAIR_ACTIONS: Final = "repair_actions"
-_UTC_TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
-REPAIR_ACTIONS_SCHEMA: Final = pa.schema(
-    [
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("ledger_id", pa.int64(), nullable=False),
-        pa.field("action", pa.string(), nullable=False),
-        pa.field("missing_bookies", pa.list_(pa.field("element", pa.string(), nullable=False)), nullable=False),
-        pa.field("path", pa.string(), nullable=False),
-        pa.field("reason", pa.string(), nullable=True),
-        pa.field("at", _UTC_TIMESTAMP, nullable=False),
-    ]
-)
 _DESCRIPTION: Final = "Scrutiny: every under-replication mark a fix made or skipped (append-only)"
-#: Depth of the hex directories between ``<root>/underreplication/ledgers`` and a mark's leaf.
-_HEX_LEVELS: Final = 4
-_HEX_DIGITS: Final = frozenset("0123456789abcdef")
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -119,37 +98,10 @@ def read_recovery_state(client: KazooClient, root: str) -> tuple[bool, set[int]]
 
     def read() -> tuple[bool, set[int]]:
         disabled = client.exists(disable_path) is not None
-        return disabled, _marked_ledgers(client, root)
+        return disabled, {ledger_id for ledger_id, _ in mark_leaves(client, root)}
 
     result: tuple[bool, set[int]] = client.retry(read)
     return result
-
-
-def _list_children(client: KazooClient, parents: list[str]) -> list[tuple[str, list[str]]]:
-    """(parent, child names) of each parent that exists, with many requests in flight."""
-    calls = ((parent, (lambda parent=parent: client.get_children_async(parent))) for parent in parents)
-    return pipelined(client, calls)
-
-
-def _marked_ledgers(client: KazooClient, root: str) -> set[int]:
-    """The ledger ids of the canonical mark leaves, walked one hex level at a time."""
-    base = underreplication_ledgers_path(root=root)
-    level = [base]
-    for _ in range(_HEX_LEVELS):
-        level = [
-            f"{parent}/{name}"
-            for parent, names in _list_children(client, level)
-            for name in names
-            if len(name) == 4 and set(name) <= _HEX_DIGITS
-        ]
-    marked: set[int] = set()
-    for parent, names in _list_children(client, level):
-        for name in names:
-            try:
-                marked.add(ledger_id_from_underreplication_path(f"{parent}/{name}", root=root))
-            except PathError:
-                continue  # not a mark BookKeeper would write or read: ignored
-    return marked
 
 
 def apply_repairs(client: KazooClient, plan: RepairPlan) -> list[RepairAction]:
@@ -236,10 +188,7 @@ def _describe(error: BaseException) -> str:
 
 def repair_log_uri(data_dir: str | Path) -> str:
     """Where ``repair_actions`` lives under ``data_dir`` (a local path or an object-store URI)."""
-    base = str(data_dir)
-    if "://" in base:
-        return f"{base.rstrip('/')}/{REPAIR_ACTIONS}"
-    return str(Path(base) / REPAIR_ACTIONS)
+    return table_uri(data_dir, REPAIR_ACTIONS)
 
 
 def _check_time(at: datetime, what: str) -> None:
@@ -322,22 +271,7 @@ def read_repair_log(data_dir: str | Path, *, storage_options: Mapping[str, str] 
 
     Raises TableError if there is no such table.
     """
-    uri = repair_log_uri(data_dir)
-    try:
-        table = DeltaTable(uri, storage_options=_storage(storage_options))
-    except TableNotFoundError as error:
-        raise TableError(REPAIR_ACTIONS, f"no Delta table at {uri}") from error
-    if "://" in uri:
-        dataset = table.to_pyarrow_dataset()
-        files = [fragment.path for fragment in dataset.get_fragments()]
-        return ds.FileSystemDataset.from_paths(
-            files, schema=REPAIR_ACTIONS_SCHEMA, format=dataset.format, filesystem=dataset.filesystem
-        ).to_table()
-    # pyarrow's own file system: delta-rs's reader can abort the interpreter at exit (see delta_tables.live_dataset)
-    paths = [file_uri.removeprefix("file://") for file_uri in table.file_uris()]
-    return ds.FileSystemDataset.from_paths(
-        paths, schema=REPAIR_ACTIONS_SCHEMA, format=ds.ParquetFileFormat(), filesystem=pafs.LocalFileSystem()
-    ).to_table()
+    return read_table(data_dir, REPAIR_ACTIONS, storage_options=storage_options)
 
 
 # --------------------------------------------------------------------------- the whole fix

@@ -144,7 +144,7 @@ def read_cluster(client: KazooClient, layout: TreeLayout, *, progress: Progress 
         nodes = read_nodes(client, list(chunk.values()))
         view.ledgers.update((ledger_id, nodes[path]) for ledger_id, path in chunk.items() if path in nodes)
         report("ledgers read", len(view.ledgers))
-    marks = dict(_mark_leaves(client, layout.root, DEFAULT_WINDOW))
+    marks = dict(mark_leaves(client, layout.root))
     nodes = read_nodes(client, list(marks.values()))
     view.marks.update((ledger_id, nodes[path]) for ledger_id, path in marks.items() if path in nodes)
     report("under-replication marks read", len(view.marks))
@@ -210,7 +210,8 @@ def _as_ledgers(paths: list[str], layout: TreeLayout) -> list[tuple[int, str]]:
     return out
 
 
-def _mark_leaves(client: KazooClient, root: str, window: int) -> list[tuple[int, str]]:
+def mark_leaves(client: KazooClient, root: str, window: int = DEFAULT_WINDOW) -> list[tuple[int, str]]:
+    """(ledger id, path) of every under-replication mark under ledgers root ``root`` (other nodes ignored)."""
     level = [underreplication_ledgers_path(root=root)]
     leaves: list[tuple[int, str]] = []
     while level:
