@@ -32,7 +32,7 @@ import duckdb
 from deltalake import DeltaTable
 
 from scrutiny.connectors.delta_tables import live_dataset, table_uri
-from scrutiny.connectors.table_schemas import TABLE_NAMES
+from scrutiny.connectors.table_schemas import REPAIR_ACTIONS, TABLE_NAMES
 from scrutiny.core.errors import ScrutinyError
 
 __all__ = [
@@ -282,6 +282,9 @@ class SqlEngine:
             self._catalog.tables.append(name)
         if not self._catalog.tables:
             raise DataDirError(f"data directory {self.data_dir} holds none of the tables {', '.join(TABLE_NAMES)}")
+        if DeltaTable.is_deltatable(table_uri(self.data_dir, REPAIR_ACTIONS)):  # only after a `scan --fix`
+            self._con.register(REPAIR_ACTIONS, live_dataset(self.data_dir, REPAIR_ACTIONS, string_view=True))
+            self._catalog.tables.append(REPAIR_ACTIONS)
 
     def _set_params(self, given: dict[str, str], now: datetime) -> None:
         unknown = sorted(set(given) - set(self.params))

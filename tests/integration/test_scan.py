@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 from scrutiny.connectors.sim_generator import generate, parse_fault_mix
 from scrutiny.connectors.sim_scenario import load_scenario, parse_scenario
 from scrutiny.connectors.sim_state import ClusterState
+from scrutiny.connectors.sql_engine import SqlEngine
 from scrutiny.connectors.under_replication import read_recovery_state, read_repair_log
 from scrutiny.core.ledger_scan import FAST_CATEGORIES, ScanMode, parse_ledger_selection
 from scrutiny.core.zk_paths import ledger_path, underreplication_path
@@ -241,3 +242,6 @@ def test_fix_dry_run_plans_and_fix_marks_exactly_the_ledgers_with_missing_replic
         log = read_repair_log(settings.checker.data_dir).to_pylist()
         assert {r["ledger_id"] for r in log if r["action"] == "MARKED"} == to_mark
         assert {r["run_id"] for r in log} == {document["scan"]["scan_id"]}
+        with SqlEngine(settings.checker.data_dir) as engine:  # `scrutiny sql` sees the record too
+            marked = engine.query("SELECT ledger_id FROM repair_actions WHERE action = 'MARKED'").rows
+        assert {row[0] for row in marked} == to_mark
