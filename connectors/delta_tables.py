@@ -178,11 +178,11 @@ def live_dataset(
     dataset (e.g. by DuckDB) on a ``string`` declaration fails in pyarrow ("no kernel matching
     input types (string, string_view)"); files stored as ``string`` are cast on read.
     """
-    table = _open(table_uri(data_dir, name), name, storage_options)
-    remote = "://" in table_uri(data_dir, name)
+    uri = table_uri(data_dir, name)
+    table = _open(uri, name, storage_options)
     declared = READABLE_SCHEMAS[name]
     schema = pa.schema([_as_view(f) for f in declared]) if string_view else declared
-    if remote:
+    if "://" in uri:
         remote_dataset = table.to_pyarrow_dataset()
         files = [fragment.path for fragment in remote_dataset.get_fragments()]
         return ds.FileSystemDataset.from_paths(
@@ -367,25 +367,27 @@ class CheckerTables:
         write_deltalake(table, rows, mode="append", commit_properties=_commit(self.app_id, batch_id))
 
     def _merge_open_violations(self, table: DeltaTable, changes: pa.Table, batch_id: int) -> TableWrite:
-        """MERGE the batch's folded changes (a MERGE that changes nothing commits nothing, and needs not)."""
-        inserted = updated = 0
-        if changes.num_rows:
-            metrics = (
-                table.merge(
-                    changes,
-                    _MERGE_PREDICATE,
-                    source_alias="s",
-                    target_alias="t",
-                    commit_properties=_commit(self.app_id, batch_id),
-                )
-                .when_matched_update(_REOPEN_OR_REFRESH, predicate="s.has_violation")
-                .when_matched_update(_RESOLVE, predicate="(NOT s.has_violation) AND (t.resolved_at IS NULL)")
-                .when_not_matched_insert(_INSERT, predicate="s.has_violation")
-                .execute()
+        """MERGE the batch's folded changes (never empty here); a MERGE that changes nothing commits nothing."""
+        metrics = (
+            table.merge(
+                changes,
+                _MERGE_PREDICATE,
+                source_alias="s",
+                target_alias="t",
+                commit_properties=_commit(self.app_id, batch_id),
             )
-            inserted = int(metrics.get("num_target_rows_inserted", 0))
-            updated = int(metrics.get("num_target_rows_updated", 0))
-        return TableWrite(OPEN_VIOLATIONS, Outcome.WRITTEN, rows=changes.num_rows, inserted=inserted, updated=updated)
+            .when_matched_update(_REOPEN_OR_REFRESH, predicate="s.has_violation")
+            .when_matched_update(_RESOLVE, predicate="(NOT s.has_violation) AND (t.resolved_at IS NULL)")
+            .when_not_matched_insert(_INSERT, predicate="s.has_violation")
+            .execute()
+        )
+        return TableWrite(
+            OPEN_VIOLATIONS,
+            Outcome.WRITTEN,
+            rows=changes.num_rows,
+            inserted=int(metrics.get("num_target_rows_inserted", 0)),
+            updated=int(metrics.get("num_target_rows_updated", 0)),
+        )
 
 
 def _check_schema(name: str, table: DeltaTable) -> None:

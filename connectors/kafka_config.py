@@ -84,7 +84,7 @@ def kafka_client_config(settings: KafkaSettings) -> KafkaClientConfig:
     if protocol not in SECURITY_PROTOCOLS:
         known = ", ".join(SECURITY_PROTOCOLS)
         raise ConfigError(f"kafka.security_protocol must be one of {known}, not {settings.security_protocol!r}")
-    sasl = _sasl(settings, protocol)
+    mechanism, username, password = _sasl(settings, protocol)
     cafile = settings.ssl_cafile.strip() or None
     if cafile is not None:
         if "SSL" not in protocol:
@@ -93,7 +93,6 @@ def kafka_client_config(settings: KafkaSettings) -> KafkaClientConfig:
             )
         if not Path(cafile).is_file():
             raise ConfigError(f"kafka.ssl_cafile {cafile} is not a readable file")
-    mechanism, username, password = sasl
     return KafkaClientConfig(servers, protocol, mechanism, username, password, cafile)
 
 

@@ -111,12 +111,7 @@ class SourceOptions:
 
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
     """Validate the source's options (names case-insensitive); ConfigError naming the option on any problem."""
-    given: dict[str, str] = {}
-    for name, value in options.items():
-        canonical = _CANONICAL.get(name.lower())
-        if canonical is None:
-            raise ConfigError(f"unknown {SOURCE_NAME} source option {name!r}; known: {', '.join(OPTIONS)}")
-        given[canonical] = str(value)
+    given = {_canonical(name): str(value) for name, value in options.items()}
     for required in ("topic", "bootstrap_servers"):
         if not given.get(required, "").strip():
             raise ConfigError(f"the {SOURCE_NAME} source needs the option {required}")
@@ -138,6 +133,14 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     )
     parsed.client_kwargs()
     return parsed
+
+
+def _canonical(name: str) -> str:
+    """The option's own spelling of ``name`` (matched case-insensitively); ConfigError for an unknown option."""
+    canonical = _CANONICAL.get(name.lower())
+    if canonical is None:
+        raise ConfigError(f"unknown {SOURCE_NAME} source option {name!r}; known: {', '.join(OPTIONS)}")
+    return canonical
 
 
 def _positive(given: Mapping[str, str], name: str) -> int | None:
@@ -174,11 +177,7 @@ def source_options(kafka_settings: KafkaSettings, topic: str, **extra: object) -
         "ssl_cafile": kafka_settings.ssl_cafile,
     }
     options = {name: value for name, value in options.items() if value}
-    for name, value in extra.items():
-        canonical = _CANONICAL.get(name.lower())
-        if canonical is None:
-            raise ConfigError(f"unknown {SOURCE_NAME} source option {name!r}; known: {', '.join(OPTIONS)}")
-        options[canonical] = _option_text(value)
+    options |= {_canonical(name): _option_text(value) for name, value in extra.items()}
     parse_options(options)
     return options
 

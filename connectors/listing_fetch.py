@@ -38,7 +38,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeVar
 
 from scrutiny.connectors.agent_client import AgentClient
-from scrutiny.connectors.bookie_addresses import Address, BookieAddressError, parse_address, resolve_bookie_address
+from scrutiny.connectors.bookie_addresses import (
+    Address,
+    BookieAddressError,
+    _registration_info,
+    parse_address,
+    resolve_bookie_address,
+)
 from scrutiny.connectors.bookie_v3_client import (
     TLS_MODES,
     BookieClientConfig,
@@ -47,10 +53,10 @@ from scrutiny.connectors.bookie_v3_client import (
     TlsMode,
     client_tls_context,
 )
-from scrutiny.core.errors import FormatError, ScrutinyError
+from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.secret import Secret
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
-from scrutiny.core.zk_records import BookieServiceInfo, parse_bookie_service_info
+from scrutiny.core.zk_records import BookieServiceInfo
 
 logger = logging.getLogger(__name__)
 
@@ -273,7 +279,6 @@ def fetch_config_from_settings(section: BookiesSettings) -> FetchConfig:
             agent_ca_file=section.agent_ca_file,
             v3_tls=section.v3_tls,
             v3_ca_file=section.v3_ca_file,
-            # Read with defaults so that a [bookies] section without these keys still works.
             v3_tls_mode=typing.cast(TlsMode, section.v3_tls_mode),  # checked by FetchConfig
             v3_cert_file=section.v3_cert_file,
             v3_key_file=section.v3_key_file,
@@ -313,11 +318,7 @@ def _registration(data: bytes | None) -> tuple[BookieServiceInfo | None, str]:
     """The parsed registration (None for none, legacy or undecodable) and what was wrong with it."""
     if data is None:
         return None, "the bookie is not registered"
-    try:
-        info = parse_bookie_service_info(data)
-    except FormatError as error:
-        return None, f"its registration does not decode ({error})"
-    return info, "" if info is not None else "its registration is empty (legacy bookie)"
+    return _registration_info(data)
 
 
 def agent_endpoint(info: BookieServiceInfo | None) -> Address | None:
@@ -359,7 +360,8 @@ def plan_route(bookie_id: str, registration: bytes | None, config: FetchConfig) 
         why = registration_problem or f"its registration has no {AGENT_ENDPOINT_PROTOCOL} endpoint"
         return BookieRoute(bookie_id, "agent", None, f"no agent address for bookie {bookie_id!r}: {why}")
     try:
-        address = resolve_bookie_address(bookie_id, overrides=config.v3_overrides, registration=registration)
+        parsed = info if info is not None else registration  # decoded once, above
+        address = resolve_bookie_address(bookie_id, overrides=config.v3_overrides, registration=parsed)
     except BookieAddressError as error:
         return BookieRoute(bookie_id, "v3", None, str(error))
     return BookieRoute(bookie_id, "v3", address)
@@ -420,10 +422,10 @@ def _assemble(
     answers: dict[int, dict[str, BookieAnswer]] = {}
     for ledger_id, bookies in wanted.items():
         row = answers.setdefault(ledger_id, {})
+        if not _valid_ledger_id(ledger_id):
+            row.update(dict.fromkeys(bookies, BookieAnswer.unknown(f"ledger id {ledger_id!r} is outside 0..2^63-1")))
+            continue
         for bookie_id in bookies:
-            if not _valid_ledger_id(ledger_id):
-                row[bookie_id] = BookieAnswer.unknown(f"ledger id {ledger_id!r} is outside 0..2^63-1")
-                continue
             found = outcomes[bookie_id].answers.get(ledger_id)
             row[bookie_id] = found if found is not None else BookieAnswer.unknown("no answer was collected")
     per_bookie: dict[str, BookieFetchStats] = {}

@@ -270,21 +270,22 @@ class SqlEngine:
         self.close()
 
     def _register_tables(self) -> None:
-        base = Path(self.data_dir)
-        if "://" not in self.data_dir and not base.is_dir():
+        if "://" not in self.data_dir and not Path(self.data_dir).is_dir():
             raise DataDirError(f"data directory {self.data_dir} does not exist")
         for name in TABLE_NAMES:
-            uri = table_uri(self.data_dir, name)
-            if not DeltaTable.is_deltatable(uri):
+            if not self._register(name):
                 self._catalog.missing.append(name)
-                continue
-            self._con.register(name, live_dataset(self.data_dir, name, string_view=True))
-            self._catalog.tables.append(name)
         if not self._catalog.tables:
             raise DataDirError(f"data directory {self.data_dir} holds none of the tables {', '.join(TABLE_NAMES)}")
-        if DeltaTable.is_deltatable(table_uri(self.data_dir, REPAIR_ACTIONS)):  # only after a `scan --fix`
-            self._con.register(REPAIR_ACTIONS, live_dataset(self.data_dir, REPAIR_ACTIONS, string_view=True))
-            self._catalog.tables.append(REPAIR_ACTIONS)
+        self._register(REPAIR_ACTIONS)  # there only after a `scan --fix`
+
+    def _register(self, name: str) -> bool:
+        """Register table ``name`` if the data directory holds it; whether it does."""
+        if not DeltaTable.is_deltatable(table_uri(self.data_dir, name)):
+            return False
+        self._con.register(name, live_dataset(self.data_dir, name, string_view=True))
+        self._catalog.tables.append(name)
+        return True
 
     def _set_params(self, given: dict[str, str], now: datetime) -> None:
         unknown = sorted(set(given) - set(self.params))

@@ -216,6 +216,8 @@ _CATEGORIES: Final = tuple(c.value for c in Category)
 _SEVERITIES: Final = tuple(s.value for s in Severity)
 _VERDICTS: Final = tuple(v.value for v in VerdictKind)
 _RECORDS: Final = tuple(r.value for r in RecordKind)
+#: The record kinds that carry a finding of an ``open_violations`` key.
+_FINDING_RECORDS: Final = pa.array([RecordKind.VIOLATION.value, RecordKind.RESOLVED.value])
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,7 +326,7 @@ def _check_values(table: pa.Table) -> None:
     _require_in(table, "record", _RECORDS)
     _require_in(table, "source", SOURCES, allow_null=True)
     record = table["record"]
-    finding = pc.is_in(record, value_set=pa.array([RecordKind.VIOLATION.value, RecordKind.RESOLVED.value]))
+    finding = pc.is_in(record, value_set=_FINDING_RECORDS)
     _require_in(table, "category", _CATEGORIES, rows=finding, label="violation and resolved records")
     _require_in(table, "severity", _SEVERITIES, rows=pc.equal(record, "violation"), label="violation records")
     _require_in(table, "verdict", _VERDICTS, rows=pc.equal(record, "check"), label="check records")
@@ -443,9 +445,7 @@ def open_violation_changes(output: pa.Table, *, batch_id: int, source: str) -> p
     first ``resolved`` after the last violation (null when a violation came last). Keys keep first-appearance order.
     """
     wanted = ["record", *OPEN_VIOLATION_KEY, "at", "severity", "entry_count", "details", "pulsar_topic", "source"]
-    findings = output.filter(
-        pc.is_in(output["record"], value_set=pa.array([RecordKind.VIOLATION.value, RecordKind.RESOLVED.value]))
-    ).select(wanted)
+    findings = output.filter(pc.is_in(output["record"], value_set=_FINDING_RECORDS)).select(wanted)
     changes: dict[tuple[object, ...], _KeyChange] = {}
     for row in findings.to_pylist():
         key = tuple(row[name] for name in OPEN_VIOLATION_KEY)

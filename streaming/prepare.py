@@ -80,8 +80,8 @@ class PrepareEvents:
                 )
             except ScrutinyError as error:  # ZooKeeper unreachable with no cached view: every answer unknown
                 log.warning("cannot fetch listings this batch: %s", error)
-                reason = f"cluster view unavailable: {error}"
-                fetched = {k: {b: BookieAnswer.unknown(reason) for b in v[1]} for k, v in wanted.items()}
+                unknown = BookieAnswer.unknown(f"cluster view unavailable: {error}")
+                fetched = {k: dict.fromkeys(v[1], unknown) for k, v in wanted.items()}
             answers = {wanted[ledger][0]: encode_answers(got) for ledger, got in fetched.items() if ledger in wanted}
         figures = {"events": events, "rpcs": rpcs, "fetched": len(wanted), "fetch_ms": _ms(started)}
         yield _batch(rows, answers, figures)

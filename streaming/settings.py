@@ -240,10 +240,6 @@ def _typed(name: str, value: object, kind: type) -> object:
         return Secret(value)
     if kind is float and type(value) is int:
         return float(value)
-    if kind is dict:
-        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-            raise ConfigError(f"{name} must be a table of strings")
-        return dict(value)
     if type(value) is not kind:
         raise ConfigError(f"{name} must be a {kind.__name__}, not {value!r}")
     return value
@@ -276,22 +272,9 @@ def _from_text(name: str, text: str, kind: type) -> object:
             return float(text)
         except ValueError:
             raise ConfigError(f"environment variable {name} must be a number, not {text!r}") from None
-    if kind is dict:
-        return _pairs(name, text)
     if kind is Secret:
         return Secret(text)
     return text
-
-
-def _pairs(name: str, text: str) -> dict[str, str]:
-    """``key=value,key=value`` (a table in the environment)."""
-    out: dict[str, str] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"environment variable {name} must be key=value pairs separated by commas, not {text!r}")
-        out[key.strip()] = value.strip()
-    return out
 
 
 def _validate(settings: Settings) -> None:

@@ -273,6 +273,7 @@ def test_reader_and_partitions_survive_pickling_for_the_executors() -> None:
     part = KafkaInputPartition(TOPIC, 2, 10, 20)
     copy = pickle.loads(pickle.dumps((reader, part)))
     assert copy[1] == part and isinstance(copy[0], KafkaStreamReader)
+    assert copy[0]._options == reader._options
     assert pickle.loads(pickle.dumps(Secret("x"))) == Secret("x")
 
 

@@ -1,3 +1,5 @@
+"""The settings object: defaults, the TOML file, the environment, secrets and the errors that name the key."""
+
 from __future__ import annotations
 
 import tomllib
