@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
+from bench.checker_bench import start_simulator
 from scrutiny.connectors.services import start_zookeeper
 from scrutiny.connectors.sim_generator import generate, parse_fault_mix
 from scrutiny.connectors.sim_scenario import parse_scenario
@@ -97,18 +97,6 @@ def scan(
     seconds = time.monotonic() - clock
     log.info("%s scan: %d ledgers in %.1f s", mode.value, result.examined, seconds)
     return result, seconds
-
-
-def start_simulator(scenario: Path, zk: str) -> subprocess.Popen[str]:
-    """``scrutiny simulate`` in its own process; returns once it printed that the cluster is up."""
-    command = [sys.executable, "-m", "scrutiny.streaming.cli", "simulate", str(scenario), "--zookeeper", zk]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.startswith("{"):
-        process.kill()
-        raise SystemExit(f"the simulator did not start: {line!r}")
-    return process
 
 
 def report(args: argparse.Namespace, results: list[tuple[ScanResult, float]]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import signal
 import sys
 import time
@@ -27,6 +28,7 @@ from scrutiny.core.health_summary import (
     OpenViolation,
     as_json_dict,
     exit_code,
+    field_line,
     render,
     summarize,
 )
@@ -124,7 +126,7 @@ def _run(args: argparse.Namespace) -> int:
         document["fix"] = None if fixed is None else fix_json(fixed)
         print_json(document)
     else:
-        lines = scan_lines(result, run.data_dir, settings)
+        lines = scan_lines(result, run.data_dir, settings, selection=_selection(run.options))
         if fixed is not None:
             lines += ["", *fix_lines(fixed)]
         print("\n".join([*lines, "", render(summary)]), flush=True)
@@ -141,7 +143,13 @@ def _open_violation(row: dict[str, Any]) -> OpenViolation:
     return OpenViolation.from_mapping({**row, "first_seen": int(row["at"].timestamp() * 1000)})
 
 
-def scan_lines(result: ScanResult, data_dir: str, settings: Settings) -> list[str]:
+def _selection(options: ScanOptions) -> str:
+    """``--ledgers`` and ``--bookie`` as given back (``all`` when neither restricts the scan)."""
+    chosen = options.selection.describe()
+    return chosen if options.bookie is None else f"{chosen}, with bookie {options.bookie}"
+
+
+def scan_lines(result: ScanResult, data_dir: str, settings: Settings, *, selection: str = "all") -> list[str]:
     """The scan's own figures, aligned like the summary below them."""
     examined = f"{result.examined} of {result.selected}"
     skipped = result.examined - result.checked
@@ -150,15 +158,15 @@ def scan_lines(result: ScanResult, data_dir: str, settings: Settings) -> list[st
         ("Scan", f"{result.scan_id} ({result.mode.value})"),
         ("ZooKeeper", settings.zookeeper.metadata_uri or settings.zookeeper.connect),
         ("Ledgers in ZooKeeper", str(result.ledgers_in_zookeeper)),
-        ("Ledgers selected", str(result.selected)),
+        ("Ledgers selected", f"{result.selected} ({selection})"),
         ("Ledgers examined", examined),
-        ("Skipped (open, nothing sealed)", str(skipped)),
+        ("Skipped (open, unsealed)", str(skipped)),
         ("Bookie requests", str(result.rpcs)),
         ("Violations resolved", str(result.resolved)),
         ("Read / check time", f"{result.read_seconds:.3f} s / {result.check_seconds:.3f} s ({rate:.0f} ledgers/s)"),
         ("Tables", f"{data_dir} ({result.batches} batches, source scan)"),
     ]
-    lines = [f" {label + ':':<28}{value}" for label, value in rows]
+    lines = [field_line(label, value) for label, value in rows]
     lines += [f"WARNING: {warning}" for warning in result.warnings]
     return lines
 
@@ -191,17 +199,17 @@ class ProgressLine:
         self.stream = stream
         self.tty = stream.isatty()
         self.every_s = every_s
-        self._last = 0.0
+        self._last = -math.inf
+        self._phase = ""
         self._started = time.monotonic()
         self._open = False
 
     def update(self, phase: str, done: int, total: int | None) -> None:
-        """Show ``done`` (of ``total``) for ``phase``; rate-limited, except the first and the last step."""
+        """Show ``done`` (of ``total``) for ``phase``; rate-limited, but a phase's first and last steps always show."""
         now = time.monotonic()
-        if done == 0:
-            self._started = now
-        final = total is not None and done >= total
-        if not final and done and now - self._last < self.every_s:
+        if phase != self._phase:
+            self._phase, self._started = phase, now
+        elif not (total is not None and done >= total) and now - self._last < self.every_s:
             return
         self._last = now
         text = f"scan: {phase} {done}" if total is None else self._bar(phase, done, total, now)

@@ -23,11 +23,6 @@ BUCKET_SIZE: Final = 64
 BUCKET_EXPRESSION: Final = f"CASE WHEN ledger_id < 0 THEN {STATS_KEY} ELSE ledger_id DIV {BUCKET_SIZE} END"
 
 
-def bucket_of(ledger_id: int) -> int:
-    """The bucket of a ledger (:data:`STATS_KEY` for the figures rows), as :data:`BUCKET_EXPRESSION` computes it."""
-    return STATS_KEY if ledger_id < 0 else ledger_id // BUCKET_SIZE
-
-
 def encode_bucket(states: Mapping[int, TrackedLedger]) -> bytes:
     """A bucket's ledgers as one compact JSON object: ledger id -> state document."""
     doc = {str(ledger_id): states[ledger_id].to_doc() for ledger_id in sorted(states)}

@@ -107,25 +107,33 @@ class LedgerProcessor(StatefulProcessor):
         timerValues: TimerValues,  # noqa: N803
         expiredTimerInfo: ExpiredTimerInfo,  # noqa: N803
     ) -> Iterator[Any]:
-        """A retry or a stuck-mark timer of some ledgers of this bucket is due: every due one is handled."""
+        """Timers of some ledgers of this bucket are due: every due one is handled, the retries' fetches at once."""
         now_ms = timerValues.getCurrentProcessingTimeInMs()
         before = self._load()
         states = dict(before)
-        records: list[Record] = []
+        stepped: dict[int, tuple[Step, list[Record]]] = {}
         for ledger_id, state in before.items():
-            if not any(t <= now_ms for t in state.timers()):
-                continue
-            try:
-                step = on_timer(state, now_ms=now_ms)
+            if any(t <= now_ms for t in state.timers()):
+                try:
+                    step = on_timer(state, now_ms=now_ms)
+                except Exception:
+                    log.exception("ledger %d: timer not handled; the state is kept", ledger_id)
+                    continue
                 found = outcome_records(ledger_id, step.outcome, now_ms=now_ms, source=self.config.source)
-                if step.outcome.fetch and step.state is not None:
-                    step, more = self._fetched(ledger_id, step, now_ms)
-                    found += more
-            except Exception:
-                log.exception("ledger %d: timer not handled; the state is kept", ledger_id)
-                continue
-            records += found
-            records += retry_records(ledger_id, state, step.state, now_ms=now_ms, source=self.config.source)
+                stepped[ledger_id] = (step, found)
+        wanted = {lid: step.outcome.fetch for lid, (step, _) in stepped.items() if step.outcome.fetch and step.state}
+        answers = self._fetch(wanted)
+        records: list[Record] = []
+        for ledger_id, (timed, found) in stepped.items():
+            step, more = timed, []
+            if ledger_id in wanted:
+                try:
+                    step, more = self._answered(ledger_id, timed, answers[ledger_id], now_ms)
+                except Exception:
+                    log.exception("ledger %d: retry not judged; the state is kept", ledger_id)
+                    continue
+            records += found + more
+            records += retry_records(ledger_id, before[ledger_id], step.state, now_ms=now_ms, source=self.config.source)
             _put(states, ledger_id, step.state)
         self._save(before, states, now_ms)
         yield from self._rows(records)
@@ -177,13 +185,25 @@ class LedgerProcessor(StatefulProcessor):
 
     def _fetched(self, ledger_id: int, step: Step, now_ms: int) -> tuple[Step, list[Record]]:
         """Do the fetch a step asked for and apply its answers."""
-        assert step.state is not None
-        bookies = step.outcome.fetch
+        answers = self._fetch({ledger_id: step.outcome.fetch})
+        return self._answered(ledger_id, step, answers[ledger_id], now_ms)
+
+    def _fetch(self, wanted: dict[int, tuple[str, ...]]) -> dict[int, dict[str, BookieAnswer]]:
+        """Every wanted ledger's answers, all in one fetch (batched per bookie); unknown when the fetch fails."""
+        if not wanted:
+            return {}
         try:
-            _, fetched = fetch_answers(self.config, {ledger_id: bookies})
-            answers = fetched.get(ledger_id, {})
+            _, fetched = fetch_answers(self.config, wanted)
         except ScrutinyError as error:
-            answers = {b: BookieAnswer.unknown(f"fetch failed: {error}") for b in bookies}
+            unknown = BookieAnswer.unknown(f"fetch failed: {error}")
+            return {ledger: dict.fromkeys(bookies, unknown) for ledger, bookies in wanted.items()}
+        return {ledger: fetched.get(ledger, {}) for ledger in wanted}
+
+    def _answered(
+        self, ledger_id: int, step: Step, answers: dict[str, BookieAnswer], now_ms: int
+    ) -> tuple[Step, list[Record]]:
+        """A step's requested answers applied."""
+        assert step.state is not None
         done = on_answers(
             step.state,
             version=step.state.version,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+import pyarrow as pa
+
 from scrutiny.core.ledger_metadata import LedgerMetadata
 from scrutiny.core.ledger_tracker import Outcome, TrackedLedger, ViolationKey
 from scrutiny.core.verdict import Violation
@@ -85,6 +87,12 @@ def narrow(record: Record) -> tuple[object, object, object, str]:
 def widen(kind: str, ledger_id: int, at: datetime, payload: str | None) -> Record:
     """The record of a :data:`NARROW_DDL` row."""
     return {"record": kind, "ledger_id": ledger_id, "at": at, **json.loads(payload or "{}")}
+
+
+def widen_table(narrow_rows: pa.Table) -> list[Record]:
+    """The records of a table of :data:`NARROW_DDL` rows (what ``toArrow`` gives of the step's output)."""
+    columns = [narrow_rows.column(name).to_pylist() for name in ("record", "ledger_id", "at", "payload")]
+    return [widen(*row) for row in zip(*columns, strict=True)]
 
 
 def _violation(violation: Violation) -> Record:

@@ -11,21 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from kazoo.handlers.threading import KazooTimeoutError
-
 from scrutiny.connectors.under_replication import FixResult, fix_under_replicated
-from scrutiny.connectors.zookeeper_client import build_zookeeper_client, zookeeper_target
+from scrutiny.connectors.zookeeper_client import zookeeper_target
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.ledger_scan import ScanMode
 from scrutiny.core.repair_plan import render_actions, render_plan, repair_candidates
-from scrutiny.streaming.scan_job import ScanResult
+from scrutiny.streaming.scan_job import ScanResult, close_client, started_zookeeper_client
 from scrutiny.streaming.settings import Settings
 
 CONNECT_TIMEOUT_S = 15.0
 
 
 class FixError(ScrutinyError):
-    """The fix cannot run: options that do not go together, ZooKeeper unreachable."""
+    """The fix cannot run: options that do not go together."""
 
 
 @dataclass(frozen=True)
@@ -49,12 +47,7 @@ def run_fix(settings: Settings, result: ScanResult, fix: FixOptions, *, data_dir
     """Plan from the scan's findings and ZooKeeper's state; apply and record (in ``data_dir``) unless a dry run."""
     target = zookeeper_target(settings.zookeeper)
     rows = [(int(str(r["ledger_id"])), str(r["category"]), _bookie(r.get("bookie"))) for r in result.violations]
-    client = build_zookeeper_client(settings.zookeeper)
-    try:
-        client.start(timeout=CONNECT_TIMEOUT_S)
-    except KazooTimeoutError:
-        client.close()
-        raise FixError(f"cannot reach ZooKeeper at {target.hosts} to apply the fix") from None
+    client = started_zookeeper_client(settings, CONNECT_TIMEOUT_S)
     try:
         return fix_under_replicated(
             client,
@@ -67,8 +60,7 @@ def run_fix(settings: Settings, result: ScanResult, fix: FixOptions, *, data_dir
             dry_run=fix.dry_run,
         )
     finally:
-        client.stop()
-        client.close()
+        close_client(client)
 
 
 def fix_lines(fixed: FixResult) -> list[str]:

@@ -47,7 +47,7 @@ from scrutiny.core.ledger_tracker import ViolationKey
 from scrutiny.core.verdict import ClusterView
 from scrutiny.core.zk_records import parse_pulsar_racks, parse_underreplication_mark
 from scrutiny.streaming.job import job_config
-from scrutiny.streaming.records import NARROW_DDL, Record, widen
+from scrutiny.streaming.records import NARROW_DDL, Record, widen_table
 from scrutiny.streaming.scan_tasks import INPUT_SCHEMA, SOURCE, ScanConfig, ScanLedgers, encode_keys, step_records
 from scrutiny.streaming.settings import Settings
 
@@ -85,7 +85,6 @@ class Snapshot:
     gone: dict[int, tuple[ViolationKey, ...]]
     cluster: ClusterView
     registrations: dict[str, bytes | None]
-    marked: frozenset[int]
     warnings: list[str]
     read_seconds: float
 
@@ -131,11 +130,6 @@ class ScanRun:
             self.spark.sparkContext.cancelAllJobs()
         except Exception as error:  # the session may be stopping too
             log.debug("cancelling the scan's Spark jobs: %s", error)
-
-    @property
-    def stopping(self) -> bool:
-        """True once :meth:`stop` was called."""
-        return self._stopping.is_set()
 
     def run(self, progress: Progress | None = None) -> ScanResult:
         """Read the snapshot, check every selected ledger chunk by chunk, write the tables; the figures."""
@@ -194,16 +188,7 @@ class ScanRun:
             raise ScanError(f"the scan's Spark job failed: {_first_line(error)}") from error
         if self._stopping.is_set():
             return None
-        return [
-            widen(kind, ledger, at, payload)
-            for kind, ledger, at, payload in zip(
-                output.column("record").to_pylist(),
-                output.column("ledger_id").to_pylist(),
-                output.column("at").to_pylist(),
-                output.column("payload").to_pylist(),
-                strict=True,
-            )
-        ]
+        return widen_table(output)
 
     def _write(
         self,
@@ -261,7 +246,7 @@ def read_open_keys(data_dir: str) -> dict[int, list[ViolationKey]]:
 def probe_zookeeper(settings: Settings, *, timeout_s: float = 15.0) -> None:
     """Fail early and clearly: ZooKeeper reachable and the ledgers root there (a scan of nothing is no HEALTHY)."""
     target = zookeeper_target(settings.zookeeper)
-    client = _started_client(settings, timeout_s)
+    client = started_zookeeper_client(settings, timeout_s)
     try:
         if client.exists(target.ledgers_root) is None:
             raise ScanError(
@@ -269,16 +254,17 @@ def probe_zookeeper(settings: Settings, *, timeout_s: float = 15.0) -> None:
                 "check zookeeper.connect / ledgers_root (or metadata_uri)"
             )
     finally:
-        _close(client)
+        close_client(client)
 
 
-def _started_client(settings: Settings, timeout_s: float) -> KazooClient:
+def started_zookeeper_client(settings: Settings, timeout_s: float) -> KazooClient:
+    """A connected client of the configured ZooKeeper (stop it with :func:`close_client`); ScanError if unreachable."""
     target = zookeeper_target(settings.zookeeper)
     client = build_zookeeper_client(settings.zookeeper)
     try:
         client.start(timeout=timeout_s)
     except KazooTimeoutError:
-        _close(client)
+        close_client(client)
         raise ScanError(f"cannot reach ZooKeeper at {target.hosts} within {timeout_s:g} s") from None
     return client
 
@@ -290,11 +276,11 @@ def read_snapshot(
     clock = time.monotonic()
     target = zookeeper_target(settings.zookeeper)
     layout = TreeLayout(root=target.ledgers_root, manager=target.manager, racks_path=settings.watcher.racks_path)
-    client = _started_client(settings, options.connect_timeout_s)
+    client = started_zookeeper_client(settings, options.connect_timeout_s)
     try:
         observed = read_cluster(client, layout, progress=lambda phase, count: progress(phase, count, None))
     finally:
-        _close(client)
+        close_client(client)
     snapshot = _select(observed, options, prior)
     snapshot.read_seconds = time.monotonic() - clock
     return snapshot
@@ -337,7 +323,6 @@ def _select(observed: ObservedCluster, options: ScanOptions, prior: dict[int, li
         gone=gone_ids if every_ledger else {lid: k for lid, k in gone_ids.items() if lid in options.selection},
         cluster=cluster,
         registrations={**observed.readonly, **observed.writable},
-        marked=frozenset(observed.marks),
         warnings=warnings,
         read_seconds=0.0,
     )
@@ -359,7 +344,7 @@ def input_table(items: list[ScanItem]) -> pa.Table:
 
 
 def _gone_records(ledger_id: int, keys: tuple[ViolationKey, ...]) -> list[Record]:
-    return step_records(ledger_id, ScanStep((gone(ledger_id, keys),)), int(time.time() * 1000))
+    return step_records(ledger_id, ScanStep((gone(keys),)), int(time.time() * 1000))
 
 
 def _chunks(items: list[ScanItem], size: int) -> Iterator[list[ScanItem]]:
@@ -372,7 +357,8 @@ def _stat(row: Record, name: str) -> int:
     return int(json.loads(details).get(name, 0)) if isinstance(details, str) else 0
 
 
-def _close(client: KazooClient) -> None:
+def close_client(client: KazooClient) -> None:
+    """Stop and close a client (errors while closing are only logged)."""
     try:
         client.stop()
         client.close()

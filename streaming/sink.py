@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -23,7 +24,7 @@ from pyspark.sql import DataFrame
 from scrutiny.connectors.delta_tables import CheckerTables
 from scrutiny.connectors.table_schemas import CHECKER_RUNS, RunRecord, output_table
 from scrutiny.streaming.job_metrics import JobMetrics
-from scrutiny.streaming.records import widen
+from scrutiny.streaming.records import widen_table
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ class BatchSummary:
     batch_id: int = -1
     events: int = 0
     checks: int = 0
+    verdicts: dict[str, int] = field(default_factory=dict)
     violations: dict[str, int] = field(default_factory=dict)
     resolved: int = 0
     rpcs: int = 0
@@ -77,16 +79,7 @@ class BatchSink:
         output = frame.toArrow()
         computed = time.monotonic() - clock
         clock = time.monotonic()
-        rows = [
-            widen(kind, ledger, at, payload)
-            for kind, ledger, at, payload in zip(
-                output.column("record").to_pylist(),
-                output.column("ledger_id").to_pylist(),
-                output.column("at").to_pylist(),
-                output.column("payload").to_pylist(),
-                strict=True,
-            )
-        ]
+        rows = widen_table(output)
         stats = _figures([r for r in rows if r["record"] == "stats"])
         self._track_retries(rows)
         records = output_table([r for r in rows if r["record"] in _TABLE_RECORDS])
@@ -125,7 +118,8 @@ class BatchSink:
         m = self.metrics
         m.batch_duration.observe(summary.seconds)
         m.events.inc(summary.events)
-        m.checks.labels("all").inc(summary.checks)
+        for verdict, count in summary.verdicts.items():
+            m.checks.labels(verdict).inc(count)
         m.rpcs.inc(summary.rpcs)
         m.retries_pending.set(summary.retries_pending)
         for category, count in summary.violations.items():
@@ -152,16 +146,18 @@ def _figures(stats: list[dict[str, object]]) -> dict[str, int]:
 def _summary(batch_id: int, records: pa.Table, stats: dict[str, int], pending: int) -> BatchSummary:
     kinds = records.column("record").to_pylist()
     categories = records.column("category").to_pylist()
-    violations: dict[str, int] = {}
-    for kind, category in zip(kinds, categories, strict=True):
-        if kind == "violation" and category is not None:
-            violations[category] = violations.get(category, 0) + 1
+    verdicts = records.column("verdict").to_pylist()
     return BatchSummary(
         batch_id=batch_id,
         events=stats.get("events", 0),
         checks=kinds.count("check"),
-        violations=violations,
+        verdicts=_counts(v for k, v in zip(kinds, verdicts, strict=True) if k == "check" and v is not None),
+        violations=_counts(c for k, c in zip(kinds, categories, strict=True) if k == "violation" and c is not None),
         resolved=kinds.count("resolved"),
         rpcs=stats.get("rpcs", 0),
         retries_pending=pending,
     )
+
+
+def _counts(values: Iterable[str]) -> dict[str, int]:
+    return dict(Counter(values))

@@ -200,7 +200,7 @@ def summarize(
         counts=dict(sorted(counts.items(), key=lambda item: _count_rank(*item[0]))),
         worst=tuple(ledgers[:worst]),
         figures=figures,
-        warnings=_checker_warnings(figures),
+        warnings=_warnings(figures),
     )
 
 
@@ -238,9 +238,12 @@ def _ledger_rank(ledger: LedgerFindings) -> tuple[int, bool, int, int, int]:
     return (-ledger.worst_severity.rank, not ledger.data_loss, -entries, ledger.first_seen_ms, ledger.ledger_id)
 
 
+def _warnings(figures: Figures) -> tuple[str, ...]:
+    incomplete = () if figures.interrupted is None else (f"incomplete: {figures.interrupted}",)
+    return incomplete + _checker_warnings(figures)
+
+
 def _checker_warnings(figures: Figures) -> tuple[str, ...]:
-    if figures.interrupted is not None:
-        return (f"incomplete: {figures.interrupted}",)
     checker = figures.checker
     if checker is None:
         return ()
@@ -330,21 +333,22 @@ def render(summary: HealthSummary) -> str:
     return "\n".join(lines)
 
 
-def _field_line(label: str, value: str) -> str:
-    return f" {label + ':':<28}{value}"
+def field_line(label: str, value: str) -> str:
+    """One ``label: value`` line of the summary's aligned block (values in one column, at least a space apart)."""
+    return f" {label + ':':<27} {value}"
 
 
 def _overview_lines(summary: HealthSummary) -> list[str]:
     figures = summary.figures
     lines = [f"Scrutiny health summary (fail on: {summary.fail_on.value} and worse)"]
     if figures.ledgers_checked is not None:
-        lines.append(_field_line("Ledgers checked", str(figures.ledgers_checked)))
-    lines.append(_field_line("Ledgers with violations", str(summary.ledgers_affected)))
-    lines.append(_field_line("Open violations", str(summary.open_violations)))
-    lines.extend(_field_line(f"  {severity.value}", str(n)) for severity, n in summary.by_severity.items())
+        lines.append(field_line("Ledgers checked", str(figures.ledgers_checked)))
+    lines.append(field_line("Ledgers with violations", str(summary.ledgers_affected)))
+    lines.append(field_line("Open violations", str(summary.open_violations)))
+    lines.extend(field_line(f"  {severity.value}", str(n)) for severity, n in summary.by_severity.items())
     lines.extend(_checker_lines(figures))
     if figures.seconds_taken is not None:
-        lines.append(_field_line("Time taken", f"{figures.seconds_taken:.3f} s"))
+        lines.append(field_line("Time taken", f"{figures.seconds_taken:.3f} s"))
     return lines
 
 
@@ -353,14 +357,14 @@ def _checker_lines(figures: Figures) -> list[str]:
     if checker is None:
         return []
     if checker.last_batch_ms is None:
-        return [_field_line("Last batch", "none")]
+        return [field_line("Last batch", "none")]
     when = format_utc_ms(checker.last_batch_ms)
     if figures.now_ms is not None:
         when += f" ({format_duration_ms(figures.now_ms - checker.last_batch_ms)} ago)"
-    lines = [_field_line("Last batch", f"{checker.last_batch_id} of {checker.last_batch_source}, finished {when}")]
+    lines = [field_line("Last batch", f"{checker.last_batch_id} of {checker.last_batch_source}, finished {when}")]
     lag = "unknown" if checker.lag_records is None else f"{checker.lag_records} records"
-    lines.append(_field_line("Lag", lag))
-    lines.append(_field_line(f"Batches, last {RECENT_WINDOW_MS // 60_000} min", str(checker.batches_recent)))
+    lines.append(field_line("Lag", lag))
+    lines.append(field_line(f"Batches, last {RECENT_WINDOW_MS // 60_000} min", str(checker.batches_recent)))
     return lines
 
 

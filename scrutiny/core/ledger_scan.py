@@ -255,7 +255,7 @@ def scan_retried(
     return _deep_step(item, [step.outcome], step.state, stuck_seen=_STUCK in {k[0] for k in state.open})
 
 
-def gone(ledger_id: int, open_keys: Iterable[ViolationKey]) -> Outcome:
+def gone(open_keys: Iterable[ViolationKey]) -> Outcome:
     """A ledger no longer in ZooKeeper: every violation still open for it is resolved."""
     return Outcome(resolved=tuple(dict.fromkeys(open_keys)))
 

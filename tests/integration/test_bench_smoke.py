@@ -36,3 +36,23 @@ def test_listing_benches_quick_run(module: str) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "listings/s" in done.stdout
+
+
+def test_scan_bench_runs_a_fast_a_deep_and_a_fast_scan() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.scan_bench", "--ledgers", "2000", "--chunk-size", "500"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [
+        line.split() for line in done.stdout.splitlines() if line.startswith(("fast ", "deep ")) and "/" not in line
+    ]
+    assert [row[0] for row in rows] == ["fast", "deep", "fast"]
+    checked = {int(row[5]) for row in rows}
+    assert len(checked) == 1 and 0 < checked.pop() <= 2000  # the same ledgers checked by every scan
+    assert int(rows[1][6]) > 0 and int(rows[0][6]) == int(rows[2][6]) == 0  # only the deep scan asks bookies
+    assert "deep / fast:" in done.stdout

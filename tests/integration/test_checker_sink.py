@@ -51,6 +51,7 @@ def test_a_batch_lands_once_with_its_figures(spark: SparkSession, tmp_path: Path
     registry = metrics.registry
     assert registry.get_sample_value("scrutiny_checker_events_total") == 42  # the re-run is not counted again
     assert registry.get_sample_value("scrutiny_checker_violations_total", {"category": "NO_REPLICA"}) == 1
+    assert registry.get_sample_value("scrutiny_checker_checks_total", {"verdict": "VIOLATED"}) == 1
     assert registry.get_sample_value("scrutiny_checker_lag_records") == 3
     assert registry.get_sample_value("scrutiny_checker_retries_pending") == 1
 

@@ -7,7 +7,8 @@ import signal
 import sys
 import time
 from collections import Counter
-from dataclasses import replace
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
 
 from scrutiny.connectors.sim_generator import generate, parse_fault_mix
+from scrutiny.connectors.sim_model import Scenario
 from scrutiny.connectors.sim_scenario import load_scenario, parse_scenario
 from scrutiny.connectors.sim_state import ClusterState
 from scrutiny.connectors.sql_engine import SqlEngine
@@ -52,48 +54,55 @@ def scan(spark: SparkSession, settings: Settings, **options: object) -> ScanResu
     return ScanRun(spark, settings, ScanOptions(**options)).run()  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class Example:
+    """The example scenario's cluster, running; its settings (also as a configuration file) and ground truth."""
+
+    settings: Settings
+    scenario: Scenario
+    expected: set[ViolationId]
+    config: str
+
+
 @pytest.fixture
-def example(zk_client: KazooClient, service_settings: Settings, tmp_path: Path) -> tuple[Settings, set[ViolationId]]:
+def example(zk_client: KazooClient, service_settings: Settings, tmp_path: Path) -> Iterator[Example]:
     scenario = replace(load_scenario(EXAMPLE), schedule=())
+    settings = harness_settings(service_settings, scenario, zk_client.chroot, "unused", tmp_path)
+    config = str(write_config(settings, tmp_path / "scrutiny.toml"))
     expected = truth_ids(ClusterState.from_scenario(scenario), 0.0)
-    return harness_settings(service_settings, scenario, zk_client.chroot, "unused", tmp_path), expected
+    with simulated_cluster(zk_client, settings, scenario, watch=False):
+        yield Example(settings, scenario, expected, config)
 
 
 def test_deep_scan_finds_the_truth_writes_it_and_a_rescan_resolves_a_deleted_ledger(
-    spark: SparkSession, zk_client: KazooClient, example: tuple[Settings, set[ViolationId]]
+    spark: SparkSession, zk_client: KazooClient, example: Example
 ) -> None:
-    settings, expected = example
-    scenario = replace(load_scenario(EXAMPLE), schedule=())
+    settings, expected, scenario = example.settings, example.expected, example.scenario
     data = settings.checker.data_dir
-    with simulated_cluster(zk_client, settings, scenario, watch=False):
-        result = scan(spark, settings, chunk_size=7)
-        assert not result.interrupted and result.examined == result.selected == len(scenario.ledgers)
-        assert found_ids(result) == expected
-        assert open_ids(data) == expected
-        runs = table_rows(data, "checker_runs")
-        assert {r["source"] for r in runs} == {"scan"} and {r["run_id"] for r in runs} == {result.scan_id}
-        assert sorted(r["batch_id"] for r in runs) == list(range(result.batches))
-        checks = table_rows(data, "ledger_checks")
-        closed = {s.ledger_id for s in scenario.ledgers if s.closed}
-        assert closed <= {c["ledger_id"] for c in checks} and {c["source"] for c in checks} == {"scan"}
-        assert result.rpcs > 0
+    result = scan(spark, settings, chunk_size=7)
+    assert not result.interrupted and result.examined == result.selected == len(scenario.ledgers)
+    assert found_ids(result) == expected
+    assert open_ids(data) == expected
+    runs = table_rows(data, "checker_runs")
+    assert {r["source"] for r in runs} == {"scan"} and {r["run_id"] for r in runs} == {result.scan_id}
+    assert sorted(r["batch_id"] for r in runs) == list(range(result.batches))
+    checks = table_rows(data, "ledger_checks")
+    closed = {s.ledger_id for s in scenario.ledgers if s.closed}
+    assert closed <= {c["ledger_id"] for c in checks} and {c["source"] for c in checks} == {"scan"}
+    assert result.rpcs > 0
 
-        lost = next(lid for lid, category, _ in sorted(expected) if category == "NO_REPLICA")
-        zk_client.delete(ledger_path(lost, root=settings.zookeeper.ledgers_root))
-        again = scan(spark, settings)
-        assert found_ids(again) == {v for v in expected if v[0] != lost}
-        assert open_ids(data) == {v for v in expected if v[0] != lost}
-        resolved = [r for r in table_rows(data, "open_violations") if r["resolved_at"] is not None]
-        assert {r["ledger_id"] for r in resolved} == {lost}
+    lost = next(lid for lid, category, _ in sorted(expected) if category == "NO_REPLICA")
+    zk_client.delete(ledger_path(lost, root=settings.zookeeper.ledgers_root))
+    again = scan(spark, settings)
+    assert found_ids(again) == {v for v in expected if v[0] != lost}
+    assert open_ids(data) == {v for v in expected if v[0] != lost}
+    resolved = [r for r in table_rows(data, "open_violations") if r["resolved_at"] is not None]
+    assert {r["ledger_id"] for r in resolved} == {lost}
 
 
-def test_fast_scan_reports_only_what_metadata_decides_and_asks_no_bookie(
-    spark: SparkSession, zk_client: KazooClient, example: tuple[Settings, set[ViolationId]]
-) -> None:
-    settings, expected = example
-    scenario = replace(load_scenario(EXAMPLE), schedule=())
-    with simulated_cluster(zk_client, settings, scenario, watch=False):
-        result = scan(spark, settings, mode=ScanMode.FAST)
+def test_fast_scan_reports_only_what_metadata_decides_and_asks_no_bookie(spark: SparkSession, example: Example) -> None:
+    settings, expected = example.settings, example.expected
+    result = scan(spark, settings, mode=ScanMode.FAST)
     # BOOKIE_NOT_REGISTERED from an unanswered bookie needs the bookies; from metadata, registration is certain.
     fast_truth = {v for v in expected if v[1] in FAST_VALUES}
     assert fast_truth and result.rpcs == 0
@@ -102,11 +111,8 @@ def test_fast_scan_reports_only_what_metadata_decides_and_asks_no_bookie(
     assert {c["bookies_asked"] for c in checks} == {0}
 
 
-def test_selection_by_ledger_range_and_by_bookie(
-    spark: SparkSession, zk_client: KazooClient, example: tuple[Settings, set[ViolationId]]
-) -> None:
-    settings, expected = example
-    scenario = replace(load_scenario(EXAMPLE), schedule=())
+def test_selection_by_ledger_range_and_by_bookie(spark: SparkSession, example: Example) -> None:
+    settings, expected, scenario = example.settings, example.expected, example.scenario
     some = sorted({lid for lid, _, _ in expected})[:2]
     bookie = next(b for _, c, b in sorted(expected) if c == "MISSING_REPLICA" and b)
     unreadable = {lid for lid, category, _ in expected if category == "METADATA_UNREADABLE"}
@@ -114,9 +120,8 @@ def test_selection_by_ledger_range_and_by_bookie(
     with_bookie = {
         s.ledger_id for s in scenario.ledgers if any(bookie in seg.ensemble for seg in s.segments)
     } - unreadable
-    with simulated_cluster(zk_client, settings, scenario, watch=False):
-        ranged = scan(spark, settings, selection=parse_ledger_selection(",".join(map(str, some))))
-        by_bookie = scan(spark, settings, bookie=bookie)
+    ranged = scan(spark, settings, selection=parse_ledger_selection(",".join(map(str, some))))
+    by_bookie = scan(spark, settings, bookie=bookie)
     assert ranged.selected == 2 and found_ids(ranged) == {v for v in expected if v[0] in some}
     assert by_bookie.selected == len(with_bookie)
     assert found_ids(by_bookie) == {v for v in expected if v[0] in with_bookie}
@@ -124,31 +129,27 @@ def test_selection_by_ledger_range_and_by_bookie(
 
 def test_cli_exit_codes_summary_and_json(
     spark: SparkSession,
-    zk_client: KazooClient,
-    example: tuple[Settings, set[ViolationId]],
+    example: Example,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    settings, expected = example
-    scenario = replace(load_scenario(EXAMPLE), schedule=())
-    config = str(write_config(settings, tmp_path / "scrutiny.toml"))
+    settings, expected, scenario, config = example.settings, example.expected, example.scenario, example.config
     violated = {lid for lid, _, _ in expected}
     healthy = next(s.ledger_id for s in scenario.ledgers if s.closed and s.ledger_id not in violated)
     critical = next(lid for lid, category, _ in sorted(expected) if category == "NO_REPLICA")
-    with simulated_cluster(zk_client, settings, scenario, watch=False):
-        assert main(["scan", "--config", config, "--ledgers", str(healthy)]) == 0
-        text = capsys.readouterr().out
-        assert text.splitlines()[-1] == "Status: HEALTHY"
-        assert "Ledgers selected:" in text and "(deep)" in text
+    assert main(["scan", "--config", config, "--ledgers", str(healthy)]) == 0
+    text = capsys.readouterr().out
+    assert text.splitlines()[-1] == "Status: HEALTHY"
+    assert f" Ledgers selected:           1 ({healthy})" in text.splitlines() and "(deep)" in text
 
-        assert main(["scan", "--config", config, "--ledgers", str(critical), "--format", "json"]) == 1
-        document = json.loads(capsys.readouterr().out)
-        assert document["status"] == "UNHEALTHY" and document["by_severity"]["critical"] >= 1
-        assert document["worst_ledgers"][0]["ledger_id"] == critical
-        assert document["scan"]["ledgers_selected"] == 1 and document["scan"]["mode"] == "deep"
+    assert main(["scan", "--config", config, "--ledgers", str(critical), "--format", "json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert document["status"] == "UNHEALTHY" and document["by_severity"]["critical"] >= 1
+    assert document["worst_ledgers"][0]["ledger_id"] == critical
+    assert document["scan"]["ledgers_selected"] == 1 and document["scan"]["mode"] == "deep"
 
-        assert main(["scan", "--config", config, "--fast", "--fail-on", "info"]) == 1
-        assert capsys.readouterr().out.splitlines()[-1] == "Status: UNHEALTHY"
+    assert main(["scan", "--config", config, "--fast", "--fail-on", "info"]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "Status: UNHEALTHY"
 
     absent = replace(settings, zookeeper=replace(settings.zookeeper, ledgers_root="/absent"))
     assert main(["scan", "--config", str(write_config(absent, tmp_path / "absent.toml"))]) == 2
@@ -206,42 +207,39 @@ def _rows(data: str, table: str) -> list[dict[str, Any]]:
 def test_fix_dry_run_plans_and_fix_marks_exactly_the_ledgers_with_missing_replicas(
     spark: SparkSession,
     zk_client: KazooClient,
-    example: tuple[Settings, set[ViolationId]],
+    example: Example,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    settings, expected = example
-    scenario = replace(load_scenario(EXAMPLE), schedule=())
-    config = str(write_config(settings, tmp_path / "scrutiny.toml"))
+    settings, expected, config = example.settings, example.expected, example.config
     root = settings.zookeeper.ledgers_root
     missing: dict[int, set[str]] = {}
     for lid, category, bookie in expected:
         if category == "MISSING_REPLICA" and bookie:
             missing.setdefault(lid, set()).add(bookie)
-    with simulated_cluster(zk_client, settings, scenario, watch=False):
-        _, marked_before = read_recovery_state(zk_client, root)
-        to_mark = set(missing) - marked_before
-        assert to_mark == set(missing)  # a marked ledger's missing replicas are being repaired: not reported
+    _, marked_before = read_recovery_state(zk_client, root)
+    to_mark = set(missing) - marked_before
+    assert to_mark == set(missing)  # a marked ledger's missing replicas are being repaired: not reported
 
-        assert main(["scan", "--config", config, "--fix", "--dry-run"]) == 1
-        out = capsys.readouterr().out
-        assert "Fix plan (dry run: nothing changed):" in out
-        for lid in missing:
-            assert any(line.startswith("MARK ") and f"ledger={lid} " in line for line in out.splitlines()), lid
-        assert read_recovery_state(zk_client, root)[1] == marked_before
-        assert not (Path(settings.checker.data_dir) / "repair_actions").exists()
+    assert main(["scan", "--config", config, "--fix", "--dry-run"]) == 1
+    out = capsys.readouterr().out
+    assert "Fix plan (dry run: nothing changed):" in out
+    for lid in missing:
+        assert any(line.startswith("MARK ") and f"ledger={lid} " in line for line in out.splitlines()), lid
+    assert read_recovery_state(zk_client, root)[1] == marked_before
+    assert not (Path(settings.checker.data_dir) / "repair_actions").exists()
 
-        assert main(["scan", "--config", config, "--fix", "--format", "json"]) == 1
-        document = json.loads(capsys.readouterr().out)
-        assert {a["ledger_id"] for a in document["fix"]["actions"] if a["action"] == "MARKED"} == to_mark
-        assert read_recovery_state(zk_client, root)[1] == marked_before | to_mark
-        for lid in to_mark:
-            data, _ = zk_client.get(underreplication_path(lid, root=root))
-            mark = parse_underreplication_mark(data)
-            assert mark.replicas == tuple(sorted(missing[lid])) and mark.ctime_ms is not None
-        log = read_repair_log(settings.checker.data_dir).to_pylist()
-        assert {r["ledger_id"] for r in log if r["action"] == "MARKED"} == to_mark
-        assert {r["run_id"] for r in log} == {document["scan"]["scan_id"]}
-        with SqlEngine(settings.checker.data_dir) as engine:  # `scrutiny sql` sees the record too
-            marked = engine.query("SELECT ledger_id FROM repair_actions WHERE action = 'MARKED'").rows
-        assert {row[0] for row in marked} == to_mark
+    assert main(["scan", "--config", config, "--fix", "--format", "json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert {a["ledger_id"] for a in document["fix"]["actions"] if a["action"] == "MARKED"} == to_mark
+    assert read_recovery_state(zk_client, root)[1] == marked_before | to_mark
+    for lid in to_mark:
+        data, _ = zk_client.get(underreplication_path(lid, root=root))
+        mark = parse_underreplication_mark(data)
+        assert mark.replicas == tuple(sorted(missing[lid])) and mark.ctime_ms is not None
+    log = read_repair_log(settings.checker.data_dir).to_pylist()
+    assert {r["ledger_id"] for r in log if r["action"] == "MARKED"} == to_mark
+    assert {r["run_id"] for r in log} == {document["scan"]["scan_id"]}
+    with SqlEngine(settings.checker.data_dir) as engine:  # `scrutiny sql` sees the record too
+        marked = engine.query("SELECT ledger_id FROM repair_actions WHERE action = 'MARKED'").rows
+    assert {row[0] for row in marked} == to_mark

@@ -220,7 +220,7 @@ def test_deep_after_the_last_retry_a_registered_silent_bookie_is_unresponsive() 
 
 
 def test_gone_resolves_everything_open() -> None:
-    outcome = gone(7, [MISSING_B2, ("NO_REPLICA", "", -1), MISSING_B2])
+    outcome = gone([MISSING_B2, ("NO_REPLICA", "", -1), MISSING_B2])
     assert sorted(outcome.resolved) == sorted([MISSING_B2, ("NO_REPLICA", "", -1)])
 
 

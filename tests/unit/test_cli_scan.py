@@ -1,0 +1,57 @@
+"""The scan command's own output: progress on standard error and the figures block."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from scrutiny.core.ledger_scan import ScanMode, parse_ledger_selection
+from scrutiny.streaming.cli_scan import ProgressLine, scan_json, scan_lines
+from scrutiny.streaming.scan_job import ScanResult
+from scrutiny.streaming.settings import load_settings
+
+pytestmark = pytest.mark.unit
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_lines_are_rate_limited_but_keep_the_first_and_last_step() -> None:
+    out = io.StringIO()
+    progress = ProgressLine(out, every_s=3600)
+    progress.update("ledger nodes found", 5, None)
+    progress.update("ledgers checked", 0, 100)
+    progress.update("ledgers checked", 40, 100)  # within the interval: not shown
+    progress.update("ledgers checked", 100, 100)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "scan: ledger nodes found 5"
+    assert len(lines) == 3 and "0/100" in lines[1] and "40/100" not in out.getvalue()
+    assert lines[2].startswith("scan: [" + "#" * 30 + "] 100/100 ledgers checked")
+
+
+def test_on_a_terminal_one_line_is_rewritten_and_ended() -> None:
+    out = Terminal()
+    progress = ProgressLine(out, every_s=0)
+    progress.update("ledgers checked", 0, 10)
+    progress.update("ledgers checked", 5, 10)
+    progress.note("stopping safely")
+    text = out.getvalue()
+    assert text.count("\r\033[K") == 2 and "[" + "#" * 15 + "." * 15 + "] 5/10" in text
+    assert text.endswith("\nscan: stopping safely\n")
+    progress.done()
+    assert out.getvalue() == text  # nothing left open
+
+
+def test_the_figures_block_names_the_selection_and_the_rate() -> None:
+    result = ScanResult("scan-1", ScanMode.FAST, 0, ledgers_in_zookeeper=10, selected=4, examined=4, checked=3)
+    result.check_seconds = 2.0
+    selection = parse_ledger_selection("1-3,9").describe()
+    lines = scan_lines(result, "data", load_settings(env={}), selection=selection)
+    assert " Ledgers selected:           4 (1-3,9)" in lines
+    assert " Skipped (open, unsealed):   1" in lines
+    assert any(line.endswith("(2 ledgers/s)") for line in lines)
+    document = scan_json(result, "data")
+    assert document["ledgers_skipped"] == 1 and document["mode"] == "fast" and not document["interrupted"]
