@@ -29,7 +29,6 @@ from kazoo.handlers.threading import KazooTimeoutError
 from pyspark.sql import SparkSession
 
 from scrutiny.connectors.delta_tables import CheckerTables, TableError, read_table
-from scrutiny.connectors.listing_fetch import fetch_config_from_settings
 from scrutiny.connectors.table_schemas import OPEN_VIOLATIONS, RunRecord, output_table
 from scrutiny.connectors.watch_state import ClusterView as ObservedCluster
 from scrutiny.connectors.zk_tree import TreeLayout, read_cluster
@@ -166,7 +165,7 @@ class ScanRun:
         return result
 
     def _config(self, snapshot: Snapshot) -> ScanConfig:
-        job = job_config(self.settings, fetch_config_from_settings(self.settings.bookies), source=SOURCE)
+        job = job_config(self.settings, source=SOURCE)
         return ScanConfig(
             mode=self.options.mode,
             tracker=job.tracker,
