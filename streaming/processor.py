@@ -125,7 +125,7 @@ class LedgerProcessor(StatefulProcessor):
         answers = self._fetch(wanted)
         records: list[Record] = []
         for ledger_id, (timed, found) in stepped.items():
-            step, more = timed, []
+            step, more = timed, list[Record]()
             if ledger_id in wanted:
                 try:
                     step, more = self._answered(ledger_id, timed, answers[ledger_id], now_ms)
