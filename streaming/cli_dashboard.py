@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping
 
 from scrutiny.streaming.cli_io import InputError
-from scrutiny.streaming.cli_report import stall_after_ms
+from scrutiny.streaming.cli_report import count_argument, stall_after_ms
 from scrutiny.streaming.dashboard_app import DEFAULT_REFRESH_SECONDS, create_app
 from scrutiny.streaming.dashboard_data import check_data_dir
 from scrutiny.streaming.dashboard_server import DashboardServer, is_loopback
@@ -26,6 +26,7 @@ from scrutiny.streaming.settings import load_settings
 TOKEN_ENV = "SCRUTINY_DASHBOARD_TOKEN"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8050
+_MAX_PORT = 65535
 _TOKEN_BYTES = 32
 
 
@@ -61,12 +62,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 0..65535, got {value}")
+    value = count_argument(text)
+    if value > _MAX_PORT:
+        raise argparse.ArgumentTypeError(f"a port is 0..{_MAX_PORT}, got {value}")
     return value
 
 

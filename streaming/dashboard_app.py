@@ -94,7 +94,7 @@ def create_app(
     app.layout = build_layout(refresh_seconds, str(data_dir))
 
     def load() -> Snapshot:
-        now = clock() if clock is not None else datetime.now(UTC)
+        now = None if clock is None else clock()  # None: load_snapshot takes the current time
         return load_snapshot(data_dir, now=now, worst=worst, stall_after_ms=stall_after_ms)
 
     cache = SnapshotCache(load, max_age_s=min(1.0, refresh_seconds / 2))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import json
 import logging
 import typing
@@ -153,10 +154,9 @@ def load_snapshot(
             return None
 
     with engine:
-        open_rows = section("open violations", lambda: _open_violations(engine))
-        worst_ledgers = None
-        if open_rows is not None:
-            worst_ledgers = section("worst ledgers", lambda: _worst_ledgers(engine, open_rows, worst))
+        opened = section("open violations", lambda: _open_summary(engine, worst))
+        overview, ranked = opened if opened is not None else (None, None)
+        worst_ledgers = None if ranked is None else section("worst ledgers", lambda: _worst_ledgers(engine, ranked))
         categories = section("categories", lambda: _categories(engine))
         timeline = section("timeline", lambda: _timeline(engine, moment))
         bookies = section("bookies", lambda: _bookies(engine))
@@ -171,7 +171,7 @@ def load_snapshot(
         generated_at=moment,
         missing_tables=missing,
         problems=tuple(problems),
-        overview=None if open_rows is None else _overview(open_rows),
+        overview=overview,
         categories=categories,
         timeline=timeline,
         worst=worst_ledgers,
@@ -198,26 +198,18 @@ def _int(value: object) -> int:
     return int(_number(value))
 
 
-def _opt_int(value: object) -> int | None:
-    return None if value is None else _int(value)
-
-
-def _opt_number(value: object) -> float | None:
-    return None if value is None else _number(value)
-
-
-def _opt_str(value: object) -> str | None:
-    return None if value is None else str(value)
-
-
 def _time(value: object) -> datetime:
     if not isinstance(value, datetime):
         raise TypeError(f"expected a timestamp, got {value!r}")
     return value.astimezone(UTC) if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-def _opt_time(value: object) -> datetime | None:
-    return None if value is None else _time(value)
+def _optional(convert: Callable[[object], _T]) -> Callable[[object], _T | None]:
+    """``convert`` that passes None (a null column) through."""
+    return lambda value: None if value is None else convert(value)
+
+
+_opt_str: Final = _optional(str)
 
 
 def _epoch_ms(moment: datetime) -> int:
@@ -247,19 +239,22 @@ def _open_violations(engine: SqlEngine) -> list[OpenViolation]:
     return rows
 
 
-def _overview(rows: Sequence[OpenViolation]) -> Overview:
-    summary = summarize(rows, worst=0)
-    return Overview(
+def _open_summary(engine: SqlEngine, worst: int) -> tuple[Overview, tuple[LedgerFindings, ...]]:
+    """The open violations summarized once: the overview and the ``worst`` worst ledgers, ranked as the report ranks."""
+    rows = _open_violations(engine)
+    summary = summarize(rows, worst=worst)
+    overview = Overview(
         status=summary.status,
         open_total=summary.open_violations,
         ledgers_affected=summary.ledgers_affected,
         by_severity={severity.value: count for severity, count in summary.by_severity.items()},
         data_loss_ledgers=len({row.ledger_id for row in rows if row.category in DATA_LOSS_CATEGORIES}),
     )
+    return overview, summary.worst
 
 
-def _worst_ledgers(engine: SqlEngine, rows: Sequence[OpenViolation], worst: int) -> tuple[WorstLedger, ...]:
-    ranked = summarize(rows, worst=worst).worst
+def _worst_ledgers(engine: SqlEngine, ranked: Sequence[LedgerFindings]) -> tuple[WorstLedger, ...]:
+    """The ranked ledgers with their evidence from ``violations``."""
     if not ranked:
         return ()
     evidence = _evidence(engine, [ledger.ledger_id for ledger in ranked])
@@ -353,21 +348,12 @@ def _run_text(first: int, last: int) -> str:
 def _group_text(group: SequenceGroup) -> str:
     if group.contiguous:
         return _run_text(group.first, group.last)
-    runs = list(_first_runs(group, 3))
+    runs = list(itertools.islice(group.run_bounds(), 3))
     if group.runs <= 3:
         return ", ".join(_run_text(first, last) for first, last in runs)
     head = ", ".join(_run_text(first, last) for first, last in runs[:2])
     tail = _run_text(group.last_start, group.last)
     return f"{head}, ..., {tail} (every {group.period})"
-
-
-def _first_runs(group: SequenceGroup, count: int) -> list[tuple[int, int]]:
-    runs: list[tuple[int, int]] = []
-    for bounds in group.run_bounds():
-        runs.append(bounds)
-        if len(runs) == count:
-            break
-    return runs
 
 
 # --- the views
@@ -422,11 +408,11 @@ _CONVERSIONS: Final[Mapping[object, Callable[[object], object]]] = {
     str: str,
     str | None: _opt_str,
     int: _int,
-    int | None: _opt_int,
+    int | None: _optional(_int),
     float: _number,
-    float | None: _opt_number,
+    float | None: _optional(_number),
     datetime: _time,
-    datetime | None: _opt_time,
+    datetime | None: _optional(_time),
 }
 
 

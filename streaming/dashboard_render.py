@@ -8,7 +8,7 @@ a figure that does not apply shows "–".
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Final
 
@@ -24,15 +24,23 @@ from scrutiny.streaming.dashboard_charts import (
     timeline_chart,
     under_replication_chart,
 )
-from scrutiny.streaming.dashboard_snapshot import NO_DATA, SEVERITIES, BookieHealth, Snapshot, StuckLedger, WorstLedger
+from scrutiny.streaming.dashboard_layout import NUMBER_IDS
+from scrutiny.streaming.dashboard_snapshot import (
+    NO_DATA,
+    SEVERITIES,
+    BookieHealth,
+    CheckerHealth,
+    Coverage,
+    Latency,
+    Overview,
+    Snapshot,
+    StuckLedger,
+    WorstLedger,
+)
 
 __all__ = ["render"]
 
 _DASH: Final = "–"
-
-
-def _count(value: int | None) -> str:
-    return NO_DATA if value is None else str(value)
 
 
 def _ms_text(value: int | None) -> str:
@@ -122,7 +130,7 @@ def _worst_table(worst: Sequence[WorstLedger] | None) -> Component:
                     ),
                     html.Td(", ".join(ledger.categories), id=f"worst-ledger-{i}-categories"),
                     html.Td(
-                        _count(ledger.entries_affected) if ledger.entries_affected is not None else _DASH,
+                        _DASH if ledger.entries_affected is None else str(ledger.entries_affected),
                         id=f"worst-ledger-{i}-entries",
                         className="num",
                     ),
@@ -189,43 +197,24 @@ def _notes(snapshot: Snapshot) -> list[Component]:
 
 def render(snapshot: Snapshot) -> dict[tuple[str, str], object]:
     """The value of every output of the page for ``snapshot``, keyed by (element id, property)."""
-    values: dict[tuple[str, str], object] = {}
-
-    def text(element_id: str, value: str) -> None:
-        values[(element_id, "children")] = value
-
-    overview = snapshot.overview
-    text("status", _DASH if overview is None else overview.status)
+    overview, checker = snapshot.overview, snapshot.checker
+    texts = dict.fromkeys(NUMBER_IDS, NO_DATA)  # the figures of the sections that are None
+    texts["status"] = _DASH
+    texts["generated-at"] = _when(snapshot.generated_at)
+    if overview is not None:
+        texts |= _overview_texts(overview)
+    if snapshot.coverage is not None:
+        texts |= _coverage_texts(snapshot.coverage)
+    if snapshot.latency is not None:
+        texts |= _latency_texts(snapshot.latency)
+    if snapshot.under_replication is not None:
+        texts |= _stuck_texts(snapshot.under_replication)
+    if checker is not None:
+        texts |= _checker_texts(checker)
+    values: dict[tuple[str, str], object] = {(element_id, "children"): text for element_id, text in texts.items()}
     status_class = "unknown" if overview is None else ("healthy" if overview.status == HEALTHY else "unhealthy")
     values[("status", "className")] = f"status {status_class}"
-    text("generated-at", _when(snapshot.generated_at))
-    for severity in SEVERITIES:
-        text(f"open-{severity}", _count(None if overview is None else overview.by_severity.get(severity, 0)))
-    text("open-total", _count(None if overview is None else overview.open_total))
-    text("ledgers-affected", _count(None if overview is None else overview.ledgers_affected))
-    text("data-loss-ledgers", _count(None if overview is None else overview.data_loss_ledgers))
-
-    coverage = snapshot.coverage
-    if coverage is None:
-        for name in ("percent", "closed", "verified", "unverified", "oldest"):
-            text(f"coverage-{name}", NO_DATA)
-    else:
-        text("coverage-percent", _DASH if coverage.coverage is None else f"{coverage.coverage * 100:.1f} %")
-        text("coverage-closed", str(coverage.closed_ledgers))
-        text("coverage-verified", str(coverage.verified_ledgers))
-        text("coverage-unverified", str(coverage.unverified_ledgers))
-        text("coverage-oldest", _when(coverage.oldest_verification))
-    latency = snapshot.latency
-    text("latency-checks", _count(None if latency is None else latency.checks))
-    for name in ("p50", "p90", "p99"):
-        text(f"latency-{name}", NO_DATA if latency is None else _ms_text(getattr(latency, f"{name}_ms")))
-
-    stuck = snapshot.under_replication
-    text("under-replication-count", _count(None if stuck is None else len(stuck)))
-    oldest = None if not stuck else max(row.age_hours for row in stuck)
-    text("under-replication-oldest", NO_DATA if stuck is None else (_DASH if oldest is None else f"{oldest:.2f}"))
-
-    _render_checker(snapshot, text, values)
+    values[("checker-state", "className")] = "" if checker is None else ("stalled" if checker.stalled else "running")
     values[("data-notes", "children")] = _notes(snapshot)
     values[("worst-ledgers", "children")] = _worst_table(snapshot.worst)
     values[("bookie-table", "children")] = _bookie_table(snapshot.bookies)
@@ -239,27 +228,51 @@ def render(snapshot: Snapshot) -> dict[tuple[str, str], object]:
     return values
 
 
-def _render_checker(
-    snapshot: Snapshot, text: Callable[[str, str], None], values: dict[tuple[str, str], object]
-) -> None:
-    checker = snapshot.checker
-    names = ("last-batch-id", "last-batch-at", "last-batch-age", "last-batch-duration", "checker-lag")
-    if checker is None:
-        for name in (*names, "batches-per-minute", "events-last-hour", "checks-last-hour", "violations-last-hour"):
-            text(name, NO_DATA)
-        text("checker-state", NO_DATA)
-        values[("checker-state", "className")] = ""
-        return
-    idle_ms = int(checker.seconds_since_last_batch * 1000)
-    state = f"stalled ({format_duration_ms(idle_ms)} idle)" if checker.stalled else "running"
-    text("checker-state", state)
-    values[("checker-state", "className")] = "stalled" if checker.stalled else "running"
-    text("last-batch-id", str(checker.last_batch_id))
-    text("last-batch-at", _when(checker.last_batch_at))
-    text("last-batch-age", f"{format_duration_ms(idle_ms)}")
-    text("last-batch-duration", _ms_text(checker.last_duration_ms))
-    text("checker-lag", "unknown" if checker.last_lag_records is None else str(checker.last_lag_records))
-    text("batches-per-minute", f"{checker.batches_per_minute:.1f}")
-    text("events-last-hour", str(checker.events_last_hour))
-    text("checks-last-hour", str(checker.checks_last_hour))
-    text("violations-last-hour", str(checker.violations_last_hour))
+def _overview_texts(overview: Overview) -> dict[str, str]:
+    return {
+        "status": overview.status,
+        **{f"open-{severity}": str(overview.by_severity.get(severity, 0)) for severity in SEVERITIES},
+        "open-total": str(overview.open_total),
+        "ledgers-affected": str(overview.ledgers_affected),
+        "data-loss-ledgers": str(overview.data_loss_ledgers),
+    }
+
+
+def _coverage_texts(coverage: Coverage) -> dict[str, str]:
+    return {
+        "coverage-percent": _DASH if coverage.coverage is None else f"{coverage.coverage * 100:.1f} %",
+        "coverage-closed": str(coverage.closed_ledgers),
+        "coverage-verified": str(coverage.verified_ledgers),
+        "coverage-unverified": str(coverage.unverified_ledgers),
+        "coverage-oldest": _when(coverage.oldest_verification),
+    }
+
+
+def _latency_texts(latency: Latency) -> dict[str, str]:
+    return {
+        "latency-checks": str(latency.checks),
+        "latency-p50": _ms_text(latency.p50_ms),
+        "latency-p90": _ms_text(latency.p90_ms),
+        "latency-p99": _ms_text(latency.p99_ms),
+    }
+
+
+def _stuck_texts(stuck: Sequence[StuckLedger]) -> dict[str, str]:
+    oldest = f"{max(row.age_hours for row in stuck):.2f}" if stuck else _DASH
+    return {"under-replication-count": str(len(stuck)), "under-replication-oldest": oldest}
+
+
+def _checker_texts(checker: CheckerHealth) -> dict[str, str]:
+    idle = format_duration_ms(int(checker.seconds_since_last_batch * 1000))
+    return {
+        "checker-state": f"stalled ({idle} idle)" if checker.stalled else "running",
+        "last-batch-id": str(checker.last_batch_id),
+        "last-batch-at": _when(checker.last_batch_at),
+        "last-batch-age": idle,
+        "last-batch-duration": _ms_text(checker.last_duration_ms),
+        "checker-lag": "unknown" if checker.last_lag_records is None else str(checker.last_lag_records),
+        "batches-per-minute": f"{checker.batches_per_minute:.1f}",
+        "events-last-hour": str(checker.events_last_hour),
+        "checks-last-hour": str(checker.checks_last_hour),
+        "violations-last-hour": str(checker.violations_last_hour),
+    }

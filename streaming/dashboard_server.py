@@ -119,20 +119,16 @@ class DashboardServer:
         self.host = host
         family = select_address_family(host, port)
         try:
-            listener = socket.socket(family, socket.SOCK_STREAM)
+            # the server holds its own duplicate of the socket: this one is closed on leaving the block
+            with socket.socket(family, socket.SOCK_STREAM) as listener:
+                listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                listener.bind(get_sockaddr(host, port, family))
+                listener.listen(128)
+                self._server: BaseWSGIServer = make_server(
+                    host, port, app.server, threaded=True, request_handler=_QuietHandler, fd=listener.fileno()
+                )
         except OSError as error:
             raise DashboardError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
-        try:
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            listener.bind(get_sockaddr(host, port, family))
-            listener.listen(128)
-            self._server: BaseWSGIServer = make_server(
-                host, port, app.server, threaded=True, request_handler=_QuietHandler, fd=listener.fileno()
-            )
-        except OSError as error:
-            raise DashboardError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
-        finally:
-            listener.close()  # the server holds its own duplicate of the socket
         self._thread: threading.Thread | None = None
 
     @property

@@ -1,15 +1,16 @@
 """The dashboard served over HTTP on 127.0.0.1 and driven by Debian's Chromium through Playwright.
 
-The tables hold the known data set of tests/unit/test_dashboard_data.py (written two hours before the test runs);
-the page must show its figures, follow a batch appended while it is open (live refresh, no reload), and, when
-started with a token, answer 401 to every request without it. The browser is /usr/bin/chromium: never downloaded,
-and its absence fails the tests (scripts/setup installs it).
+The tables hold the known data set of tests/unit/dashboard_tables.py, written once, two hours before the tests run
+(the test that appends a batch works on a copy). The page must show its figures, follow a batch appended while it
+is open (live refresh, no reload), and, when started with a token, answer 401 to every request without it. The
+browser is /usr/bin/chromium: never downloaded, and its absence fails the tests (scripts/setup installs it).
 """
 
 from __future__ import annotations
 
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from scrutiny.streaming.cli_dashboard import TOKEN_ENV
 from scrutiny.streaming.dashboard_app import create_app
 from scrutiny.streaming.dashboard_server import TOKEN_COOKIE, DashboardServer
-from tests.unit.test_dashboard_data import (
+from tests.unit.dashboard_tables import (
     B1,
     B2,
     B3,
@@ -65,11 +66,18 @@ def browser() -> Iterator[Browser]:
             launched.close()
 
 
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    path = tmp_path / "data"
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The data set, read-only: shared by the tests of this module."""
+    path = tmp_path_factory.mktemp("dashboard") / "data"
     write_known_tables(path, datetime.now(UTC) - timedelta(hours=2))
     return path
+
+
+@pytest.fixture
+def live_data_dir(data_dir: Path, tmp_path: Path) -> Path:
+    """A copy of the data set for a test that appends batches."""
+    return Path(shutil.copytree(data_dir, tmp_path / "data"))
 
 
 def serve(data_dir: Path, *, token: str | None = None) -> DashboardServer:
@@ -79,8 +87,8 @@ def serve(data_dir: Path, *, token: str | None = None) -> DashboardServer:
 
 
 @pytest.fixture
-def dashboard(data_dir: Path) -> Iterator[DashboardServer]:
-    server = serve(data_dir)
+def dashboard(live_data_dir: Path) -> Iterator[DashboardServer]:
+    server = serve(live_data_dir)
     try:
         yield server
     finally:
@@ -92,7 +100,7 @@ def text_of(page: Page, element_id: str) -> str:
 
 
 def test_the_page_shows_the_tables_and_follows_new_batches(
-    browser: Browser, dashboard: DashboardServer, data_dir: Path, tmp_path: Path
+    browser: Browser, dashboard: DashboardServer, live_data_dir: Path, tmp_path: Path
 ) -> None:
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     try:
@@ -122,7 +130,7 @@ def test_the_page_shows_the_tables_and_follows_new_batches(
         assert len(image) > 50_000, len(image)
 
         page.evaluate("window.scrutinyTestMarker = 42")
-        append_live_batch(data_dir, datetime.now(UTC))
+        append_live_batch(live_data_dir, datetime.now(UTC))
         expect(page.locator("#open-critical")).to_have_text(str(EXPECTED_OPEN["critical"] + 1), timeout=15_000)
         expect(page.locator("#last-batch-id")).to_have_text(str(EXPECTED_LAST_BATCH + 1))
         expect(page.locator("#worst-ledger-0-id")).to_have_text("10")

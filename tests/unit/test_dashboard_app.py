@@ -1,38 +1,30 @@
 """The dashboard's page: the values a refresh puts in its elements, the snapshot cache, the layout and the callback.
 
-Over the known data set of tests/unit/test_dashboard_data.py, through Flask's test client (no server, no browser).
+Over the known data set of tests/unit/dashboard_tables.py, through Flask's test client (no server, no browser).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 from scrutiny.streaming.dashboard_app import SnapshotCache, create_app
-from scrutiny.streaming.dashboard_data import load_snapshot
 from scrutiny.streaming.dashboard_layout import NUMBER_IDS
 from scrutiny.streaming.dashboard_render import render
 from scrutiny.streaming.dashboard_snapshot import Snapshot
-from tests.unit.test_dashboard_data import (
-    EXPECTED_COVERAGE_TEXT,
-    EXPECTED_LAST_BATCH,
-    NOW,
-    T0,
-    write_known_tables,
-)
+from tests.unit.dashboard_tables import EXPECTED_COVERAGE_TEXT, EXPECTED_LAST_BATCH, NOW, known_snapshot, known_tables
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("dashboard-app") / "data"
-    write_known_tables(path, T0)
-    return path
+    return known_tables(tmp_path_factory)
 
 
 def test_render_puts_the_numbers_in_their_elements(data_dir: Path) -> None:
-    values = render(load_snapshot(data_dir, now=NOW))
+    values = render(known_snapshot(data_dir))
     texts = {name: values[(name, "children")] for name in NUMBER_IDS}
     assert texts["status"] == "UNHEALTHY"
     assert values[("status", "className")] == "status unhealthy"
@@ -52,6 +44,17 @@ def test_render_puts_the_numbers_in_their_elements(data_dir: Path) -> None:
     assert texts["under-replication-count"] == "1" and texts["under-replication-oldest"] == "12.00"
     table = str(values[("worst-ledgers", "children")])
     assert "worst-ledger-0-id" in table and "b1:3181 (segment 0): 0-4" in table
+
+
+def test_render_shows_a_stalled_checker(data_dir: Path) -> None:
+    snapshot = known_snapshot(data_dir)
+    assert snapshot.checker is not None
+    assert render(snapshot)[("checker-state", "className")] == "running"
+    stalled = dataclasses.replace(snapshot, checker=dataclasses.replace(snapshot.checker, stalled=True))
+    values = render(stalled)
+    assert values[("checker-state", "children")] == "stalled (2 min idle)"
+    assert values[("checker-state", "className")] == "stalled"
+    assert values[("last-batch-age", "children")] == "2 min"
 
 
 def test_snapshot_cache_reloads_only_when_stale() -> None:

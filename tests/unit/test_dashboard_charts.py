@@ -1,8 +1,6 @@
-"""The dashboard's charts: the figures drawn from the known data set of tests/unit/test_dashboard_data.py."""
+"""The dashboard's charts: the figures drawn from the known data set of tests/unit/dashboard_tables.py."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
@@ -14,16 +12,13 @@ from scrutiny.streaming.dashboard_charts import (
     timeline_chart,
     under_replication_chart,
 )
-from scrutiny.streaming.dashboard_data import load_snapshot
 from scrutiny.streaming.dashboard_snapshot import NO_DATA, Snapshot
-from tests.unit.test_dashboard_data import B1, B2, B3, NOW, T0, write_known_tables
+from tests.unit.dashboard_tables import B1, B2, B3, known_snapshot, known_tables
 
 
 @pytest.fixture(scope="module")
 def snapshot(tmp_path_factory: pytest.TempPathFactory) -> Snapshot:
-    path: Path = tmp_path_factory.mktemp("dashboard-charts") / "data"
-    write_known_tables(path, T0)
-    return load_snapshot(path, now=NOW)
+    return known_snapshot(known_tables(tmp_path_factory))
 
 
 def test_category_chart_stacks_severities_worst_first(snapshot: Snapshot) -> None:

@@ -9,14 +9,12 @@ import pytest
 
 from scrutiny.streaming.cli import main
 from scrutiny.streaming.cli_dashboard import TOKEN_ENV, resolve_token
-from tests.unit.test_dashboard_data import T0, write_known_tables
+from tests.unit.dashboard_tables import known_tables
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("dashboard-command") / "data"
-    write_known_tables(path, T0)
-    return path
+    return known_tables(tmp_path_factory)
 
 
 def test_resolve_token() -> None:
@@ -60,10 +58,18 @@ def test_command_exits_2_when_the_port_is_taken(
 
 
 @pytest.mark.parametrize(
-    "args", [["--port", "70000"], ["--port", "x"], ["--refresh-seconds", "0"], ["--refresh-seconds", "-1"]]
+    ("args", "reason"),
+    [
+        (["--port", "70000"], "a port is 0..65535, got 70000"),
+        (["--port", "x"], "expected a whole number, got 'x'"),
+        (["--refresh-seconds", "0"], "must be positive, got 0"),
+        (["--refresh-seconds", "-1"], "must be positive, got -1"),
+    ],
 )
-def test_command_refuses_bad_options(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_command_refuses_bad_options(args: list[str], reason: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["dashboard", *args])
     assert exit_info.value.code == 2
-    assert "dashboard" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "dashboard" in err
+    assert f"argument {args[0]}: {reason}" in err

@@ -1,31 +1,20 @@
 """The dashboard's data over tables of known content: every section of the snapshot, and missing or unreadable tables.
 
-The data set (:func:`write_known_tables`, times relative to ``t0``; the snapshot is taken at ``t0 + 2 h``):
-
-* open, critical: ledger 2 NO_REPLICA (entries 0-4) with MISSING_REPLICA on b1 and b2 (data loss); ledger 1
-  BELOW_ACK_QUORUM with MISSING_REPLICA on b3 (entries 1-2, 4-5, 7-8, re-detected at +30 min); ledger 3
-  UNDER_REPLICATION_STUCK on b3 since t0 - 10 h;
-* open, warning: ledger 4 BELOW_WRITE_QUORUM with MISSING_REPLICA on b1 (entries 10-12), ledger 7 PLACEMENT_FAIL;
-  open, info: ledger 5 ACK_QUORUM_ONE; resolved: ledger 6 MISSING_REPLICA on b2 (at +30 min);
-* checks: ledgers 1, 2, 4, 6, 7 conclusive and closed within the day, 3 UNKNOWN, 8 checked 30 h ago, 9 open;
-* stream batches 0-3 finished at t0, +30 min, +115 min, +118 min (lag 40, 5, 3, 0), and a scan at +119 min.
-
-The other dashboard tests (tests/unit/test_dashboard_*.py, tests/integration/test_dashboard.py) use the same data set.
+The data set and the figures expected of it are in tests/unit/dashboard_tables.py.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from scrutiny.connectors.delta_tables import CheckerTables, table_uri
+from scrutiny.connectors.delta_tables import table_uri
 from scrutiny.connectors.sql_engine import SqlEngine
-from scrutiny.connectors.table_schemas import CHECKER_RUNS, OPEN_VIOLATIONS, VIOLATIONS, RunRecord, output_table
-from scrutiny.core.sequence_groups import SequenceGroup
+from scrutiny.connectors.table_schemas import CHECKER_RUNS, OPEN_VIOLATIONS, VIOLATIONS
 from scrutiny.streaming.dashboard_data import (
     DashboardDataError,
     bucket_seconds,
@@ -43,150 +32,30 @@ from scrutiny.streaming.dashboard_snapshot import (
     Segment,
     Snapshot,
 )
-
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-NOW = T0 + timedelta(hours=2)
-B1, B2, B3 = "b1:3181", "b2:3181", "b3:3181"
-TOPIC_ORDERS = "persistent://shop/orders/payments"
-TOPIC_AUDIT = "persistent://shop/audit/log"
-APP_ID = "dashboard-test"
-STUCK_DETAILS = "marked under-replicated, not repaired"
-
-#: What the page must show for the known tables.
-EXPECTED_OPEN = {"critical": 6, "warning": 3, "info": 1}
-EXPECTED_WORST_ORDER = [2, 1, 3, 4, 7, 5]
-EXPECTED_LAST_BATCH = 3
-EXPECTED_COVERAGE_TEXT = "71.4 %"
-
-
-def entries(first_start: int, last_start: int, size: int, period: int) -> dict[str, object]:
-    group = SequenceGroup.of(first_start, last_start, size, period)
-    return {
-        "entries": json.dumps({"groups": [group.as_list()], "count": group.count}),
-        "entry_count": group.count,
-        "first_entry": group.first,
-        "last_entry": group.last,
-    }
-
-
-def ensemble(*segments: tuple[int, list[str]], quorum: tuple[int, int, int]) -> dict[str, object]:
-    size, write, ack = quorum
-    return {
-        "ensemble": json.dumps([{"first_entry": first, "bookies": bookies} for first, bookies in segments]),
-        "ensemble_size": size,
-        "write_quorum": write,
-        "ack_quorum": ack,
-    }
-
-
-LEDGER1 = ensemble((0, [B1, B2, B3]), quorum=(3, 2, 2)) | {"pulsar_topic": TOPIC_AUDIT}
-LEDGER2 = ensemble((0, [B1, B2]), (5, [B3, B2]), quorum=(2, 2, 2)) | {"pulsar_topic": TOPIC_ORDERS}
-
-
-def violation(
-    t0: datetime, ledger: int, minutes: float, category: str, severity: str, **extra: object
-) -> dict[str, object]:
-    return {
-        "record": "violation",
-        "ledger_id": ledger,
-        "at": t0 + timedelta(minutes=minutes),
-        "category": category,
-        "severity": severity,
-        **extra,
-    }
-
-
-def check(t0: datetime, ledger: int, minutes: float, verdict: str, state: str, *, ms: int | None) -> dict[str, object]:
-    return {
-        "record": "check",
-        "ledger_id": ledger,
-        "at": t0 + timedelta(minutes=minutes),
-        "verdict": verdict,
-        "ledger_state": state,
-        "latency_ms": ms,
-    }
-
-
-def run(t0: datetime, finished_minutes: float, **figures: object) -> RunRecord:
-    finished = t0 + timedelta(minutes=finished_minutes)
-    return RunRecord("run-a", finished - timedelta(seconds=2), finished, **figures)  # type: ignore[arg-type]
-
-
-def known_batches(t0: datetime) -> list[tuple[list[dict[str, object]], RunRecord]]:
-    """The batches of the data set (module docstring), each with its run record."""
-    v, c = violation, check
-    batch0 = [
-        v(t0, 1, 0, "BELOW_ACK_QUORUM", "critical", segment_first_entry=0, **entries(1, 7, 2, 3), **LEDGER1),
-        v(t0, 1, 0, "MISSING_REPLICA", "critical", bookie=B3, segment_first_entry=0, **entries(1, 7, 2, 3), **LEDGER1),
-        v(t0, 2, 0, "NO_REPLICA", "critical", segment_first_entry=0, **entries(0, 0, 5, 0), **LEDGER2),
-        v(t0, 2, 0, "MISSING_REPLICA", "critical", bookie=B1, segment_first_entry=0, **entries(0, 0, 5, 0), **LEDGER2),
-        v(t0, 2, 0, "MISSING_REPLICA", "critical", bookie=B2, segment_first_entry=0, **entries(0, 0, 5, 0), **LEDGER2),
-        v(t0, 3, -600, "UNDER_REPLICATION_STUCK", "critical", bookie=B3, details=STUCK_DETAILS),
-        v(t0, 4, 0, "BELOW_WRITE_QUORUM", "warning", segment_first_entry=0, **entries(10, 10, 3, 0)),
-        v(t0, 4, 0, "MISSING_REPLICA", "warning", bookie=B1, segment_first_entry=0, **entries(10, 10, 3, 0)),
-        v(t0, 5, 0, "ACK_QUORUM_ONE", "info"),
-        v(t0, 6, 0, "MISSING_REPLICA", "warning", bookie=B2, segment_first_entry=0, **entries(0, 0, 2, 0)),
-        c(t0, 1, 0, "VIOLATED", "CLOSED", ms=1500),
-        c(t0, 2, 0, "VIOLATED", "CLOSED", ms=2500),
-        c(t0, 4, 0, "VIOLATED", "CLOSED", ms=800),
-        c(t0, 3, 0, "UNKNOWN", "CLOSED", ms=4000),
-        c(t0, 8, -30 * 60, "HEALTHY", "CLOSED", ms=100_000),
-        c(t0, 9, 0, "HEALTHY", "OPEN", ms=None),
-    ]
-    resolved_6 = {
-        "record": "resolved",
-        "ledger_id": 6,
-        "at": t0 + timedelta(minutes=30),
-        "category": "MISSING_REPLICA",
-        "bookie": B2,
-        "segment_first_entry": 0,
-    }
-    batch1 = [
-        resolved_6,
-        v(t0, 7, 30, "PLACEMENT_FAIL", "warning", segment_first_entry=0),
-        v(t0, 1, 30, "BELOW_ACK_QUORUM", "critical", segment_first_entry=0, **entries(1, 7, 2, 3), **LEDGER1),
-        c(t0, 6, 30, "HEALTHY", "CLOSED", ms=300),
-        c(t0, 7, 30, "VIOLATED", "CLOSED", ms=900),
-        c(t0, 1, 30, "VIOLATED", "CLOSED", ms=1600),
-    ]
-    return [
-        (batch0, run(t0, 0, events=12, ledgers_checked=6, violations=10, lag_records=40)),
-        (batch1, run(t0, 30, events=8, ledgers_checked=3, violations=2, resolved=1, lag_records=5)),
-        ([], run(t0, 115, events=4, lag_records=3)),
-        ([], run(t0, 118, events=2, lag_records=0)),
-    ]
-
-
-def write_known_tables(path: Path, t0: datetime) -> None:
-    """Write the data set under ``path`` with the checker's own writer (plus one scan batch)."""
-    stream = CheckerTables(path, app_id=APP_ID)
-    for batch_id, (rows, record) in enumerate(known_batches(t0)):
-        stream.write_batch(batch_id, output_table(rows), record)
-    scan_end = t0 + timedelta(minutes=119)
-    scan = RunRecord("scan-1", scan_end - timedelta(seconds=5), scan_end, ledgers_checked=9, source="scan")
-    CheckerTables(path, app_id="dashboard-scan").write_batch(0, output_table([]), scan)
-
-
-def append_live_batch(path: Path, at: datetime) -> None:
-    """Batch 4: ledger 10 loses entries 0-19 (NO_REPLICA, critical): one more critical, a new worst ledger."""
-    rows = [
-        violation(at, 10, 0, "NO_REPLICA", "critical", segment_first_entry=0, **entries(0, 0, 20, 0), **LEDGER2),
-        check(at, 10, 0, "VIOLATED", "CLOSED", ms=700),
-    ]
-    record = RunRecord("run-a", at - timedelta(seconds=1), at, events=3, ledgers_checked=1, violations=1, lag_records=1)
-    CheckerTables(path, app_id=APP_ID).write_batch(4, output_table(rows), record)
+from tests.unit.dashboard_tables import (
+    B1,
+    B2,
+    B3,
+    EXPECTED_LAST_BATCH,
+    EXPECTED_OPEN,
+    EXPECTED_WORST_ORDER,
+    NOW,
+    T0,
+    TOPIC_AUDIT,
+    TOPIC_ORDERS,
+    known_snapshot,
+    known_tables,
+)
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("dashboard") / "data"
-    write_known_tables(path, T0)
-    return path
+    return known_tables(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def snapshot(data_dir: Path) -> Snapshot:
-    return load_snapshot(data_dir, now=NOW)
+    return known_snapshot(data_dir)
 
 
 # --- the snapshot
