@@ -16,7 +16,10 @@ while timing, repetitions adapted to the cost of one call):
 * ``compute_verdict`` when the listings are in BookKeeper's one-group-per-run form;
 * ``compute_verdict`` on a 10^6-entry (and a 10^9-entry) ledger with one wiped bookie;
 * ``decode_listing`` of one bookie's 10^6-entry listing, per-run form against compact form,
-  next to the listing sizes (bytes) of both forms.
+  next to the listing sizes (bytes) of both forms;
+* ``compute_verdict`` on a healthy 10^9-entry ledger whose bookies each describe their entries
+  with P overlapping periodic groups (what a broken or hostile bookie could send), for growing
+  P: the time per group should stay flat (the cost is linear in the groups).
 
 Targets are printed as PASS or MISS, never asserted: the run exits 0 either way.
 """
@@ -61,6 +64,9 @@ REFERENCE_SIZES = (10**3, 10**6)
 PER_RUN_SIZES = (10**3, 10**6)
 #: Sizes of the ledger with one wiped bookie.
 WIPED_SIZES = (10**6, 10**9)
+#: Overlapping groups per bookie in the hostile-listing benchmark (full run, quick run).
+OVERLAP_GROUPS = (500, 1000, 2000, 4000)
+OVERLAP_GROUPS_QUICK = (500, 2000)
 #: The bookie (index in the ensemble) wiped, and the one whose listing is encoded and decoded.
 WIPED_INDEX = 2
 LISTING_INDEX = 0
@@ -268,6 +274,20 @@ class DecodeRow:
         return self.per_run.median_ns / self.compact.median_ns
 
 
+@dataclass(frozen=True, slots=True)
+class OverlapRow:
+    """A healthy ledger whose bookies each list their entries as ``groups_per_bookie`` overlapping groups."""
+
+    groups_per_bookie: int
+    timing: Timing
+    verdict: str
+
+    @property
+    def ns_per_group(self) -> float:
+        """Verdict time per listed group (all bookies)."""
+        return self.timing.median_ns / (self.groups_per_bookie * ENSEMBLE)
+
+
 @dataclass
 class Results:
     """Everything measured in one run."""
@@ -277,6 +297,7 @@ class Results:
     wiped: list[WipedRow]
     sizes: list[SizeRow]
     decode: list[DecodeRow]
+    overlap: list[OverlapRow]
 
 
 def progress(message: str) -> None:
@@ -361,6 +382,34 @@ def bench_listings(budget: Budget) -> tuple[list[SizeRow], list[DecodeRow]]:
             SizeRow(entries, (len(compact) - HEADER_SIZE) // GROUP_SIZE, len(compact), runs, per_run_bytes, built)
         )
     return sizes, decodes
+
+
+def overlapping_listing(entries: int, groups: int) -> list[SequenceGroup]:
+    """Every entry of ``[0, entries)`` as ``groups`` single-entry groups of period ``groups``, all overlapping.
+
+    Each group covers one residue modulo ``groups`` over the whole ledger, so every group is
+    open at once: the shape that made a naive union cost grow with the square of the groups.
+    """
+    return [SequenceGroup(r, r + ((entries - 1 - r) // groups) * groups, 1, groups) for r in range(groups)]
+
+
+def bench_overlap(budget: Budget, *, quick: bool) -> list[OverlapRow]:
+    """A healthy 10^9-entry E=5/WQ=2 ledger whose every bookie sends P overlapping groups, for growing P."""
+    rows: list[OverlapRow] = []
+    entries = 10**9
+    md = ledger(entries, 2)
+    for count in OVERLAP_GROUPS_QUICK if quick else OVERLAP_GROUPS:
+        progress(f"{count} overlapping groups per bookie")
+        groups = count - count % ENSEMBLE  # a multiple of E keeps the groups periodic modulo the ensemble
+        listing = overlapping_listing(entries, groups)
+        answers = {bookie: BookieAnswer.listing(listing) for bookie in BOOKIES}
+        outcome = compute_verdict(md, answers, now_ms=NOW_MS)
+        rows.append(
+            OverlapRow(
+                groups, measure(partial(compute_verdict, md, answers, now_ms=NOW_MS), budget), verdict_label(outcome)
+            )
+        )
+    return rows
 
 
 def fmt_us(timing: Timing) -> str:
@@ -493,6 +542,27 @@ def render(results: Results, quick: bool, elapsed_s: float) -> str:
             f"{fmt_us(d.per_run_merged)}, {d.per_run.median_us / d.per_run_merged.median_us:,.2f}× faster"
         )
     out.append("")
+    out.append("5. Healthy 10^9-entry ledger, each bookie listing every entry as P overlapping groups (hostile form)")
+    smallest = results.overlap[0] if results.overlap else None
+    rows = [
+        [
+            f"{o.groups_per_bookie:,}",
+            fmt_us(o.timing),
+            f"{o.ns_per_group:,.0f} ns",
+            fmt_ratio(o.ns_per_group / smallest.ns_per_group) if smallest else "n/a",
+            o.verdict,
+        ]
+        for o in results.overlap
+    ]
+    out.append(
+        table(
+            ["P per bookie", "verdict time", "per group", "per group vs first row", "verdict"],
+            rows,
+            [True, True, True, True, False],
+        )
+    )
+    out.append("  linear cost: the time per group stays about flat as P grows (a quadratic cost would grow with P)")
+    out.append("")
     out.append("Targets")
     out.extend(target_lines(results))
     out.append(f"  (run took {elapsed_s:.1f} s)")
@@ -530,6 +600,7 @@ def as_json(results: Results, quick: bool) -> dict[str, object]:
         "wiped": [{**asdict(w), "ratio": w.ratio} for w in results.wiped],
         "sizes": [{**asdict(s), "ratio": s.ratio} for s in results.sizes],
         "decode": [{**asdict(d), "ratio": d.ratio} for d in results.decode],
+        "overlap": [{**asdict(o), "ns_per_group": o.ns_per_group} for o in results.overlap],
     }
 
 
@@ -545,7 +616,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     healthy, per_runs, wiped = bench_verdicts(budget, quick=args.quick)
     sizes, decodes = bench_listings(budget)
-    results = Results(healthy, per_runs, wiped, sizes, decodes)
+    overlap = bench_overlap(budget, quick=args.quick)
+    results = Results(healthy, per_runs, wiped, sizes, decodes, overlap)
     print(render(results, args.quick, time.perf_counter() - started))
     if args.json:
         print(json.dumps(as_json(results, args.quick), indent=2))

@@ -383,8 +383,9 @@ def placement_outcome(
 
     Rack-aware: every write set (``WQ`` consecutive members, wrapping) spans at least
     ``min(WQ, min_racks)`` racks; with ``enforce_min_racks`` no member may be on the default rack.
-    Zone-aware: the zone is a location's first component; a member without one fails; fewer
-    than ``min(WQ, min_zones)`` zones fail, fewer than ``min(WQ, desired_zones)`` are soft.
+    Zone-aware: the zone is a location's first component; a member without one (or on the
+    default zone or rack) fails; fewer than ``min(WQ, min_zones)`` zones fail, fewer than
+    ``min(WQ, desired_zones)`` are soft.
     Racks of read-only and stopped bookies count like any other.
     """
     size = len(ensemble)
@@ -401,7 +402,7 @@ def placement_outcome(
                 return PlacementOutcome.FAIL, f"write set {members} spans fewer than {needed} racks"
         return PlacementOutcome.STRICT, ""
     if checker.placement is PlacementPolicy.ZONEAWARE:
-        zone_of = {b: _zone(racks.get(b)) for b in ensemble}
+        zone_of = {b: _zone(racks.get(b), checker.default_rack) for b in ensemble}
         unknown = [b for b in ensemble if zone_of[b] is None]
         if unknown:
             return PlacementOutcome.FAIL, f"no known zone: {', '.join(unknown)}"
@@ -415,8 +416,8 @@ def placement_outcome(
     return PlacementOutcome.STRICT, ""
 
 
-def _zone(location: str | None) -> str | None:
-    if location is None or location == "/default-zone/default-upgradedomain":
+def _zone(location: str | None, default_rack: str) -> str | None:
+    if location is None or location in ("/default-zone/default-upgradedomain", default_rack):
         return None
     parts = [p for p in location.split("/") if p]
     return parts[0] if parts else None

@@ -13,7 +13,8 @@ so that it can catch their mistakes. The rules are those of ``docs/verdict.md``:
   ``NO_REPLICA``, without rows;
 * open and in-recovery ledgers only in the segments an ensemble change sealed;
 * ``ENTRIES_BEYOND_LAST_ENTRY`` per bookie of the last ensemble (critical when at least AQ
-  write-set bookies hold ``lastEntryId + 1``), placement per checked segment, ``ACK_QUORUM_ONE``,
+  write-set bookies hold ``lastEntryId + 1``; a write-set bookie of that entry with an unknown
+  answer is needed too), placement per checked segment, ``ACK_QUORUM_ONE``,
   ``BOOKIE_NOT_REGISTERED`` (closed ledgers, once per bookie), ``UNDER_REPLICATION_STUCK`` (strictly
   older than the grace period; a mark without ctime counts from when it appeared);
 * and what the jobs around the verdict decide: ``BOOKIE_UNRESPONSIVE`` per (ledger, bookie) for a
@@ -289,6 +290,7 @@ def ledger_truth(state: ClusterState, ledger_id: int, now_s: float) -> list[Trut
     out += replicas.violations(marked=spec.mark is not None)
     if spec.closed and spans:
         out += _beyond(state, spec, spans[-1])
+        replicas.unknown += [b for b in _silent_next_writers(state, spec, spans[-1]) if b not in replicas.unknown]
     if spec.closed or spans:
         out += _metadata_truth(state, spec, checked)
     if spec.mark is not None and now_s > spec.mark.stuck_after_s(state.checker.under_replication_grace_s):
@@ -435,6 +437,15 @@ def _beyond(state: ClusterState, spec: LedgerSpec, last_span: _Span) -> list[Tru
         TruthViolation(spec.ledger_id, Category.ENTRIES_BEYOND_LAST_ENTRY, severity, bookie, last_span.first, groups)
         for bookie, groups in extra.items()
     ]
+
+
+def _silent_next_writers(state: ClusterState, spec: LedgerSpec, last_span: _Span) -> list[str]:
+    """Write-set bookies of ``lastEntryId + 1`` with an unknown answer: the checker must ask them again."""
+    following = spec.last_entry + 1
+    if following > MAX_ENTRY:
+        return []
+    members = [last_span.ensemble[(following + w) % spec.ensemble_size] for w in range(spec.write_quorum)]
+    return [b for b in members if state.bookies[b].answers_unknown(spec.ledger_id, state.checker)]
 
 
 def _metadata_truth(state: ClusterState, spec: LedgerSpec, checked: Sequence[_Span]) -> list[TruthViolation]:

@@ -35,6 +35,9 @@ def reference_replicas(metadata: LedgerMetadata, held: Mapping[str, Holdings]) -
     for index, segment in enumerate(metadata.segments):
         if index + 1 < len(firsts):
             last = firsts[index + 1] - 1
+            if closed:
+                assert metadata.last_entry_id is not None
+                last = min(last, metadata.last_entry_id)
         elif closed:
             assert metadata.last_entry_id is not None
             last = metadata.last_entry_id
@@ -69,18 +72,21 @@ def reference_replicas(metadata: LedgerMetadata, held: Mapping[str, Holdings]) -
 
 def _beyond(metadata: LedgerMetadata, held: Mapping[str, Holdings], result: ReferenceResult) -> None:
     assert metadata.last_entry_id is not None
-    last_ensemble = metadata.segments[-1].ensemble
     following = metadata.last_entry_id + 1
+    # The segment entry lastEntryId + 1 would be written in, and every later one.
+    start = max((i for i, s in enumerate(metadata.segments) if s.first_entry_id <= following), default=0)
+    for segment in metadata.segments[start:]:
+        for bookie in segment.ensemble:
+            holding = held.get(bookie)
+            extra = {e for e in holding or () if e > metadata.last_entry_id}
+            if extra and bookie not in result.beyond:
+                result.beyond[bookie] = extra
     holders = 0
-    for bookie in last_ensemble:
-        holding = held.get(bookie)
-        if not holding:
-            continue
-        extra = {e for e in holding if e > metadata.last_entry_id}
-        if extra:
-            result.beyond[bookie] = extra
     for w in range(metadata.write_quorum):
-        holding = held.get(last_ensemble[(following + w) % metadata.ensemble_size])
-        if holding and following in holding:
+        bookie = metadata.segments[start].ensemble[(following + w) % metadata.ensemble_size]
+        holding = held.get(bookie)
+        if holding is None:
+            result.retry.add(bookie)
+        elif following in holding:
             holders += 1
     result.beyond_critical = holders >= metadata.ack_quorum

@@ -95,7 +95,8 @@ def sweep(piece_lists: Sequence[Sequence[Piece]], lo: int, hi: int) -> Iterator[
     """Elementary intervals of ``[lo, hi]`` with each input's mask (the union of its pieces) there.
 
     Yields ``(start, end, masks)`` in order, covering ``[lo, hi]`` exactly; ``masks[i]`` is
-    input ``i``'s mask over the interval. Cost: O(total pieces × log + intervals × inputs).
+    input ``i``'s mask over the interval. Cost: O(total pieces × log(pieces) + intervals × inputs),
+    overlapping pieces included (each input's active pieces are counted per residue).
     """
     events: list[tuple[int, int, int, int]] = []  # (position, +1 open / -1 close, input, mask)
     for index, pieces in enumerate(piece_lists):
@@ -103,27 +104,65 @@ def sweep(piece_lists: Sequence[Sequence[Piece]], lo: int, hi: int) -> Iterator[
             events.append((start, 1, index, mask))
             events.append((end + 1, -1, index, mask))
     heapq.heapify(events)
-    active: list[dict[int, int]] = [{} for _ in piece_lists]  # input -> {mask: multiplicity}
+    counts = [_ResidueCounts() for _ in piece_lists]
     masks = [0] * len(piece_lists)
     position = lo
     while position <= hi:
+        changed: set[int] = set()
         while events and events[0][0] <= position:
             _, delta, index, mask = heapq.heappop(events)
-            counts = active[index]
-            counts[mask] = counts.get(mask, 0) + delta
-            if counts[mask] == 0:
-                del counts[mask]
-            masks[index] = _union(counts)
+            if delta > 0:
+                counts[index].add(mask)
+            else:
+                counts[index].remove(mask)
+            changed.add(index)
+        for index in changed:
+            masks[index] = counts[index].union()
         end = min(hi, events[0][0] - 1) if events else hi
         yield position, end, list(masks)
         position = end + 1
 
 
-def _union(counts: dict[int, int]) -> int:
-    mask = 0
-    for value in counts:
-        mask |= value
-    return mask
+class _ResidueCounts:
+    """How many active pieces cover each residue, bit-sliced: bit r of ``layers[k]`` is bit k of residue r's count.
+
+    Adding or removing a piece is a binary increment or decrement of every residue of its mask
+    at once: O(log pieces) integer operations, whatever the mask.
+    """
+
+    __slots__ = ("layers",)
+
+    def __init__(self) -> None:
+        self.layers: list[int] = []
+
+    def add(self, mask: int) -> None:
+        """Count one more piece on the residues of ``mask``."""
+        carry = mask
+        for k, layer in enumerate(self.layers):
+            if not carry:
+                return
+            self.layers[k] = layer ^ carry
+            carry &= layer
+        if carry:
+            self.layers.append(carry)
+
+    def remove(self, mask: int) -> None:
+        """Count one piece less on the residues of ``mask`` (each counted at least once)."""
+        borrow = mask
+        for k, layer in enumerate(self.layers):
+            if not borrow:
+                break
+            self.layers[k] = layer ^ borrow
+            borrow &= ~layer
+        while self.layers and not self.layers[-1]:
+            self.layers.pop()
+
+    def union(self) -> int:
+        """The residues covered by at least one piece."""
+        out = 0
+        for layer in self.layers:
+            out |= layer
+        return out
 
 
 def at_least(masks: Sequence[int], thresholds: Sequence[int]) -> list[int]:

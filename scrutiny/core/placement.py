@@ -8,7 +8,8 @@ Mirrors what BookKeeper's Auditor checks (``auditorPeriodicPlacementPolicyCheckI
 * zone-aware: the zone is the first component of a bookie's network location
   (``/zone/upgrade-domain``). A write set spanning fewer than ``min_zones_per_write_quorum``
   zones fails; fewer than ``desired_zones_per_write_quorum`` meets the policy only softly.
-  A member whose zone is unknown fails the segment (BookKeeper never places data there).
+  A member whose zone is unknown (no location, the default zone, or the default rack Pulsar
+  gives bookies it knows nothing of) fails the segment (BookKeeper never places data there).
 
 Racks come from a mapping that keeps the racks of read-only and stopped bookies: a bookie
 that is merely not registered right now is not on the default rack (BookKeeper's Auditor
@@ -105,7 +106,7 @@ def _zone_aware(
 ) -> PlacementOutcome:
     def zone(bookie: str) -> str | None:
         location = racks.get(bookie)
-        if location is None or location == DEFAULT_ZONE_LOCATION:
+        if location is None or location in (DEFAULT_ZONE_LOCATION, config.default_rack):
             return None
         parts = [p for p in location.split("/") if p]
         return parts[0] if parts else None

@@ -32,21 +32,35 @@ class SegmentSpan:
 def segment_spans(
     firsts: Sequence[int], ensembles: Sequence[tuple[str, ...]], last_entry_id: int | None
 ) -> list[SegmentSpan]:
-    """The span of each segment: up to the next segment's first entry, the last one up to ``last_entry_id``.
+    """The span of each segment: up to the next segment's first entry and never past ``last_entry_id``.
 
     With ``last_entry_id`` None (an open or in-recovery ledger) only the segments sealed by an
-    ensemble change are returned: the last, still written one has no known end.
+    ensemble change are returned: the last, still written one has no known end. A closed
+    ledger's segments that start after ``last_entry_id`` are empty: entries past the end do not
+    exist, whatever the next segment's first entry says.
     """
     spans: list[SegmentSpan] = []
     for index, first in enumerate(firsts):
         if index + 1 < len(firsts):
             last = firsts[index + 1] - 1
+            if last_entry_id is not None:
+                last = min(last, last_entry_id)
         elif last_entry_id is not None:
             last = last_entry_id
         else:
             break
         spans.append(SegmentSpan(index, first, last, ensembles[index]))
     return spans
+
+
+def span_of_entry(spans: Sequence[SegmentSpan], entry: int) -> SegmentSpan | None:
+    """The segment an entry would be written in: the last one starting at or before it (None: before all)."""
+    found: SegmentSpan | None = None
+    for span in spans:
+        if span.first > entry:
+            break
+        found = span
+    return found
 
 
 def write_set(entry: int, ensemble_size: int, write_quorum: int) -> list[int]:

@@ -8,7 +8,8 @@ configuration go in; a :class:`Verdict` with violations in the closed vocabulary
 * an answer is a listing, an explicit negative (the bookie holds nothing of the ledger) or
   unknown; unknown is never counted as missing: a bookie with an unknown answer is counted as
   holding everything, so a violation is reported only when it holds whatever that bookie
-  turns out to hold, and the bookie is listed in ``retry_bookies``;
+  turns out to hold, and the bookie is listed in ``retry_bookies`` (so is an unknown bookie of
+  the write set of ``lastEntryId + 1``: it could make ``ENTRIES_BEYOND_LAST_ENTRY`` critical);
 * copies outside an entry's write set never count;
 * the ledger is classified once, by its worst entry, as ``NO_REPLICA``, ``BELOW_ACK_QUORUM`` or
   ``BELOW_WRITE_QUORUM`` with the entries at that level, plus one ``MISSING_REPLICA`` detail
@@ -42,7 +43,14 @@ from scrutiny.core.periodic_sets import (
 )
 from scrutiny.core.placement import PlacementConfig, PlacementResult, check_placement
 from scrutiny.core.sequence_groups import MAX_ENTRY_ID, EntrySet, SequenceGroup, clip, merge_consecutive
-from scrutiny.core.striping import SegmentSpan, expected_groups, expected_residues, segment_spans, write_set
+from scrutiny.core.striping import (
+    SegmentSpan,
+    expected_groups,
+    expected_residues,
+    segment_spans,
+    span_of_entry,
+    write_set,
+)
 from scrutiny.core.vocabulary import FIXED_SEVERITY, Category, Severity
 from scrutiny.core.zk_records import UnderReplicationMark
 
@@ -183,8 +191,11 @@ def compute_verdict(
     for span in checked:
         replicas.add_segment(span)
     violations = replicas.violations(marked=under_replication is not None)
+    retry = replicas.retry
     if closed and last_entry is not None and spans:
-        violations += _entries_beyond(metadata, spans[-1], last_entry, answers)
+        beyond, unverified = _entries_beyond(metadata, spans, last_entry, answers)
+        violations += beyond
+        retry += [bookie for bookie in unverified if bookie not in retry]
     examined = closed or bool(spans)
     if examined:
         violations += _metadata_checks(metadata, checked, closed, config, cluster)
@@ -195,11 +206,11 @@ def compute_verdict(
         kind = VerdictKind.VIOLATED
     elif not examined:
         kind = VerdictKind.SKIPPED
-    elif replicas.retry:
+    elif retry:
         kind = VerdictKind.UNKNOWN
     else:
         kind = VerdictKind.HEALTHY
-    return Verdict(kind, metadata.state, tuple(violations), tuple(replicas.retry))
+    return Verdict(kind, metadata.state, tuple(violations), tuple(retry))
 
 
 def _compacted(answer: BookieAnswer) -> BookieAnswer:
@@ -306,43 +317,50 @@ class _ReplicaCheck:
 
 
 def _entries_beyond(
-    metadata: LedgerMetadata, last_span: SegmentSpan, last_entry: int, answers: Mapping[str, BookieAnswer]
-) -> list[Violation]:
-    """Entries after lastEntryId held by the last segment's bookies (a recovery may have truncated)."""
+    metadata: LedgerMetadata, spans: list[SegmentSpan], last_entry: int, answers: Mapping[str, BookieAnswer]
+) -> tuple[list[Violation], list[str]]:
+    """Entries after lastEntryId held by the bookies they would have been written to.
+
+    Those are the bookies of the segment ``lastEntryId + 1`` falls in and of any later one. The
+    finding is critical when at least AQ bookies of that entry's write set hold it (a recovery
+    probably truncated the ledger). Also returns the write-set bookies of ``lastEntryId + 1``
+    whose answer is unknown: they could make the finding critical, so they are retried.
+    """
     if last_entry >= MAX_ENTRY_ID:
-        return []
-    beyond: dict[str, list[SequenceGroup]] = {}
-    for bookie in last_span.ensemble:
-        answer = answers.get(bookie)
-        if answer is None or answer.kind is not AnswerKind.LISTING:
-            continue
-        extra = [part for g in answer.groups for part in clip(g, last_entry + 1, MAX_ENTRY_ID)]
-        if extra:
-            beyond[bookie] = extra
-    if not beyond:
-        return []
+        return [], []
     following = last_entry + 1
-    holders = [
-        last_span.ensemble[i]
-        for i in write_set(following, metadata.ensemble_size, metadata.write_quorum)
-        if any(g.contains(following) for g in beyond.get(last_span.ensemble[i], ()))
-    ]
+    start = span_of_entry(spans, following) or spans[0]
+    write_set_bookies = [start.ensemble[i] for i in write_set(following, metadata.ensemble_size, metadata.write_quorum)]
+    unverified = [b for b in write_set_bookies if b not in answers or answers[b].kind is AnswerKind.UNKNOWN]
+    beyond: dict[str, tuple[int, list[SequenceGroup]]] = {}  # bookie -> (segment first entry, entries)
+    for span in spans[start.index :]:
+        for bookie in span.ensemble:
+            answer = answers.get(bookie)
+            if bookie in beyond or answer is None or answer.kind is not AnswerKind.LISTING:
+                continue
+            extra = [part for g in answer.groups for part in clip(g, following, MAX_ENTRY_ID)]
+            if extra:
+                beyond[bookie] = (span.first, extra)
+    if not beyond:
+        return [], unverified
+    holders = [b for b in write_set_bookies if b in beyond and any(g.contains(following) for g in beyond[b][1])]
     truncated = len(holders) >= metadata.ack_quorum
     severity = Severity.CRITICAL if truncated else Severity.WARNING
     note = f"{len(holders)} write-set bookie(s) hold entry {following} (AQ {metadata.ack_quorum})" + (
         "; the ledger was probably truncated by a recovery" if truncated else ""
     )
-    return [
+    violations = [
         Violation(
             Category.ENTRIES_BEYOND_LAST_ENTRY,
             severity,
             bookie=bookie,
-            segment_first_entry=last_span.first,
+            segment_first_entry=segment_first,
             entries=_union_or_as_is(groups),
             details=note,
         )
-        for bookie, groups in beyond.items()
+        for bookie, (segment_first, groups) in beyond.items()
     ]
+    return violations, unverified
 
 
 def _union_or_as_is(groups: list[SequenceGroup]) -> EntrySet:

@@ -54,5 +54,13 @@ def test_zone_aware_soft_and_fail() -> None:
     assert unknown.result is PlacementResult.FAIL and "q" in unknown.reason
 
 
+def test_zone_aware_default_rack_is_no_zone() -> None:
+    # Pulsar gives bookies it knows nothing of "/default-rack": that is not a zone of its own.
+    zones = {"a": "/z1/ud1", "b": "/z2/ud1", "c": "/default-rack", "d": "/default-zone/default-upgradedomain"}
+    for stranger in ("c", "d"):
+        outcome = check_placement(["a", "b", stranger], 3, zones, ZONE)
+        assert outcome.result is PlacementResult.FAIL and stranger in outcome.reason
+
+
 def test_no_policy_always_meets() -> None:
     assert check_placement(["a", "b"], 2, {}, PlacementConfig()).result is PlacementResult.MEETS_STRICT

@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scrutiny.core.striping import expected_groups, expected_residues, segment_spans, write_set
+from scrutiny.core.striping import expected_groups, expected_residues, segment_spans, span_of_entry, write_set
 from tests.strategies import expand_set
 
 
@@ -19,6 +19,21 @@ def test_segment_spans_closed_and_open() -> None:
     assert [(s.first, s.last, s.empty) for s in spans] == [(0, 9, False), (10, 9, True), (10, 25, False)]
     assert [(s.first, s.last) for s in segment_spans([0, 10], ensembles[:2], None)] == [(0, 9)]
     assert segment_spans([0, 30], ensembles[:2], 20)[1].empty  # last segment beyond lastEntryId
+
+
+def test_segment_spans_of_a_closed_ledger_end_at_its_last_entry() -> None:
+    ensembles = [("a",), ("b",), ("c",)]
+    spans = segment_spans([0, 10, 20], ensembles, 5)
+    assert [(s.first, s.last) for s in spans] == [(0, 5), (10, 5), (20, 5)]
+    assert [s.empty for s in spans] == [False, True, True]
+
+
+def test_span_of_entry_is_the_last_segment_starting_at_or_before_it() -> None:
+    spans = segment_spans([0, 10, 10, 20], [("a",), ("b",), ("c",), ("d",)], 5)
+    assert span_of_entry(spans, 6) == spans[0]
+    assert span_of_entry(spans, 10) == spans[2]
+    assert span_of_entry(spans, 25) == spans[3]
+    assert span_of_entry(segment_spans([3], [("a",)], 9), 1) is None
 
 
 def test_a_billion_entry_stripe_is_a_few_groups() -> None:

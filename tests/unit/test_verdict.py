@@ -175,10 +175,54 @@ def test_a_single_stray_copy_beyond_the_end_is_a_warning() -> None:
     assert beyond.bookie == "b0:3181"
 
 
-def test_empty_closed_ledger_is_healthy_and_asks_nothing() -> None:
+def test_empty_closed_ledger_is_healthy_when_the_bookies_hold_nothing() -> None:
     md = ledger(-1)
-    verdict = verdict_of(md, {})
+    verdict = verdict_of(md, {b: BookieAnswer.no_ledger() for b in BOOKIES})
     assert verdict.verdict is VerdictKind.HEALTHY and verdict.retry_bookies == ()
+
+
+def test_empty_closed_ledger_with_silent_bookies_is_unknown() -> None:
+    # A recovery that reached too few bookies closes a ledger empty: entry 0's write set must be asked.
+    md = ledger(-1)
+    answers = {b: BookieAnswer.no_ledger() for b in BOOKIES[2:]}
+    verdict = verdict_of(md, answers)
+    assert verdict.verdict is VerdictKind.UNKNOWN
+    assert verdict.retry_bookies == ("b0:3181", "b1:3181")
+
+
+def test_unknown_write_set_bookie_of_the_next_entry_is_retried_beside_a_warning() -> None:
+    md = ledger(10)
+    answers = healthy_answers(md)
+    # entry 11's write set is b1, b2: b1 holds 11, b2 is silent and could make it critical
+    answers["b1:3181"] = BookieAnswer.listing(from_entries(sorted(expand_set(answers["b1:3181"].groups) | {11})))
+    answers["b2:3181"] = BookieAnswer.unknown("timeout")
+    verdict = verdict_of(md, answers)
+    (beyond,) = [v for v in verdict.violations if v.category is Category.ENTRIES_BEYOND_LAST_ENTRY]
+    assert beyond.severity is Severity.WARNING and beyond.bookie == "b1:3181"
+    assert "b2:3181" in verdict.retry_bookies
+
+
+def test_segments_past_the_last_entry_are_empty_not_missing() -> None:
+    # Closed at entry 5 although an ensemble change announced entry 10: entries 6..9 do not exist.
+    second = ("b0:3181", "b1:3181", "b9:3181")
+    md = ledger(5, e=3, segments=((0, BOOKIES[:3]), (10, second)))
+    answers = healthy_answers(ledger(5, e=3))
+    answers["b9:3181"] = BookieAnswer.no_ledger()
+    verdict = verdict_of(md, answers)
+    assert verdict.verdict is VerdictKind.HEALTHY, verdict.violations
+
+
+def test_entries_beyond_on_a_segment_after_the_last_entry_are_found() -> None:
+    second = ("b0:3181", "b1:3181", "b9:3181")
+    md = ledger(5, e=3, segments=((0, BOOKIES[:3]), (10, second)))
+    answers = healthy_answers(ledger(5, e=3))
+    answers["b9:3181"] = BookieAnswer.listing([SequenceGroup.run(10, 12)])
+    verdict = verdict_of(md, answers)
+    (beyond,) = verdict.violations
+    assert beyond.category is Category.ENTRIES_BEYOND_LAST_ENTRY
+    assert (beyond.bookie, beyond.segment_first_entry) == ("b9:3181", 10)
+    assert beyond.entries is not None and expand_set(beyond.entries.groups) == {10, 11, 12}
+    assert beyond.severity is Severity.WARNING  # entry 6's write set (b0, b1) holds nothing past 5
 
 
 def test_open_ledger_checks_only_sealed_segments() -> None:

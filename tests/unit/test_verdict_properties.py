@@ -17,15 +17,29 @@ from tests.strategies import expand_set
 POOL = [f"bookie-{i}.example:3181" for i in range(9)]
 
 
+#: Where a ledger's entries start: small ids, and ids far out (up to the last entry id 2^63-1 allows).
+BASES = [0, 0, 10**12 + 3, 2**63 - 1 - 90]
+#: Periods for listings written with periods unrelated to the ensemble; several primes in one
+#: ledger push the common modulus past MAX_MODULUS, so run-by-run expansion is compared too.
+ODD_PERIODS = [2, 3, 4, 6, 7, 8, 9, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61]
+
+
+def base_of(metadata: LedgerMetadata) -> int:
+    """The first entry id of the ledger's first segment (where the scenario's ids start)."""
+    return metadata.segments[0].first_entry_id
+
+
 @st.composite
 def ledgers(draw: st.DrawFn) -> LedgerMetadata:
     e = draw(st.integers(1, 6))
     wq = draw(st.integers(1, e))
     aq = draw(st.integers(1, wq))
     state = draw(st.sampled_from([LedgerState.CLOSED] * 4 + [LedgerState.OPEN, LedgerState.IN_RECOVERY]))
-    last = draw(st.integers(-1, 70))
+    base = draw(st.sampled_from(BASES))
+    last = base + draw(st.integers(-1, 70))
+    # Cuts may lie past the last entry: such segments are empty, never checked for entries.
     cuts = sorted(draw(st.lists(st.integers(0, 75), max_size=3)))
-    firsts = [0, *cuts]
+    firsts = [base, *(base + cut for cut in cuts)]
     segments = [Segment(first, tuple(draw(st.permutations(POOL))[:e])) for first in firsts]
     return build_ledger_metadata(
         ensemble_size=e, write_quorum=wq, ack_quorum=aq, segments=segments, state=state, last_entry_id=last
@@ -33,10 +47,10 @@ def ledgers(draw: st.DrawFn) -> LedgerMetadata:
 
 
 def truth(metadata: LedgerMetadata) -> dict[str, set[int]]:
-    """What each bookie would hold if nothing were lost (entries 0..80 for open ledgers' last segment)."""
+    """What each bookie would hold if nothing were lost (80 entries for open ledgers' last segment)."""
     held: dict[str, set[int]] = {}
     firsts = [s.first_entry_id for s in metadata.segments]
-    end = metadata.last_entry_id if metadata.last_entry_id is not None else 80
+    end = metadata.last_entry_id if metadata.last_entry_id is not None else base_of(metadata) + 80
     for index, segment in enumerate(metadata.segments):
         last = firsts[index + 1] - 1 if index + 1 < len(firsts) else end
         for entry in range(segment.first_entry_id, last + 1):
@@ -69,7 +83,8 @@ def scenarios(draw: st.DrawFn) -> tuple[LedgerMetadata, dict[str, Holdings], dic
         if fate == "holes" and base:
             base -= set(draw(st.lists(st.sampled_from(sorted(base)), max_size=12)))
         if fate == "extra":
-            base |= set(draw(st.lists(st.integers(0, 85), max_size=10)))
+            start = base_of(metadata)
+            base |= set(draw(st.lists(st.integers(start, start + 85), max_size=10)))
         holdings[bookie] = base
         form = draw(st.sampled_from(["compact", "per_run", "odd"]))
         groups = from_entries(sorted(base))
@@ -83,7 +98,7 @@ def scenarios(draw: st.DrawFn) -> tuple[LedgerMetadata, dict[str, Holdings], dic
 
 def odd_groups(entries: set[int], draw: st.DrawFn) -> list[SequenceGroup]:
     """The same entries described with periods unrelated to the ensemble where possible."""
-    period = draw(st.integers(2, 9))
+    period = draw(st.sampled_from(ODD_PERIODS))
     groups: list[SequenceGroup] = []
     remaining = set(entries)
     for residue in range(period):
@@ -122,18 +137,28 @@ def test_verdict_matches_naive_reference(
     for key, violation in missing.items():
         assert violation.entries is not None
         assert expand_set(violation.entries.groups) == expected.missing[key]
+        assert violation.entries.count == len(expected.missing[key])
         assert violation.severity is levels[0].severity
 
     beyond = {v.bookie: v for v in by_category[Category.ENTRIES_BEYOND_LAST_ENTRY]}
     assert {b: expand_set(v.entries.groups) for b, v in beyond.items() if v.entries} == expected.beyond
-    for violation in beyond.values():
+    for bookie, violation in beyond.items():
+        assert bookie is not None and violation.entries is not None
+        assert violation.entries.count == len(expected.beyond[bookie])
         assert violation.severity is (Severity.CRITICAL if expected.beyond_critical else Severity.WARNING)
 
     assert set(verdict.retry_bookies) == expected.retry
+    examined = metadata.state is LedgerState.CLOSED or len(metadata.segments) > 1
+    aq_one = examined and metadata.ack_quorum == 1
+    assert bool(verdict.violations) == bool(expected.worst or expected.beyond or aq_one)
     if verdict.violations:
         assert verdict.verdict is VerdictKind.VIOLATED
     elif expected.retry:
         assert verdict.verdict is VerdictKind.UNKNOWN
+    elif examined:
+        assert verdict.verdict is VerdictKind.HEALTHY
+    else:
+        assert verdict.verdict is VerdictKind.SKIPPED
 
 
 @st.composite
