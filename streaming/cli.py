@@ -1,7 +1,8 @@
 """The ``scrutiny`` command: one entry point, one subcommand per job.
 
-Errors on bad input (undecodable bytes, unreadable files, bad configuration) end the command
-with exit code 2 and a one-line message on standard error, never a traceback.
+Errors on bad input (undecodable bytes, unreadable files, bad configuration, arguments the parser
+rejects) end the command with exit code 2 and a one-line message on standard error, never a
+traceback or a usage block; ``--help`` prints the full help.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from scrutiny import __version__
 from scrutiny.core.errors import ScrutinyError
@@ -31,9 +33,20 @@ COMMAND_MODULES = (
 )
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on standard error (no usage block), exit code 2.
+
+    Subparsers are created with the parent's class, so every subcommand inherits it.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``PROG: error: MESSAGE`` on one line and exit with code 2."""
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {_one_line(message)}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="scrutiny", description="Continuous durability checking for Apache BookKeeper and Pulsar clusters."
     )
     parser.add_argument("--version", action="version", version=f"scrutiny {__version__}")
@@ -56,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _one_line(error: Exception) -> str:
+def _one_line(error: Exception | str) -> str:
     return " ".join(str(error).split())
 
 

@@ -17,6 +17,7 @@ from scrutiny.core.zk_paths import (
     underreplication_path,
 )
 from scrutiny.streaming.cli_io import print_json, read_input
+from scrutiny.streaming.cli_report import count_argument
 
 DEFAULT_MAX_RANGES = 10_000
 
@@ -34,7 +35,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listing.add_argument("file", help="file holding the listing bytes, or - for standard input")
     listing.add_argument(
         "--max-ranges",
-        type=int,
+        type=count_argument,
         default=DEFAULT_MAX_RANGES,
         help=f"print at most this many ranges (default {DEFAULT_MAX_RANGES}); ranges_truncated tells",
     )
@@ -57,7 +58,7 @@ def _metadata(args: argparse.Namespace) -> int:
 def _listing(args: argparse.Namespace) -> int:
     groups = decode_listing(read_input(args.file))
     union = union_groups(groups)
-    ranges = list(_ranges(union, max(args.max_ranges, 0) + 1))
+    ranges = list(_ranges(union, args.max_ranges + 1))
     truncated = len(ranges) > args.max_ranges
     print_json(
         {
@@ -71,7 +72,7 @@ def _listing(args: argparse.Namespace) -> int:
                 for g in groups
             ],
             "entry_count": count_of(union),
-            "ranges": [list(r) for r in ranges[: max(args.max_ranges, 0)]],
+            "ranges": [list(r) for r in ranges[: args.max_ranges]],
             "ranges_truncated": truncated,
         }
     )

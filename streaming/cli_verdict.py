@@ -12,6 +12,7 @@ from scrutiny.core.placement import PlacementPolicy
 from scrutiny.core.verdict import BookieAnswer, ClusterView, compute_verdict
 from scrutiny.core.zk_records import UnderReplicationMark, parse_pulsar_racks
 from scrutiny.streaming.cli_io import InputError, print_json, read_input
+from scrutiny.streaming.cli_report import count_argument
 from scrutiny.streaming.settings import load_settings
 
 
@@ -28,17 +29,39 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     verdict.add_argument("--no-ledger", action="append", default=[], metavar="BOOKIE", help="BOOKIE said ENOLEDGER")
     verdict.add_argument("--unknown", action="append", default=[], metavar="BOOKIE", help="BOOKIE gave no answer")
-    verdict.add_argument("--racks", help="Pulsar's /bookies rack JSON (turns on the rack-aware check)")
+    verdict.add_argument(
+        "--racks",
+        help="Pulsar's /bookies rack JSON (turns on the rack-aware check unless --placement or the configuration"
+        " sets placement.policy)",
+    )
     verdict.add_argument("--placement", choices=[p.value for p in PlacementPolicy], help="placement policy to check")
     verdict.add_argument(
-        "--registered", action="append", default=None, metavar="BOOKIE", help="a registered writable bookie"
+        "--registered",
+        action="append",
+        default=None,
+        metavar="BOOKIE",
+        help="a registered writable bookie (turns on the registration check)",
     )
-    verdict.add_argument("--readonly", action="append", default=None, metavar="BOOKIE", help="a read-only bookie")
     verdict.add_argument(
-        "--under-replicated-since", type=int, metavar="MS", help="the ledger's under-replication mark ctime (ms)"
+        "--readonly",
+        action="append",
+        default=[],
+        metavar="BOOKIE",
+        help="a read-only bookie (registered, when --registered turns the check on)",
     )
-    verdict.add_argument("--now", type=int, metavar="MS", help="the current time in ms (default: now)")
-    verdict.add_argument("--config", help="configuration file (TOML; default: built-in defaults)")
+    verdict.add_argument(
+        "--under-replicated-since",
+        type=count_argument,
+        metavar="MS",
+        help="the ledger's under-replication mark ctime (ms)",
+    )
+    verdict.add_argument("--now", type=count_argument, metavar="MS", help="the current time in ms (default: now)")
+    verdict.add_argument(
+        "--config",
+        metavar="FILE",
+        help="configuration file (TOML; default: $SCRUTINY_CONFIG, else built-in defaults); SCRUTINY_<SECTION>_<KEY>"
+        " environment variables override its keys",
+    )
     verdict.set_defaults(handler=_run)
 
 
@@ -46,16 +69,15 @@ def _run(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
     if args.placement is not None:
         settings = settings.with_placement_policy(PlacementPolicy(args.placement))
-    elif args.racks is not None and settings.verdict.placement.policy is PlacementPolicy.NONE:
+    elif args.racks is not None and "placement.policy" not in settings.given:
         settings = settings.with_placement_policy(PlacementPolicy.RACKAWARE)
     metadata = decode_ledger_metadata(read_input(args.metadata))
     answers = _answers(args, metadata)
     racks = parse_pulsar_racks(read_input(args.racks)).racks if args.racks is not None else {}
-    checked = args.registered is not None or args.readonly is not None
     cluster = ClusterView(
         racks=racks,
-        writable=frozenset(args.registered or ()) if checked else None,
-        readonly=frozenset(args.readonly or ()),
+        writable=frozenset(args.registered) if args.registered is not None else None,
+        readonly=frozenset(args.readonly),
     )
     mark = UnderReplicationMark((), args.under_replicated_since) if args.under_replicated_since is not None else None
     now_ms = args.now if args.now is not None else int(time.time() * 1000)

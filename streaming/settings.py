@@ -139,7 +139,11 @@ class CheckerSection:
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """Everything configurable, resolved. ``source`` names the file it came from, if any."""
+    """Everything configurable, resolved.
+
+    ``source`` names the file it came from, if any; ``given`` holds the keys (``section.key``) that
+    the file or the environment set, so a command can tell an explicit value from a default.
+    """
 
     verdict_section: VerdictSection = VerdictSection()
     placement: PlacementSection = PlacementSection()
@@ -150,6 +154,7 @@ class Settings:
     bookies: BookiesSection = BookiesSection()
     checker: CheckerSection = CheckerSection()
     source: str | None = None
+    given: frozenset[str] = frozenset()
 
     @property
     def verdict(self) -> VerdictConfig:
@@ -199,7 +204,8 @@ def load_settings(path: str | Path | None = None, *, env: Mapping[str, str] | No
         _merge_file(values, _read_toml(Path(path)))
     _merge_env(values, env)
     sections = {_FIELD_OF_SECTION.get(name, name): _SECTION_TYPES[name](**given) for name, given in values.items()}
-    settings = Settings(**sections, source=str(path) if path is not None else None)
+    explicit = frozenset(f"{section}.{key}" for section, keys in values.items() for key in keys)
+    settings = Settings(**sections, source=str(path) if path is not None else None, given=explicit)
     _validate(settings)
     return settings
 

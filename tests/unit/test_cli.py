@@ -183,3 +183,77 @@ def test_verdict_garbage_listing_exit_2(files: Path, capsys: pytest.CaptureFixtu
     (files / "garbage").write_bytes(b"\x00\x00\x00\x07" + bytes(60))
     code, _, err = run(capsys, "verdict", "--metadata", str(files / "md"), "--listing", f"b0:3181={files / 'garbage'}")
     assert code == 2 and "listing of b0:3181" in err and "unsupported version 7" in err
+
+
+def parse_error(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[object, str]:
+    """Run a command line the parser rejects: its exit code and standard error."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(argv))
+    return exit_info.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "prog", "fragment"),
+    [
+        (
+            ["verdict", "--metadata", "md", "--now", "abc"],
+            "scrutiny verdict",
+            "argument --now: expected a whole number",
+        ),
+        (["verdict", "--now", "1"], "scrutiny verdict", "the following arguments are required: --metadata"),
+        (
+            ["verdict", "--metadata", "md", "--placement", "rack"],
+            "scrutiny verdict",
+            "--placement: invalid choice: 'rack'",
+        ),
+        (["verdict", "--metadata", "md", "--now", "-5"], "scrutiny verdict", "argument --now: must not be negative"),
+        (["verdict", "--metadata", "md", "--under-replicated-since", "-1"], "scrutiny verdict", "must not be negative"),
+        (["inspect", "listing", "f", "--max-ranges", "-1"], "scrutiny inspect listing", "argument --max-ranges: must"),
+        (["inspect"], "scrutiny inspect", "the following arguments are required"),
+        ([], "scrutiny", "the following arguments are required: COMMAND"),
+    ],
+)
+def test_parser_errors_are_one_line_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], prog: str, fragment: str
+) -> None:
+    code, err = parse_error(capsys, *argv)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith(f"{prog}: error: ") and fragment in err
+
+
+def test_help_still_prints_the_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["verdict", "--help"])
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 0
+    assert out.startswith("usage: scrutiny verdict") and "--metadata" in out and "SCRUTINY_CONFIG" in out
+
+
+def test_verdict_racks_keep_an_explicit_policy_none(
+    files: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (files / "racks.json").write_bytes(
+        format_pulsar_racks({"default": {"b0:3181": "/r1", "b1:3181": "/r1", "b2:3181": "r2"}})
+    )
+    listings = [f"--listing={b}={files / (b + '.compact')}" for b in ENSEMBLE]
+    base = ["verdict", "--metadata", str(files / "md"), *listings, "--racks", str(files / "racks.json"), "--now", "1"]
+    (files / "none.toml").write_text('[placement]\npolicy = "none"\n')
+    (files / "racks.toml").write_text("[placement]\nmin_racks_per_write_quorum = 2\n")
+    _, doc, _ = run(capsys, *base, "--config", str(files / "none.toml"))
+    assert doc["violations"] == []
+    _, doc, _ = run(capsys, *base, "--config", str(files / "racks.toml"))
+    assert [v["category"] for v in doc["violations"]] == ["PLACEMENT_FAIL"]
+    monkeypatch.setenv("SCRUTINY_PLACEMENT_POLICY", "none")
+    _, doc, _ = run(capsys, *base)
+    assert doc["violations"] == []
+    _, doc, _ = run(capsys, *base, "--placement", "rackaware")
+    assert [v["category"] for v in doc["violations"]] == ["PLACEMENT_FAIL"]
+
+
+def test_verdict_readonly_alone_does_not_check_registration(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    listings = [f"--listing={b}={files / (b + '.compact')}" for b in ENSEMBLE]
+    base = ["verdict", "--metadata", str(files / "md"), *listings, "--now", "1"]
+    _, doc, _ = run(capsys, *base, "--readonly", "b1:3181")
+    assert doc["verdict"] == "HEALTHY" and doc["violations"] == []
+    _, doc, _ = run(capsys, *base, "--registered", "b0:3181", "--registered", "b2:3181", "--readonly", "b1:3181")
+    assert doc["violations"] == []
