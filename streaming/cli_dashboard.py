@@ -15,7 +15,7 @@ import secrets
 import sys
 from collections.abc import Mapping
 
-from scrutiny.streaming.cli_io import InputError
+from scrutiny.streaming.cli_io import InputError, add_config_argument
 from scrutiny.streaming.cli_report import count_argument, stall_after_ms
 from scrutiny.streaming.dashboard_app import DEFAULT_REFRESH_SECONDS, create_app
 from scrutiny.streaming.dashboard_data import check_data_dir
@@ -57,7 +57,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="S",
         help=f"how often the page refreshes (default: {DEFAULT_REFRESH_SECONDS:g})",
     )
-    dashboard.add_argument("--config", help="configuration file (TOML; default: built-in defaults)")
+    add_config_argument(dashboard)
     dashboard.set_defaults(handler=_run)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -11,6 +12,18 @@ from scrutiny.core.errors import ScrutinyError
 
 class InputError(ScrutinyError):
     """A command-line input that cannot be used (missing file, conflicting options)."""
+
+
+#: The ``--config`` help every command that reads settings shows.
+CONFIG_HELP = (
+    "configuration file (TOML; default: $SCRUTINY_CONFIG, else built-in defaults); "
+    "SCRUTINY_<SECTION>_<KEY> environment variables override its keys"
+)
+
+
+def add_config_argument(parser: argparse.ArgumentParser, help_text: str = CONFIG_HELP) -> None:
+    """The ``--config FILE`` option of a command that loads settings."""
+    parser.add_argument("--config", metavar="FILE", help=help_text)
 
 
 def read_input(name: str) -> bytes:

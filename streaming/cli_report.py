@@ -36,7 +36,7 @@ from scrutiny.core.health_summary import (
     summarize,
 )
 from scrutiny.core.vocabulary import Severity
-from scrutiny.streaming.cli_io import print_json
+from scrutiny.streaming.cli_io import add_config_argument, print_json
 from scrutiny.streaming.settings import Settings, load_settings
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -84,7 +84,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help=f"worst ledgers to list ({DEFAULT_WORST})",
     )
     report.add_argument("--format", choices=["text", "json"], default="text", help="output format (default: text)")
-    report.add_argument("--config", help="configuration file (TOML; default: built-in defaults)")
+    add_config_argument(report)
     report.set_defaults(handler=_run)
 
 

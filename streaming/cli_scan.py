@@ -34,7 +34,7 @@ from scrutiny.core.health_summary import (
 )
 from scrutiny.core.ledger_scan import ScanMode, parse_ledger_selection
 from scrutiny.core.vocabulary import Severity
-from scrutiny.streaming.cli_io import print_json
+from scrutiny.streaming.cli_io import add_config_argument, print_json
 from scrutiny.streaming.cli_report import count_argument
 from scrutiny.streaming.scan_fix import FixOptions, check_fix_options, fix_json, fix_lines, run_fix
 from scrutiny.streaming.scan_job import DEFAULT_CHUNK_SIZE, ScanOptions, ScanResult, ScanRun, probe_zookeeper
@@ -75,7 +75,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     scan.add_argument("--fix", action="store_true", help="mark ledgers with missing replicas under-replicated")
     scan.add_argument("--dry-run", action="store_true", help="with --fix: print the plan, change nothing")
     scan.add_argument("--force", action="store_true", help="with --fix: mark even when auto-recovery is disabled")
-    scan.add_argument("--config", help="configuration file (TOML; default: built-in defaults)")
+    add_config_argument(scan)
     scan.set_defaults(handler=_run)
 
 

@@ -25,6 +25,7 @@ from scrutiny.connectors.services import (
     ServiceState,
     resolve_state_dir,
 )
+from scrutiny.streaming.cli_io import add_config_argument
 from scrutiny.streaming.settings import load_settings
 
 EXIT_STATUS_DEGRADED = 1
@@ -48,7 +49,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     down = actions.add_parser("down", help="stop the processes 'up' started and remove their state")
     for action in (up, status, down):
         action.add_argument("--state-dir", help="state directory (default: services.state_dir, then XDG)")
-        action.add_argument("--config", help="configuration file (TOML; default: built-in defaults)")
+        add_config_argument(action)
     for action in (up, status):
         action.add_argument("--format", choices=FORMATS, default="sh", help="output lines for eval (sh) or env files")
     up.set_defaults(handler=_up)

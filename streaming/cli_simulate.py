@@ -32,7 +32,7 @@ from scrutiny.connectors.sim_model import Scenario
 from scrutiny.connectors.sim_scenario import load_scenario
 from scrutiny.connectors.sim_truth import truth_document, truth_timeline, write_truth
 from scrutiny.connectors.zookeeper_client import ZooKeeperSettings, build_zookeeper_client
-from scrutiny.streaming.cli_io import InputError
+from scrutiny.streaming.cli_io import InputError, add_config_argument
 from scrutiny.streaming.settings import load_settings
 
 log = logging.getLogger("scrutiny.simulate")
@@ -49,7 +49,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     sim.add_argument("scenario", nargs="?", help="the scenario file (TOML)")
     sim.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]", help="default: zookeeper.connect of the settings")
-    sim.add_argument("--config", help="configuration file (TOML; default: built-in defaults and the environment)")
+    add_config_argument(sim)
     sim.add_argument(
         "--duration", type=float, metavar="SECONDS", help="stop after this long (default: run until SIGINT/SIGTERM)"
     )

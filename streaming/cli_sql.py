@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import Final
 
 from scrutiny.connectors.sql_engine import QueryResult, SqlEngine
-from scrutiny.streaming.cli_io import InputError
+from scrutiny.streaming.cli_io import InputError, add_config_argument
 from scrutiny.streaming.settings import load_settings
 
 FORMATS: Final = ("table", "json", "csv")
@@ -45,7 +45,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--param", action="append", default=[], metavar="NAME=VALUE", help="a view parameter, e.g. hours=6"
     )
     sql.add_argument("--list-views", action="store_true", help="list the views, their parameters and status")
-    sql.add_argument("--config", help="configuration file (TOML; default: built-in defaults)")
+    add_config_argument(sql)
     sql.set_defaults(handler=_run)
 
 

@@ -11,7 +11,7 @@ from scrutiny.core.listing_codec import decode_listing_compact
 from scrutiny.core.placement import PlacementPolicy
 from scrutiny.core.verdict import BookieAnswer, ClusterView, compute_verdict
 from scrutiny.core.zk_records import UnderReplicationMark, parse_pulsar_racks
-from scrutiny.streaming.cli_io import InputError, print_json, read_input
+from scrutiny.streaming.cli_io import InputError, add_config_argument, print_json, read_input
 from scrutiny.streaming.cli_report import count_argument
 from scrutiny.streaming.settings import load_settings
 
@@ -56,12 +56,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the ledger's under-replication mark ctime (ms)",
     )
     verdict.add_argument("--now", type=count_argument, metavar="MS", help="the current time in ms (default: now)")
-    verdict.add_argument(
-        "--config",
-        metavar="FILE",
-        help="configuration file (TOML; default: $SCRUTINY_CONFIG, else built-in defaults); SCRUTINY_<SECTION>_<KEY>"
-        " environment variables override its keys",
-    )
+    add_config_argument(verdict)
     verdict.set_defaults(handler=_run)
 
 
