@@ -2,10 +2,11 @@
 
 Big-endian: a 64-byte header (int32 version 0, int32 number of groups, 56 zero bytes), then
 one 24-byte group each (int64 first sequence start, int64 last sequence start, int32 sequence
-size, int32 sequence period), sorted by first start.
+size, int32 sequence period), in order: each group starts after the last entry of the one
+before it (BookKeeper's bookies send one group per maximal run, so their groups never overlap).
 
 :func:`decode_listing` accepts any valid groups, periodic or one per run, and rejects
-truncated or inconsistent bytes with :class:`ListingFormatError`. :func:`encode_listing`
+truncated, inconsistent or overlapping groups with :class:`ListingFormatError`. :func:`encode_listing`
 writes the compact form (a healthy stripe is one group); :func:`encode_listing_per_run` writes
 the one-group-per-run form that BookKeeper's Java bookies emit, byte for byte.
 """
@@ -31,14 +32,16 @@ LISTING_VERSION = 0
 _HEADER = struct.Struct(">ii56x")
 _GROUP = struct.Struct(">qqii")
 _INT32_MAX = 2**31 - 1
+_ENTRY_LIMIT = MAX_ENTRY_ID + 1  # one past the largest entry id
 
 
 def decode_listing(data: bytes) -> tuple[SequenceGroup, ...]:
     """The groups of a listing, exactly as sent (after validation), in order.
 
     Raises :class:`ListingFormatError` for a short header, a version other than 0, a group
-    count that does not match the length, non-zero reserved bytes, inconsistent groups, or
-    groups not sorted by first start. Never raises anything else.
+    count that does not match the length, non-zero reserved bytes, inconsistent groups, or a
+    group that does not start after the previous group's last entry (out of order or
+    overlapping). Never raises anything else.
     """
     return tuple(SequenceGroup(*fields) for fields in _validated_groups(data))
 
@@ -71,49 +74,76 @@ def _validated_groups(data: bytes) -> Iterator[tuple[int, int, int, int]]:
 
 
 def _checked_groups(data: bytes) -> Iterator[tuple[int, int, int, int]]:
-    previous = -1
+    after = 0  # the first entry after the previous group: the next group may not start before it
+    limit = _ENTRY_LIMIT
     for index, fields in enumerate(_GROUP.iter_unpack(memoryview(data)[HEADER_SIZE:])):
         first, last, size, period = fields
         # Fast path for BookKeeper's one-run groups; everything else gets the full check.
-        if not (period == 0 and first == last and previous < first and 0 < size <= MAX_ENTRY_ID - first + 1):
-            _check_group(index, fields, previous)
+        if period == 0 and first == last and after <= first and 0 < size <= limit - first:
+            after = first + size
+        else:
+            _check_group(index, fields, after - 1)
+            after = last + size
         yield fields
-        previous = first
 
 
-def _check_group(index: int, fields: tuple[int, int, int, int], previous: int) -> None:
+def _check_group(index: int, fields: tuple[int, int, int, int], previous_end: int) -> None:
     offset = HEADER_SIZE + index * GROUP_SIZE
-    first = fields[0]
+    problem = _group_or_order_problem(index, fields, previous_end)
+    if problem is not None:
+        raise ListingFormatError(problem, offset=offset)
+
+
+def _group_or_order_problem(index: int, fields: tuple[int, int, int, int], previous_end: int) -> str | None:
+    """Why group ``index`` cannot follow a group whose last entry is ``previous_end`` (-1: first group)."""
     problem = group_problem(*fields)
     if problem is not None:
-        raise ListingFormatError(f"group {index}: {problem}", offset=offset)
-    if first <= previous:
-        raise ListingFormatError(
-            f"group {index} starts at {first}, not after group {index - 1} ({previous})", offset=offset
+        return f"group {index}: {problem}"
+    if fields[0] <= previous_end:
+        return (
+            f"group {index} starts at {fields[0]}, not after group {index - 1}, "
+            f"which ends at entry {previous_end} (groups overlap or are out of order)"
         )
+    return None
 
 
 def encode_groups(groups: Sequence[SequenceGroup]) -> bytes:
-    """The listing bytes for these groups as given (must be sorted, consistent, int32 sizes)."""
+    """The listing bytes for these groups as given.
+
+    Each group must be consistent, have an int32 size and period, and start after the last
+    entry of the group before it: the bytes :func:`decode_listing` accepts. Anything else
+    raises :class:`ListingFormatError` naming the group, and nothing is written.
+    """
     out = bytearray(_HEADER.pack(LISTING_VERSION, len(groups)))
-    for group in groups:
-        if group.size > _INT32_MAX or group.period > _INT32_MAX:
-            raise ValueError(f"group {group} does not fit the listing's int32 size and period")
-        out += _GROUP.pack(group.first_start, group.last_start, group.size, group.period)
+    after = 0  # the first entry after the previous group
+    for index, group in enumerate(groups):
+        first, last, size, period = group.first_start, group.last_start, group.size, group.period
+        if not (period == 0 and first == last and after <= first and 0 < size <= _ENTRY_LIMIT - first):
+            problem = _group_or_order_problem(index, (first, last, size, period), after - 1)
+            if problem is not None:
+                raise ListingFormatError(f"cannot encode {problem}")
+        if size > _INT32_MAX or period > _INT32_MAX:
+            raise ListingFormatError(f"cannot encode group {index} ({group}): size or period exceeds the int32 field")
+        out += _GROUP.pack(first, last, size, period)
+        after = last + size
     return bytes(out)
 
 
 def encode_listing(groups: Iterable[SequenceGroup]) -> bytes:
     """Compact listing bytes: consecutive equal runs become one periodic group (BP-34's intent).
 
-    ``groups`` must be disjoint and sorted by first start, each starting after the previous ends.
-    Runs longer than an int32 are split.
+    ``groups`` must be disjoint and sorted by first start, each starting after the previous ends;
+    otherwise :class:`ListingFormatError`. Runs longer than an int32 are split.
     """
     return encode_groups(_split_long_runs(merge_consecutive(groups)))
 
 
 def encode_listing_per_run(groups: Sequence[SequenceGroup]) -> bytes:
-    """One period-0 group per run, as BookKeeper's Java bookie encodes its listing."""
+    """One period-0 group per maximal run, as BookKeeper's Java bookie encodes its listing.
+
+    Touching runs are fused (:func:`per_run`); a run longer than an int32 becomes several
+    groups. ``groups`` must be disjoint and sorted; otherwise :class:`ListingFormatError`.
+    """
     return encode_groups(_split_long_runs(per_run(groups)))
 
 

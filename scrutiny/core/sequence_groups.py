@@ -14,8 +14,10 @@ lives in :mod:`scrutiny.core.periodic_sets`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+
+from scrutiny.core.errors import FormatError
 
 MAX_ENTRY_ID = 2**63 - 1
 
@@ -35,10 +37,10 @@ class SequenceGroup:
 
     @classmethod
     def of(cls, first_start: int, last_start: int, size: int, period: int) -> SequenceGroup:
-        """A validated group; raises ``ValueError`` naming the inconsistency."""
+        """A validated group; raises :class:`FormatError` (a ``ValueError``) naming the inconsistency."""
         problem = group_problem(first_start, last_start, size, period)
         if problem is not None:
-            raise ValueError(problem)
+            raise FormatError("sequence group", problem)
         return cls(first_start, last_start, size, period)
 
     @classmethod
@@ -214,9 +216,27 @@ def from_entries(entries: Iterable[int]) -> list[SequenceGroup]:
     return merge_consecutive(runs)
 
 
-def per_run(groups: Sequence[SequenceGroup]) -> list[SequenceGroup]:
-    """The same entries as one period-0 group per run: the form BookKeeper's bookies emit."""
-    return [SequenceGroup.run(first, last) for group in groups for first, last in group.run_bounds()]
+def per_run(groups: Iterable[SequenceGroup]) -> list[SequenceGroup]:
+    """The same entries as one period-0 group per maximal run: the form BookKeeper's bookies emit.
+
+    Runs that touch (one ends right before the next starts), within a group or across
+    consecutive groups, are fused into one run, as a Java bookie lists them. ``groups`` must be
+    disjoint and sorted by first start; the cost is one step per run of the input.
+    """
+    out: list[SequenceGroup] = []
+    first = last = -2  # the run being extended; -2 so that no entry continues it
+    for group in groups:
+        bounds = ((group.first, group.last),) if group.contiguous else group.run_bounds()
+        for start, end in bounds:
+            if start == last + 1:
+                last = end
+                continue
+            if last >= 0:
+                out.append(SequenceGroup.run(first, last))
+            first, last = start, end
+    if last >= 0:
+        out.append(SequenceGroup.run(first, last))
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -533,9 +533,42 @@ def test_password_not_in_v2_parse_errors() -> None:
         b'password: "s3cr3t" "-pw" x\n',
         b'password: "a"\n"s3cr3t-pw" 5\n',
         b'passwrd: "s3cr3t-pw"\n',
+        # the name, the colon and the value may each be on a line of their own
+        b"password\n:\ns3cr3t-pw\n",
+        b'password\n:\n"s3cr3t-pw\n',
+        b"quorumSize: 1\npassword\n\n:\n\ns3cr3t-pw",
+        b"password # the key\n : # the colon\n s3cr3t-pw\n",
+        b"password\n# note\n:\n# note\ns3cr3t-pw\n",
+        b'password:"s3cr3t-pw',
+        b'password:"s3cr3t-pw" x',
+        b'password : \n "s3cr3t-pw" x',
+        b'password : \n "s3cr3t-pw\n',
+        b'password\n:\n"a"\n\n"s3cr3t-pw" 5\n',
+        b'password:\n"\\xzzs3cr3t-pw"\n',
+        b"password:\n[\ns3cr3t-pw\n]\n",
+        b"password:\n{\ns3cr3t-pw\n}\n",
+        b"Password\n:\ns3cr3t-pw\n",
+        b'password: "s3cr3t-pw" quorumSize: zz\n',
+        b'password: "s3cr3t-pw"\npassword\n:\ns3cr3t-pw\n',
     ):
         err = reason(HEADER + b"2\n" + text)
         assert_secret_absent(str(err))
+
+
+def test_v2_parse_error_names_the_password_field_without_its_value() -> None:
+    err = reason(HEADER + b"2\npassword\n:\ns3cr3t-pw\n")
+    assert str(err) == (
+        "invalid ledger metadata: v2 text does not parse at line 3 column 1: "
+        "cannot parse the password field (value not shown)"
+    )
+
+
+def test_v2_parse_errors_elsewhere_stay_readable() -> None:
+    err = reason(HEADER + b'2\npassword: "s3cr3t-pw"\nquorumSize: zz\n')
+    assert str(err).endswith("line 2 column 13: Couldn't parse integer: zz")
+    # a short password is redacted where it stands as a word, and only there
+    err = reason(HEADER + b'2\npassword: "zz"\nquorumSize: zz\n')
+    assert str(err).endswith("line 2 column 13: Couldn't parse integer: <redacted>")
 
 
 # --------------------------------------------------------------------------- properties

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -17,7 +18,7 @@ from scrutiny.core.listing_codec import (
     encode_listing_per_run,
 )
 from scrutiny.core.sequence_groups import SequenceGroup, from_entries
-from tests.strategies import expand_set
+from tests.strategies import expand_set, sequence_groups
 
 
 def java_listing(runs: list[tuple[int, int]]) -> bytes:
@@ -36,6 +37,37 @@ def test_per_run_encoding_matches_java_bytes() -> None:
     groups = from_entries(entries)
     runs = [(e, e + 1) for e in range(0, 100, 5)]
     assert encode_listing_per_run(groups) == java_listing(runs)
+
+
+def test_touching_runs_encode_as_one_java_group() -> None:
+    # a Java bookie lists maximal runs: entries 0-9 are one group (0, 0, 10, 0)
+    assert encode_listing_per_run([SequenceGroup.run(0, 4), SequenceGroup.run(5, 9)]) == java_listing([(0, 9)])
+    assert java_listing([(0, 9)]) == struct.pack(">ii", 0, 1) + bytes(56) + struct.pack(">qqii", 0, 0, 10, 0)
+    assert encode_listing_per_run([SequenceGroup(0, 10, 5, 5)]) == java_listing([(0, 14)])  # runs 0-4, 5-9, 10-14
+    groups = [SequenceGroup(0, 10, 2, 5), SequenceGroup.run(12, 13), SequenceGroup(20, 30, 1, 10)]
+    assert encode_listing_per_run(groups) == java_listing([(0, 1), (5, 6), (10, 13), (20, 20), (30, 30)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sets(st.integers(0, 300), max_size=120), st.booleans())
+def test_per_run_encoding_is_java_bytes_of_maximal_runs(entries: set[int], one_group_per_entry: bool) -> None:
+    ordered = sorted(entries)
+    runs: list[tuple[int, int]] = []
+    for entry in ordered:  # the maximal runs, naively
+        if runs and runs[-1][1] == entry - 1:
+            runs[-1] = (runs[-1][0], entry)
+        else:
+            runs.append((entry, entry))
+    groups = [SequenceGroup.run(e, e) for e in ordered] if one_group_per_entry else from_entries(ordered)
+    assert encode_listing_per_run(groups) == java_listing(runs)
+
+
+def test_per_run_encoding_still_splits_runs_longer_than_an_int32() -> None:
+    limit = 2**31 - 1
+    # two touching runs fuse into one of 2^31 + 6 entries, which needs two groups
+    data = encode_listing_per_run([SequenceGroup.run(0, limit - 1), SequenceGroup.run(limit, 2**31 + 5)])
+    assert data == java_listing([(0, limit - 1), (limit, 2**31 + 5)])
+    assert decode_listing_compact(data) == [SequenceGroup.run(0, 2**31 + 5)]
 
 
 def test_compact_encoding_of_a_healthy_stripe_is_one_group() -> None:
@@ -82,6 +114,86 @@ def test_malformed_listings_are_rejected_clearly(data: bytes, fragment: str) -> 
         decode_listing(data)
     with pytest.raises(ListingFormatError, match=fragment):
         decode_listing_compact(data)
+
+
+def listing(*groups: Sequence[int]) -> bytes:
+    """Listing bytes with these raw groups, unchecked."""
+    return struct.pack(">ii", 0, len(groups)) + bytes(56) + b"".join(struct.pack(">qqii", *g) for g in groups)
+
+
+@pytest.mark.parametrize(
+    ("groups", "index", "previous_end"),
+    [
+        (((0, 0, 10, 0), (5, 5, 3, 0)), 1, 9),  # a run inside the previous run (fast path)
+        (((0, 0, 10, 0), (9, 9, 1, 0)), 1, 9),  # sharing one entry
+        (((0, 0, 1, 0), (2, 2, 3, 0), (4, 4, 1, 0)), 2, 4),
+        (((0, 20, 2, 5), (3, 3, 1, 0)), 1, 21),  # between the runs of a periodic group: still overlapping
+        (((0, 20, 2, 5), (2, 22, 1, 5)), 1, 21),  # interleaved periodic groups
+        (((0, 0, 4, 0), (10, 30, 2, 10), (25, 25, 1, 0)), 2, 31),
+        (((10, 10, 1, 0), (10, 10, 1, 0)), 1, 10),  # duplicate group
+    ],
+)
+def test_overlapping_groups_are_rejected_with_their_offset(
+    groups: tuple[tuple[int, int, int, int], ...], index: int, previous_end: int
+) -> None:
+    data = listing(*groups)
+    for decode in (decode_listing, decode_listing_compact):
+        with pytest.raises(
+            ListingFormatError, match=f"group {index} starts at .* ends at entry {previous_end}"
+        ) as info:
+            decode(data)
+        assert info.value.offset == 64 + 24 * index
+        assert f"at byte {64 + 24 * index}" in str(info.value)
+
+
+def test_touching_groups_are_not_overlapping() -> None:
+    data = listing((0, 0, 5, 0), (5, 5, 5, 0), (10, 20, 1, 5), (21, 21, 2, 0))
+    assert decode_listing(data) == (
+        SequenceGroup(0, 0, 5, 0),
+        SequenceGroup(5, 5, 5, 0),
+        SequenceGroup(10, 20, 1, 5),
+        SequenceGroup(21, 21, 2, 0),
+    )
+
+
+@pytest.mark.parametrize(
+    ("groups", "fragment"),
+    [
+        ([SequenceGroup.run(5, 9), SequenceGroup.run(0, 3)], "group 1 starts at 0, not after group 0"),
+        ([SequenceGroup(0, 0, 10, 0), SequenceGroup(5, 5, 3, 0)], "group 1 starts at 5, not after group 0"),
+        ([SequenceGroup(0, 20, 2, 5), SequenceGroup(2, 22, 1, 5)], "group 1 starts at 2, not after group 0"),
+        ([SequenceGroup.run(0, 0), SequenceGroup.run(0, 0)], "group 1 starts at 0"),
+        ([SequenceGroup(0, 0, 0, 0)], "group 0: sequence size 0"),
+        ([SequenceGroup(3, 3, 1, 0), SequenceGroup(4, 9, 1, 4)], "group 1: last sequence start 9"),
+        ([SequenceGroup(0, 0, 2**31, 0)], "group 0 .* int32"),
+    ],
+)
+def test_encoder_refuses_what_its_decoder_rejects(groups: list[SequenceGroup], fragment: str) -> None:
+    with pytest.raises(ListingFormatError, match=fragment):
+        encode_groups(groups)
+
+
+def test_encoders_refuse_unsorted_or_overlapping_input() -> None:
+    for groups in (
+        [SequenceGroup.run(5, 9), SequenceGroup.run(0, 3)],
+        [SequenceGroup.run(0, 9), SequenceGroup.run(5, 12)],
+        [SequenceGroup(0, 20, 2, 5), SequenceGroup.run(7, 7)],
+    ):
+        for encode in (encode_listing, encode_listing_per_run):
+            with pytest.raises(ListingFormatError, match="not after group"):
+                encode(groups)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(sequence_groups(max_entry=60), max_size=5))
+def test_encode_groups_writes_only_what_decodes(groups: list[SequenceGroup]) -> None:
+    try:
+        data = encode_groups(groups)
+    except ListingFormatError:
+        with pytest.raises(ListingFormatError):
+            decode_listing(listing(*(g.as_list() for g in groups)))
+        return
+    assert decode_listing(data) == tuple(groups)
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scrutiny.core.errors import FormatError, ScrutinyError
 from scrutiny.core.periodic_sets import EntrySetTooComplexError, union_groups
 from scrutiny.core.sequence_groups import (
     EntrySet,
@@ -43,8 +46,12 @@ def test_group_arithmetic() -> None:
 def test_inconsistent_groups_are_named(values: tuple[int, int, int, int], fragment: str) -> None:
     problem = group_problem(*values)
     assert problem is not None and fragment in problem
-    with pytest.raises(ValueError, match=fragment):
+    with pytest.raises(FormatError, match=fragment) as info:
         SequenceGroup.of(*values)
+    assert info.value.what == "sequence group"
+    assert info.value.reason == problem
+    # callers of external JSON catch ValueError or the root of the hierarchy: both work
+    assert isinstance(info.value, ValueError) and isinstance(info.value, ScrutinyError)
 
 
 def test_java_per_run_listing_of_a_healthy_stripe_merges_into_one_group() -> None:
@@ -60,6 +67,44 @@ def test_java_per_run_listing_of_a_healthy_stripe_merges_into_one_group() -> Non
 def test_touching_runs_fuse() -> None:
     assert merge_consecutive([SequenceGroup.run(0, 4), SequenceGroup.run(5, 9)]) == [SequenceGroup.run(0, 9)]
     assert merge_consecutive([SequenceGroup(0, 10, 5, 5)]) == [SequenceGroup.run(0, 14)]
+
+
+def test_per_run_fuses_touching_runs_like_a_java_bookie() -> None:
+    assert per_run([SequenceGroup.run(0, 4), SequenceGroup.run(5, 9)]) == [SequenceGroup.run(0, 9)]
+    assert per_run([SequenceGroup(0, 10, 5, 5)]) == [SequenceGroup.run(0, 14)]  # runs 0-4, 5-9, 10-14
+    # the last run of a periodic group touches the next group's run; a gap of one entry does not fuse
+    assert per_run([SequenceGroup(0, 10, 2, 5), SequenceGroup.run(12, 13), SequenceGroup.run(15, 15)]) == [
+        SequenceGroup.run(0, 1),
+        SequenceGroup.run(5, 6),
+        SequenceGroup.run(10, 13),
+        SequenceGroup.run(15, 15),
+    ]
+    # single entries one after the other are one run
+    assert per_run([SequenceGroup.run(e, e) for e in range(3, 9)]) == [SequenceGroup.run(3, 8)]
+    assert per_run([]) == []
+
+
+@st.composite
+def sequential_groups(draw: st.DrawFn) -> list[SequenceGroup]:
+    """Consistent groups, each starting after the previous one's last entry (often right after it)."""
+    out: list[SequenceGroup] = []
+    after = 0
+    for group in draw(st.lists(sequence_groups(max_entry=0), max_size=8)):
+        first = after + draw(st.sampled_from([0, 0, 1, 2, 5]))
+        shift = first - group.first_start
+        out.append(SequenceGroup(first, group.last_start + shift, group.size, group.period))
+        after = out[-1].last + 1
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(sequential_groups())
+def test_per_run_is_one_group_per_maximal_run(groups: list[SequenceGroup]) -> None:
+    runs = per_run(groups)
+    assert list(expand(runs)) == list(expand(groups))
+    assert all(run.period == 0 and run.first_start == run.last_start for run in runs)
+    for before, after in itertools.pairwise(runs):
+        assert after.first > before.last + 1  # never touching: each run is maximal
 
 
 def test_runs_in_window_cuts_partial_runs() -> None:
