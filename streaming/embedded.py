@@ -1,9 +1,10 @@
 """The embedded default of ``scrutiny run``: everything on this machine, in one process tree.
 
-:class:`EmbeddedStack` brings up, in order, the embedded ZooKeeper and Kafka-protocol broker
-(``scrutiny services``, reused when already running), a simulated BookKeeper cluster from a
-scenario (the demo by default: faults that change over time), the watcher, and the checker on a
-local Spark session; :meth:`EmbeddedStack.close` takes them down in reverse order and stops only
+:class:`EmbeddedStack` brings up, in order, a local Spark session (first, so that its JVM starts
+before any gRPC thread of the simulated bookies exists), the embedded ZooKeeper and Kafka-protocol
+broker (``scrutiny services``, reused when already running), a simulated BookKeeper cluster from a
+scenario (the demo by default: faults that change over time), the watcher, and the checker on the
+Spark session; :meth:`EmbeddedStack.close` takes them down in reverse order and stops only
 what it started. The broker keeps events in memory, so each run starts from a fresh checkpoint
 (``<checkpoint_dir>``, emptied first) while the Delta tables accumulate across runs.
 """
@@ -96,6 +97,15 @@ class EmbeddedStack:
             raise
 
     def _start(self) -> Settings:
+        # Spark first: PySpark starts its JVM with a fork that runs Python in the child, which can
+        # crash while the simulated bookies' gRPC threads are busy (the JVM then never starts).
+        checker_settings = self.base.checker
+        spark = build_spark_session(
+            "scrutiny-embedded",
+            master=checker_settings.spark_master or "local[2]",
+            ui=checker_settings.spark_ui,
+            conf={"spark.sql.shuffle.partitions": str(checker_settings.shuffle_partitions)},
+        )
         log.info("starting the embedded ZooKeeper and Kafka-protocol broker under %s", self.services.state_dir)
         endpoints = self.services.up(progress=lambda line: log.info("%s", line)).endpoints
         settings = embedded_settings(self.base, self.scenario, endpoints.zookeeper, endpoints.kafka)
@@ -115,12 +125,6 @@ class EmbeddedStack:
         checkpoint = Path(settings.checker.checkpoint_dir)
         if checkpoint.exists():
             shutil.rmtree(checkpoint)  # the embedded broker forgot its events: old offsets mean nothing
-        spark = build_spark_session(
-            "scrutiny-embedded",
-            master=settings.checker.spark_master or "local[2]",
-            ui=settings.checker.spark_ui,
-            conf={"spark.sql.shuffle.partitions": str(settings.checker.shuffle_partitions)},
-        )
         log.info("starting the checker (Spark %s)", spark.version)
         self.checker = start_checker(spark, settings, metrics=self.metrics)
         return settings
