@@ -13,12 +13,13 @@ so that it can catch their mistakes. The rules are those of ``docs/verdict.md``:
   ``NO_REPLICA``, without rows;
 * open and in-recovery ledgers only in the segments an ensemble change sealed;
 * ``ENTRIES_BEYOND_LAST_ENTRY`` per bookie of the last ensemble (critical when at least AQ
-  write-set bookies hold ``lastEntryId + 1``; a write-set bookie of that entry with an unknown
-  answer is needed too), placement per checked segment, ``ACK_QUORUM_ONE``,
+  write-set bookies hold ``lastEntryId + 1``; its write-set bookies with an unknown answer are
+  needed too when they could make it critical), placement per checked segment, ``ACK_QUORUM_ONE``,
   ``BOOKIE_NOT_REGISTERED`` (closed ledgers, once per bookie), ``UNDER_REPLICATION_STUCK`` (strictly
   older than the grace period; a mark without ctime counts from when it appeared);
 * and what the jobs around the verdict decide: ``BOOKIE_UNRESPONSIVE`` per (ledger, bookie) for a
-  registered bookie whose answer stays unknown while the checker needs it, ``METADATA_UNREADABLE``
+  registered bookie whose answer stays unknown while the checker needs it (``BOOKIE_NOT_REGISTERED``
+  for such a bookie that is gone, unless already reported), ``METADATA_UNREADABLE``
   (alone) for a corrupt znode. ``CHECK_OVERDUE`` never (a perfect checker is never late).
 
 The file format written by :func:`truth_document` is documented in ``docs/simulator.md``.
@@ -289,15 +290,19 @@ def ledger_truth(state: ClusterState, ledger_id: int, now_s: float) -> list[Trut
         replicas.add(span)
     out += replicas.violations(marked=spec.mark is not None)
     if spec.closed and spans:
-        out += _beyond(state, spec, spans[-1])
-        replicas.unknown += [b for b in _silent_next_writers(state, spec, spans[-1]) if b not in replicas.unknown]
+        beyond, silent = _beyond(state, spec, spans[-1])
+        out += beyond
+        replicas.unknown += [b for b in silent if b not in replicas.unknown]
     if spec.closed or spans:
         out += _metadata_truth(state, spec, checked)
     if spec.mark is not None and now_s > spec.mark.stuck_after_s(state.checker.under_replication_grace_s):
         out.append(TruthViolation(ledger_id, Category.UNDER_REPLICATION_STUCK, Severity.CRITICAL))
+    unregistered = {v.bookie for v in out if v.category is Category.BOOKIE_NOT_REGISTERED}
     for bookie in replicas.unknown:
         if state.bookies[bookie].registered:
             out.append(TruthViolation(ledger_id, Category.BOOKIE_UNRESPONSIVE, Severity.WARNING, bookie=bookie))
+        elif bookie not in unregistered:  # silent and gone, in no checked segment: found by the retries
+            out.append(TruthViolation(ledger_id, Category.BOOKIE_NOT_REGISTERED, Severity.WARNING, bookie=bookie))
     out.sort(key=TruthViolation.sort_key)
     return out
 
@@ -401,11 +406,16 @@ def _append_piece(pieces: list[tuple[int, int, frozenset[int]]], lo: int, hi: in
         pieces.append((lo, hi, residues))
 
 
-def _beyond(state: ClusterState, spec: LedgerSpec, last_span: _Span) -> list[TruthViolation]:
-    """Entries after lastEntryId on the last ensemble's bookies with a known answer."""
+def _beyond(state: ClusterState, spec: LedgerSpec, last_span: _Span) -> tuple[list[TruthViolation], list[str]]:
+    """Entries after lastEntryId on the last ensemble's bookies with a known answer.
+
+    Also the silent write-set bookies of ``lastEntryId + 1`` when their answers decide whether
+    the finding is critical (fewer than AQ known holders, AQ or more with them): the checker
+    needs them.
+    """
     last = spec.last_entry
     if last >= MAX_ENTRY:
-        return []
+        return [], []
     extra: dict[str, tuple[SequenceGroup, ...]] = {}
     for index, bookie in enumerate(last_span.ensemble):
         if state.bookies[bookie].answers_unknown(spec.ledger_id, state.checker):
@@ -424,28 +434,17 @@ def _beyond(state: ClusterState, spec: LedgerSpec, last_span: _Span) -> list[Tru
         ]
         if groups:
             extra[bookie] = tuple(sorted(groups))
-    if not extra:
-        return []
     following = last + 1
-    holders = sum(
-        1
-        for w in range(spec.write_quorum)
-        if _contains(extra.get(last_span.ensemble[(following + w) % spec.ensemble_size], ()), following)
-    )
+    members = [last_span.ensemble[(following + w) % spec.ensemble_size] for w in range(spec.write_quorum)]
+    holders = sum(1 for bookie in members if _contains(extra.get(bookie, ()), following))
+    silent = [b for b in members if state.bookies[b].answers_unknown(spec.ledger_id, state.checker)]
+    needed = silent if holders < spec.ack_quorum <= holders + len(silent) else []
     severity = Severity.CRITICAL if holders >= spec.ack_quorum else Severity.WARNING
-    return [
+    found = [
         TruthViolation(spec.ledger_id, Category.ENTRIES_BEYOND_LAST_ENTRY, severity, bookie, last_span.first, groups)
         for bookie, groups in extra.items()
     ]
-
-
-def _silent_next_writers(state: ClusterState, spec: LedgerSpec, last_span: _Span) -> list[str]:
-    """Write-set bookies of ``lastEntryId + 1`` with an unknown answer: the checker must ask them again."""
-    following = spec.last_entry + 1
-    if following > MAX_ENTRY:
-        return []
-    members = [last_span.ensemble[(following + w) % spec.ensemble_size] for w in range(spec.write_quorum)]
-    return [b for b in members if state.bookies[b].answers_unknown(spec.ledger_id, state.checker)]
+    return found, needed
 
 
 def _metadata_truth(state: ClusterState, spec: LedgerSpec, checked: Sequence[_Span]) -> list[TruthViolation]:

@@ -82,11 +82,14 @@ def _beyond(metadata: LedgerMetadata, held: Mapping[str, Holdings], result: Refe
             if extra and bookie not in result.beyond:
                 result.beyond[bookie] = extra
     holders = 0
+    silent: set[str] = set()
     for w in range(metadata.write_quorum):
         bookie = metadata.segments[start].ensemble[(following + w) % metadata.ensemble_size]
         holding = held.get(bookie)
         if holding is None:
-            result.retry.add(bookie)
+            silent.add(bookie)
         elif following in holding:
             holders += 1
     result.beyond_critical = holders >= metadata.ack_quorum
+    if holders < metadata.ack_quorum <= holders + len(silent):  # their answers decide whether it is critical
+        result.retry |= silent

@@ -21,7 +21,7 @@ Rules (each pinned by a test):
 * **order**: a mark (or its clearing) re-checks a ledger with missing replicas open, so whether
   the metadata or the mark arrives first, the outcome is the same;
 * **one row per finding per check**: what an incomplete check reported is not reported again
-  when the retries complete it;
+  when the retries complete it, unless a later answer changed its severity or its entries;
 * **bounded state**: the metadata bytes are kept only while a retry is pending, a violation is
   open or a mark is set; what stays for a healthy ledger is its version and change time.
 """
@@ -50,6 +50,10 @@ from scrutiny.core.zk_records import UnderReplicationMark
 
 #: (category, bookie or "", segment first entry or -1): one open violation of a ledger.
 ViolationKey = tuple[str, str, int]
+#: A violation's key with its severity and entry count (-1: none): one row as reported. A row found
+#: again by a later attempt is reported again only when one of these changed (e.g. a warning that a
+#: bookie's late answer made critical).
+ReportKey = tuple[str, str, int, str, int]
 
 #: What a mark changes: replication is at work on these.
 _REPLICA_CATEGORIES = frozenset(
@@ -93,7 +97,7 @@ class TrackedLedger:
     mark: UnderReplicationMark | None = None
     stuck_at_ms: int | None = None
     open: tuple[ViolationKey, ...] = ()
-    reported: tuple[ViolationKey, ...] = ()
+    reported: tuple[ReportKey, ...] = ()
 
     def timers(self) -> tuple[int, ...]:
         """The times at which this ledger needs :func:`on_timer`."""
@@ -137,7 +141,7 @@ class TrackedLedger:
             mark=UnderReplicationMark(tuple(mark["r"]), mark["t"]) if mark is not None else None,
             stuck_at_ms=doc.get("s"),
             open=tuple((k[0], k[1], k[2]) for k in doc["o"]),
-            reported=tuple((k[0], k[1], k[2]) for k in doc.get("p", ())),
+            reported=tuple((k[0], k[1], k[2], k[3], k[4]) for k in doc.get("p", ()) if len(k) == 5),
         )
 
 
@@ -177,6 +181,12 @@ def violation_key(violation: Violation) -> ViolationKey:
     """The identity of a violation among a ledger's open ones."""
     segment = violation.segment_first_entry
     return (violation.category.value, violation.bookie or "", -1 if segment is None else segment)
+
+
+def report_key(violation: Violation) -> ReportKey:
+    """The key of a reported row: the violation's key, severity and entry count."""
+    count = -1 if violation.entries is None else violation.entries.count
+    return (*violation_key(violation), violation.severity.value, count)
 
 
 def needs_check(metadata: LedgerMetadata) -> bool:
@@ -321,7 +331,10 @@ def _judge(
         retry_at = now_ms + config.retry.delay_ms(state.attempts)
         new = _unreported(state, found)
         pending = replace(
-            state, retry_at_ms=retry_at, open=_with_keys(state.open, found), reported=_with_keys(state.reported, new)
+            state,
+            retry_at_ms=retry_at,
+            open=_with_keys(state.open, found),
+            reported=tuple(dict.fromkeys((*state.reported, *(report_key(v) for v in new)))),
         )
         return Step(pending, Outcome(found=new, metadata=metadata, version=state.version))
     found += _unanswered(verdict, cluster, found)
@@ -362,8 +375,8 @@ def _complete(
 
 
 def _unreported(state: TrackedLedger, found: tuple[Violation, ...]) -> tuple[Violation, ...]:
-    """``found`` without what an incomplete check of the same version reported already."""
-    return tuple(v for v in found if violation_key(v) not in state.reported)
+    """``found`` without what an incomplete check of the same version reported already, as it was."""
+    return tuple(v for v in found if report_key(v) not in state.reported)
 
 
 def _recheck(state: TrackedLedger) -> Step:

@@ -8,8 +8,9 @@ configuration go in; a :class:`Verdict` with violations in the closed vocabulary
 * an answer is a listing, an explicit negative (the bookie holds nothing of the ledger) or
   unknown; unknown is never counted as missing: a bookie with an unknown answer is counted as
   holding everything, so a violation is reported only when it holds whatever that bookie
-  turns out to hold, and the bookie is listed in ``retry_bookies`` (so is an unknown bookie of
-  the write set of ``lastEntryId + 1``: it could make ``ENTRIES_BEYOND_LAST_ENTRY`` critical);
+  turns out to hold, and the bookie is listed in ``retry_bookies`` (so are the unknown bookies
+  of the write set of ``lastEntryId + 1`` when they could make ``ENTRIES_BEYOND_LAST_ENTRY``
+  critical);
 * copies outside an entry's write set never count;
 * the ledger is classified once, by its worst entry, as ``NO_REPLICA``, ``BELOW_ACK_QUORUM`` or
   ``BELOW_WRITE_QUORUM`` with the entries at that level, plus one ``MISSING_REPLICA`` detail
@@ -191,7 +192,7 @@ def compute_verdict(
     for span in checked:
         replicas.add_segment(span)
     violations = replicas.violations(marked=under_replication is not None)
-    retry = replicas.retry
+    retry = [*replicas.retry]
     if closed and last_entry is not None and spans:
         beyond, unverified = _entries_beyond(metadata, spans, last_entry, answers)
         violations += beyond
@@ -324,29 +325,29 @@ def _entries_beyond(
     Those are the bookies of the segment ``lastEntryId + 1`` falls in and of any later one. The
     finding is critical when at least AQ bookies of that entry's write set hold it (a recovery
     probably truncated the ledger). Also returns the write-set bookies of ``lastEntryId + 1``
-    whose answer is unknown: they could make the finding critical, so they are retried.
+    whose answer is unknown when their answers could decide that (fewer than AQ known holders,
+    but AQ or more with them): they are retried.
     """
     if last_entry >= MAX_ENTRY_ID:
         return [], []
     following = last_entry + 1
     start = span_of_entry(spans, following) or spans[0]
-    write_set_bookies = [start.ensemble[i] for i in write_set(following, metadata.ensemble_size, metadata.write_quorum)]
-    unverified = [b for b in write_set_bookies if b not in answers or answers[b].kind is AnswerKind.UNKNOWN]
-    beyond: dict[str, tuple[int, list[SequenceGroup]]] = {}  # bookie -> (segment first entry, entries)
-    for span in spans[start.index :]:
-        for bookie in span.ensemble:
-            answer = answers.get(bookie)
-            if bookie in beyond or answer is None or answer.kind is not AnswerKind.LISTING:
-                continue
+    later = dict.fromkeys(bookie for span in spans[start.index :] for bookie in span.ensemble)
+    first_segment = {bookie: span.first for span in reversed(spans[start.index :]) for bookie in span.ensemble}
+    beyond: dict[str, list[SequenceGroup]] = {}
+    for bookie in later:
+        answer = answers.get(bookie)
+        if answer is not None and answer.kind is AnswerKind.LISTING:
             extra = [part for g in answer.groups for part in clip(g, following, MAX_ENTRY_ID)]
             if extra:
-                beyond[bookie] = (span.first, extra)
-    if not beyond:
-        return [], unverified
-    holders = [b for b in write_set_bookies if b in beyond and any(g.contains(following) for g in beyond[b][1])]
-    truncated = len(holders) >= metadata.ack_quorum
+                beyond[bookie] = extra
+    write_set_bookies = [start.ensemble[i] for i in write_set(following, metadata.ensemble_size, metadata.write_quorum)]
+    holders = sum(1 for b in write_set_bookies if any(g.contains(following) for g in beyond.get(b, ())))
+    silent = [b for b in write_set_bookies if b not in answers or answers[b].kind is AnswerKind.UNKNOWN]
+    undecided = holders < metadata.ack_quorum <= holders + len(silent)
+    truncated = holders >= metadata.ack_quorum
     severity = Severity.CRITICAL if truncated else Severity.WARNING
-    note = f"{len(holders)} write-set bookie(s) hold entry {following} (AQ {metadata.ack_quorum})" + (
+    note = f"{holders} write-set bookie(s) hold entry {following} (AQ {metadata.ack_quorum})" + (
         "; the ledger was probably truncated by a recovery" if truncated else ""
     )
     violations = [
@@ -354,13 +355,13 @@ def _entries_beyond(
             Category.ENTRIES_BEYOND_LAST_ENTRY,
             severity,
             bookie=bookie,
-            segment_first_entry=segment_first,
+            segment_first_entry=first_segment[bookie],
             entries=_union_or_as_is(groups),
             details=note,
         )
-        for bookie, (segment_first, groups) in beyond.items()
+        for bookie, groups in beyond.items()
     ]
-    return violations, unverified
+    return violations, silent if undecided else []
 
 
 def _union_or_as_is(groups: list[SequenceGroup]) -> EntrySet:

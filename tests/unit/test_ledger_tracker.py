@@ -223,7 +223,15 @@ def test_a_marked_ledger_does_not_report_missing_replicas_and_a_check_keeps_the_
     attempts=st.integers(0, 10),
     mark=st.none() | st.builds(UnderReplicationMark, st.tuples(st.text(max_size=5)), st.none() | st.integers(0, 2**50)),
     keys=st.lists(st.tuples(st.sampled_from([c.value for c in Category]), st.text(max_size=8), st.integers(-1, 99))),
-    reported=st.lists(st.tuples(st.sampled_from([c.value for c in Category]), st.text(max_size=8), st.integers(-1, 9))),
+    reported=st.lists(
+        st.tuples(
+            st.sampled_from([c.value for c in Category]),
+            st.text(max_size=8),
+            st.integers(-1, 9),
+            st.sampled_from(["critical", "warning", "info"]),
+            st.integers(-1, 2**40),
+        )
+    ),
 )
 def test_state_round_trips_through_bytes(  # noqa: PLR0917 - one argument per strategy
     version: int,
@@ -233,7 +241,7 @@ def test_state_round_trips_through_bytes(  # noqa: PLR0917 - one argument per st
     attempts: int,
     mark: UnderReplicationMark | None,
     keys: list[tuple[str, str, int]],
-    reported: list[tuple[str, str, int]],
+    reported: list[tuple[str, str, int, str, int]],
 ) -> None:
     state = TrackedLedger(
         version, checked, metadata, times[0], attempts, times[1], mark, times[2], tuple(keys), tuple(reported)
@@ -276,3 +284,24 @@ def test_what_an_incomplete_check_reported_is_not_reported_again_when_it_complet
     assert done.outcome.check is not None and done.outcome.check.violation_count >= 2
     assert not set(categories(done)) & set(categories(partial))
     assert done.state is not None and done.state.reported == ()
+
+
+def test_a_finding_a_later_answer_makes_worse_is_reported_again() -> None:
+    # Entry 10 is past the end (last 9); its write set is b2, b3 (AQ 2). b2 holds it, b3 is silent: a warning.
+    answers = healthy()
+    answers["b2:3181"] = BookieAnswer.listing(from_entries([e for e in range(11) if 1 in (e % 3, (e + 1) % 3)]))
+    answers["b3:3181"] = BookieAnswer.unknown("timeout")
+    partial = changed(None, 1, answers)
+    (warning,) = [v for v in partial.outcome.found if v.category is Category.ENTRIES_BEYOND_LAST_ENTRY]
+    assert warning.bookie == "b2:3181" and warning.severity.value == "warning"
+    state = partial.state
+    assert state is not None and state.retry_at_ms is not None
+    fired = on_timer(state, now_ms=state.retry_at_ms).state
+    assert fired is not None
+    # b3 answers and holds entry 10 too: two write-set copies, the finding is critical for both bookies
+    answers["b3:3181"] = BookieAnswer.listing(from_entries([e for e in range(11) if 2 in (e % 3, (e + 1) % 3)]))
+    done = on_answers(fired, version=1, answers=answers, now_ms=state.retry_at_ms, cluster=CLUSTER, config=CONFIG)
+    beyond = {
+        v.bookie: v.severity.value for v in done.outcome.found if v.category is Category.ENTRIES_BEYOND_LAST_ENTRY
+    }
+    assert beyond == {"b2:3181": "critical", "b3:3181": "critical"}

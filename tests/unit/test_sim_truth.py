@@ -243,6 +243,19 @@ holdings = [{{ bookie = "bookie-1", missing = [[0, 59]], add = [[0, 59]] }}, {{ 
     assert set(four) == {("BELOW_ACK_QUORUM", None), ("MISSING_REPLICA", "bookie-2")}
 
 
+def test_silent_write_set_bookies_of_the_next_entry_are_needed_when_they_decide() -> None:
+    state = state_of(HANDCRAFTED["silent writers of the next entry"])
+    # Empty closed ledgers: entry 0's write set is the first two bookies (AQ 2).
+    assert set(found(state, 1)) == {("BOOKIE_UNRESPONSIVE", "bookie-1"), ("BOOKIE_UNRESPONSIVE", "bookie-2")}
+    assert not found(state, 2)  # one silent bookie cannot make two copies of entry 0
+    three = found(state, 3)  # bookie-6 is stopped (gone): found by the retries, in no checked segment
+    assert set(three) == {("BOOKIE_NOT_REGISTERED", "bookie-6"), ("BOOKIE_UNRESPONSIVE", "bookie-1")}
+    assert three["BOOKIE_NOT_REGISTERED", "bookie-6"].segment_first_entry is None
+    # Entries 0 and 1 held; entry 2's write set is bookie-2 (silent) and bookie-3, which holds nothing past 1
+    # (and bookie-2 is needed for entry 1 anyway).
+    assert set(found(state, 4)) == {("BOOKIE_UNRESPONSIVE", "bookie-2")}
+
+
 def test_placement_and_registration() -> None:
     state = state_of(
         """
@@ -336,8 +349,8 @@ def test_truth_file_round_trip(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- against the verdict
 
 
-def verdict_violations(state: ClusterState, ledger_id: int, now_s: float) -> list[TruthViolation]:
-    """compute_verdict on what the simulated bookies would answer, as truth rows (for comparison)."""
+def verdict_violations(state: ClusterState, ledger_id: int, now_s: float) -> tuple[list[TruthViolation], set[str]]:
+    """compute_verdict on what the simulated bookies would answer, as truth rows, and its retry bookies."""
     spec = state.ledgers[ledger_id]
     metadata = build_ledger_metadata(
         ensemble_size=spec.ensemble_size,
@@ -379,7 +392,7 @@ def verdict_violations(state: ClusterState, ledger_id: int, now_s: float) -> lis
     verdict = compute_verdict(
         metadata, answers, now_ms=round(now_s * 1000), config=config, cluster=cluster, under_replication=mark
     )
-    return [
+    rows = [
         TruthViolation(
             ledger_id,
             v.category,
@@ -390,10 +403,20 @@ def verdict_violations(state: ClusterState, ledger_id: int, now_s: float) -> lis
         )
         for v in verdict.violations
     ]
+    return rows, set(verdict.retry_bookies)
+
+
+def after_retries(row: TruthViolation) -> bool:
+    """A row the tracker decides after the retries: a silent bookie, registered or gone."""
+    return row.category is Category.BOOKIE_UNRESPONSIVE or (
+        row.category is Category.BOOKIE_NOT_REGISTERED and row.segment_first_entry is None
+    )
 
 
 def assert_agree(state: ClusterState, now_s: float, only: set[int] | None = None) -> int:
-    """Truth and verdict agree on every ledger (of ``only``): keys, severities, entries. Returns how many compared."""
+    """Truth and verdict agree on every ledger (of ``only``): keys, severities, entries, and the bookies
+    the checker needs but cannot hear (truth's rows after the retries, the verdict's retry bookies).
+    Returns how many rows were compared."""
     compared = 0
     for ledger_id, spec in sorted(state.ledgers.items()):
         if only is not None and ledger_id not in only:
@@ -401,9 +424,14 @@ def assert_agree(state: ClusterState, now_s: float, only: set[int] | None = None
         if spec.corrupt is not None or (spec.mark is not None and spec.mark.ctime_s is None):
             continue  # decided outside the verdict
         judged = ledger_truth(state, ledger_id, now_s)
-        truth = {v.key: v for v in judged if v.category is not Category.BOOKIE_UNRESPONSIVE}
-        verdict = {v.key: v for v in verdict_violations(state, ledger_id, now_s)}
+        truth = {v.key: v for v in judged if not after_retries(v)}
+        rows, retry = verdict_violations(state, ledger_id, now_s)
+        verdict = {v.key: v for v in rows}
         assert set(truth) == set(verdict), ledger_id
+        unregistered = {v.bookie for v in rows if v.category is Category.BOOKIE_NOT_REGISTERED}
+        silent = {v.bookie for v in judged if after_retries(v)}
+        assert silent == retry - unregistered, ledger_id
+        compared += len(silent)
         for key, expected in truth.items():
             got = verdict[key]
             assert got.severity is expected.severity, key
@@ -454,6 +482,12 @@ mode = "readonly"\n[bookies.bookie-6]\nfault = {{ kind = "status", status = "EIO
 [[ledgers]]\nid = 2\nensemble = ["bookie-5", "bookie-6", "bookie-3"]
 holdings = [{{ bookie = "bookie-3", nothing = true }}]\n""",
     "empty closed ledger": f"[[ledgers]]\nid = 1\n{E123}\nlast_entry = -1\ntruncated = 2\n",
+    "silent writers of the next entry": """[bookies.bookie-1]\nfault = "unresponsive"\n[bookies.bookie-2]
+fault = "unresponsive"\n[bookies.bookie-6]\nmode = "stopped"
+[[ledgers]]\nid = 1\nensemble = ["bookie-1", "bookie-2", "bookie-3"]\nlast_entry = -1
+[[ledgers]]\nid = 2\nensemble = ["bookie-1", "bookie-4", "bookie-5"]\nlast_entry = -1
+[[ledgers]]\nid = 3\nensemble = ["bookie-6", "bookie-1", "bookie-4"]\nlast_entry = -1
+[[ledgers]]\nid = 4\nensemble = ["bookie-3", "bookie-4", "bookie-2"]\nlast_entry = 1\n""",
     "wiped bookie": f"[bookies.bookie-2]\nwiped = true\n[[ledgers]]\nids = [[1, 3]]\n{E123}\n",
     "short segment": """[[ledgers]]\nid = 1\nensemble_size = 5\nwrite_quorum = 2\nlast_entry = 1
 ensemble = ["bookie-1", "bookie-2", "bookie-3", "bookie-4", "bookie-5"]

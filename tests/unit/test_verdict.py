@@ -202,6 +202,23 @@ def test_unknown_write_set_bookie_of_the_next_entry_is_retried_beside_a_warning(
     assert "b2:3181" in verdict.retry_bookies
 
 
+def test_silent_bookies_that_cannot_change_the_beyond_finding_are_not_retried() -> None:
+    # Empty closed ledger, AQ=2: one silent bookie of entry 0's write set cannot make AQ copies of it.
+    md = ledger(-1)
+    answers = {b: BookieAnswer.no_ledger() for b in BOOKIES if b != "b0:3181"}
+    verdict = verdict_of(md, answers)
+    assert verdict.verdict is VerdictKind.HEALTHY and verdict.retry_bookies == ()
+    # Already critical (AQ=1 holder of entry 0): the silent one cannot change it either.
+    md = ledger(-1, aq=1)
+    answers = {b: BookieAnswer.no_ledger() for b in BOOKIES}
+    answers["b0:3181"] = BookieAnswer.unknown("timeout")
+    answers["b1:3181"] = BookieAnswer.listing([SequenceGroup.run(0, 0)])
+    verdict = verdict_of(md, answers)
+    assert verdict.retry_bookies == ()
+    beyond = [v for v in verdict.violations if v.category is Category.ENTRIES_BEYOND_LAST_ENTRY]
+    assert [(v.bookie, v.severity) for v in beyond] == [("b1:3181", Severity.CRITICAL)]
+
+
 def test_segments_past_the_last_entry_are_empty_not_missing() -> None:
     # Closed at entry 5 although an ensemble change announced entry 10: entries 6..9 do not exist.
     second = ("b0:3181", "b1:3181", "b9:3181")
