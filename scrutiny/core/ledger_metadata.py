@@ -46,18 +46,8 @@ _V1_INT: Final = re.compile(r"[+-]?[0-9]{1,20}")
 _DIGITS: Final = frozenset(b"0123456789")
 _NEWLINE: Final = ord("\n")
 _V1_CLOSED: Final = "CLOSED"
-_REDACTED: Final = "<redacted>"
-_PASSWORD_HIDDEN: Final = "cannot parse the password field (value not shown)"
-#: Shorter unquoted password candidates are redacted from parser messages only where they stand
-#: as a whole word (anywhere, they would garble them).
-_MIN_REDACTED_BARE: Final = 4
-_QUOTES: Final = ('"', "'")
-_CLOSING: Final = {"[": "]", "{": "}", "<": ">"}
-#: A token of protobuf text: whitespace or a ``#`` comment (skipped), a quoted string (to its
-#: closing quote or the end of the line), a word (identifier or number), or any other character.
-_TEXT_TOKEN: Final = re.compile(
-    r"""(?P<skip>\s+|\#.*)|"(?:[^"\\]|\\.)*(?:"|\\)?|'(?:[^'\\]|\\.)*(?:'|\\)?|[A-Za-z0-9_.+-]+|."""
-)
+#: The fields of v2 text other than the password: a line starting with one ends the password's text.
+_OTHER_FIELDS: Final = frozenset(_Format.DESCRIPTOR.fields_by_name) - {"password"}
 
 
 class LedgerState(StrEnum):
@@ -304,124 +294,40 @@ def _decode_v2(data: bytes, start: int) -> LedgerMetadata:
 
 
 def _describe_text_error(err: text_format.ParseError, text: str) -> str:
-    """The parser's message, located by line, with anything that may be the password removed.
+    """The parser's message with its position, unless the position is in the password field's text.
 
-    The message is replaced by a generic one when the parser stopped on a line naming the
-    password field, on a string line, or on any token of a ``password`` field (its name, the
-    colon, or a token that may be its value, wherever the text format's free layout put them);
-    otherwise every possible password value is redacted from it.
+    That text runs from each line that mentions ``password`` (in any case) to the next line that
+    starts with another field's name. Protobuf text tokens never span lines and a field's value
+    lies between its name and the next field's name, so a message about a position outside it
+    (which quotes that position's line and token) cannot quote the password; inside it, or
+    without a position, only the position is given.
     """
     lines = text.split("\n")
-    field_tokens = _password_field_tokens(lines)
-    secrets = [token.text for token in field_tokens if token.is_value]
     line, column = err.GetLine(), err.GetColumn()
+    where = "" if line is None else f" at line {line}" + (f" column {column}" if column is not None else "")
+    secret = _password_lines(lines)
+    if secret and (line is None or line in secret):
+        return f"v2 text does not parse{where} (the parser's message is withheld: it may quote the password)"
     detail = str(err)
-    if line is None:
-        return "v2 text does not parse: " + _redact(detail, lines, secrets)
-    location = f"{line}:{column}" if column is not None else f"{line}"
-    where = f"line {line}" + (f" column {column}" if column is not None else "")
-    if any(token.covers(line, column) for token in field_tokens):
-        return f"v2 text does not parse at {where}: {_PASSWORD_HIDDEN}"
-    detail = detail.removeprefix(f"{location} : ")
-    if 1 <= line <= len(lines):
-        detail = detail.removeprefix(f"'{lines[line - 1]}': ")
-        if _may_hold_password(lines[line - 1]):
-            return f"v2 text does not parse at {where}: {_PASSWORD_HIDDEN}"
-    return f"v2 text does not parse at {where}: {_redact(detail, lines, secrets)}"
+    if line is not None:
+        detail = detail.removeprefix(f"{line}:{column} : " if column is not None else f"{line} : ")
+        if 1 <= line <= len(lines):
+            detail = detail.removeprefix(f"'{lines[line - 1]}': ")
+    return f"v2 text does not parse{where}: {detail}"
 
 
-def _may_hold_password(line: str) -> bool:
-    """Whether a line may carry (part of) the password value: it names the field, or it starts with a string."""
-    return "password" in line or line.lstrip().startswith(('"', "'"))
-
-
-@dataclass(frozen=True, slots=True)
-class _TextToken:
-    """A token of v2 text at a 1-based line and column; ``is_value`` when it may be a password value."""
-
-    line: int
-    column: int
-    text: str
-    is_value: bool = False
-
-    def covers(self, line: int, column: int | None) -> bool:
-        """Whether the position (a column of None: anywhere on the line) falls on this token."""
-        if line != self.line:
-            return False
-        return column is None or self.column <= column < self.column + len(self.text)
-
-
-def _text_tokens(lines: list[str]) -> list[_TextToken]:
-    """The tokens of protobuf text, without whitespace and ``#`` comments (a close approximation of the parser's)."""
-    tokens: list[_TextToken] = []
-    for number, line in enumerate(lines, start=1):
-        for match in _TEXT_TOKEN.finditer(line):
-            if match.lastgroup != "skip":
-                tokens.append(_TextToken(number, match.start() + 1, match.group()))
-    return tokens
-
-
-def _password_field_tokens(lines: list[str]) -> list[_TextToken]:
-    """Every token of every ``password`` field: its name, the colon, and whatever may be its value.
-
-    The value is the token after the name (and colon) wherever it is, and when that is a
-    string, the strings that follow it (adjacent strings concatenate); when it opens a list or
-    a message, every token up to the matching close. Any word containing ``password``
-    (whatever its case) counts as the field name, to stay on the safe side.
-    """
-    tokens = _text_tokens(lines)
-    out: list[_TextToken] = []
-    index = 0
-    while index < len(tokens):
-        name = tokens[index]
-        index += 1
-        if name.text.startswith(_QUOTES) or "password" not in name.text.lower():
-            continue
-        out.append(name)
-        if index < len(tokens) and tokens[index].text == ":":
-            out.append(tokens[index])
-            index += 1
-        if index >= len(tokens):
-            break
-        opening = tokens[index].text
-        closing = _CLOSING.get(opening)
-        depth = 0
-        while index < len(tokens):
-            token = tokens[index]
-            if closing is not None:
-                depth += (token.text == opening) - (token.text == closing)
-            elif out[-1].is_value and not token.text.startswith(_QUOTES):
-                break
-            out.append(_TextToken(token.line, token.column, token.text, is_value=True))
-            index += 1
-            if closing is not None and depth == 0:
-                break
-            if closing is None and not token.text.startswith(_QUOTES):
-                break
+def _password_lines(lines: list[str]) -> set[int]:
+    """The 1-based numbers of the lines that hold the password field's text (see above)."""
+    out: set[int] = set()
+    inside = False
+    for number, content in enumerate(lines, start=1):
+        if "password" in content.lower():
+            inside = True
+        elif re.split(r"[\s:{<\[]", content.strip(), maxsplit=1)[0] in _OTHER_FIELDS:
+            inside = False
+        if inside:
+            out.add(number)
     return out
-
-
-def _redact(detail: str, lines: list[str], secrets: Iterable[str]) -> str:
-    """``detail`` with every password-like value (of ``lines`` naming the field, and ``secrets``) replaced.
-
-    Quoted candidates and those of at least ``_MIN_REDACTED_BARE`` characters are replaced
-    wherever they occur; shorter bare ones only where they stand as a whole word.
-    """
-    candidates: set[str] = set()
-    for line in lines:
-        if "password" in line:
-            value = line.split("password", 1)[1].lstrip(" \t:").strip()
-            candidates.update((line.strip(), value, value.strip("\"'")))
-    for secret in secrets:
-        candidates.update((secret, secret.strip("\"'")))
-    for candidate in sorted(candidates, key=len, reverse=True):
-        if not candidate:
-            continue
-        if len(candidate) >= _MIN_REDACTED_BARE or candidate.startswith(_QUOTES):
-            detail = detail.replace(candidate, _REDACTED)
-        else:
-            detail = re.sub(rf"(?<![\w\"']){re.escape(candidate)}(?![\w\"'])", _REDACTED, detail)
-    return detail
 
 
 def _decode_v1(data: bytes, start: int) -> LedgerMetadata:
