@@ -74,9 +74,18 @@ def _validated_groups(data: bytes) -> Iterator[tuple[int, int, int, int]]:
 
 
 def _checked_groups(data: bytes) -> Iterator[tuple[int, int, int, int]]:
+    return _in_order(_GROUP.iter_unpack(memoryview(data)[HEADER_SIZE:]))
+
+
+def _in_order(groups: Iterable[tuple[int, int, int, int]]) -> Iterator[tuple[int, int, int, int]]:
+    """The groups' fields as given, each checked to be consistent and to start after the one before.
+
+    Raises :class:`ListingFormatError` at the group's byte offset in the listing. The decoder and
+    the encoder both go through here, so the encoder never writes what the decoder rejects.
+    """
     after = 0  # the first entry after the previous group: the next group may not start before it
     limit = _ENTRY_LIMIT
-    for index, fields in enumerate(_GROUP.iter_unpack(memoryview(data)[HEADER_SIZE:])):
+    for index, fields in enumerate(groups):
         first, last, size, period = fields
         # Fast path for BookKeeper's one-run groups; everything else gets the full check.
         if period == 0 and first == last and after <= first and 0 < size <= limit - first:
@@ -88,23 +97,17 @@ def _checked_groups(data: bytes) -> Iterator[tuple[int, int, int, int]]:
 
 
 def _check_group(index: int, fields: tuple[int, int, int, int], previous_end: int) -> None:
+    """Raise unless group ``index`` is consistent and starts after ``previous_end`` (-1: first group)."""
     offset = HEADER_SIZE + index * GROUP_SIZE
-    problem = _group_or_order_problem(index, fields, previous_end)
-    if problem is not None:
-        raise ListingFormatError(problem, offset=offset)
-
-
-def _group_or_order_problem(index: int, fields: tuple[int, int, int, int], previous_end: int) -> str | None:
-    """Why group ``index`` cannot follow a group whose last entry is ``previous_end`` (-1: first group)."""
     problem = group_problem(*fields)
     if problem is not None:
-        return f"group {index}: {problem}"
+        raise ListingFormatError(f"group {index}: {problem}", offset=offset)
     if fields[0] <= previous_end:
-        return (
+        raise ListingFormatError(
             f"group {index} starts at {fields[0]}, not after group {index - 1}, "
-            f"which ends at entry {previous_end} (groups overlap or are out of order)"
+            f"which ends at entry {previous_end} (groups overlap or are out of order)",
+            offset=offset,
         )
-    return None
 
 
 def encode_groups(groups: Sequence[SequenceGroup]) -> bytes:
@@ -112,20 +115,18 @@ def encode_groups(groups: Sequence[SequenceGroup]) -> bytes:
 
     Each group must be consistent, have an int32 size and period, and start after the last
     entry of the group before it: the bytes :func:`decode_listing` accepts. Anything else
-    raises :class:`ListingFormatError` naming the group, and nothing is written.
+    raises :class:`ListingFormatError` naming the group (at the offset it would have had), and
+    nothing is written.
     """
     out = bytearray(_HEADER.pack(LISTING_VERSION, len(groups)))
-    after = 0  # the first entry after the previous group
-    for index, group in enumerate(groups):
-        first, last, size, period = group.first_start, group.last_start, group.size, group.period
-        if not (period == 0 and first == last and after <= first and 0 < size <= _ENTRY_LIMIT - first):
-            problem = _group_or_order_problem(index, (first, last, size, period), after - 1)
-            if problem is not None:
-                raise ListingFormatError(f"cannot encode {problem}")
+    fields = ((g.first_start, g.last_start, g.size, g.period) for g in groups)
+    for index, (first, last, size, period) in enumerate(_in_order(fields)):
         if size > _INT32_MAX or period > _INT32_MAX:
-            raise ListingFormatError(f"cannot encode group {index} ({group}): size or period exceeds the int32 field")
+            raise ListingFormatError(
+                f"group {index} ({first}, {last}, {size}, {period}): size or period exceeds the int32 field",
+                offset=HEADER_SIZE + index * GROUP_SIZE,
+            )
         out += _GROUP.pack(first, last, size, period)
-        after = last + size
     return bytes(out)
 
 
