@@ -27,8 +27,8 @@ def test_verdict_bench_quick_runs() -> None:
     assert healthy and "VIOLATED" not in "".join(healthy[:6])
     assert "healthy 10^9-entry ledger verdict < 1 ms" in done.stdout
     assert "decode_listing_compact" in done.stdout
-    overlap = done.stdout.split("5. Healthy 10^9-entry ledger, each bookie listing every entry as P overlapping")[1]
-    assert overlap.count("HEALTHY") == 2  # the hostile form is judged like the compact one
+    overlap = done.stdout.split("5. Healthy 10^9-entry ledger, each bookie's entries given as P overlapping")[1]
+    assert overlap.count("HEALTHY") == 2  # overlapping groups are judged like the compact ones
 
 
 @pytest.mark.parametrize("module", ["bench.bookie_v3_bench", "bench.agent_bench"])
