@@ -24,7 +24,7 @@ from scrutiny.connectors.agent_server import (
     ListingBackend,
 )
 from scrutiny.connectors.agent_v3_forward import V3ForwardBackend
-from scrutiny.streaming.cli_io import InputError
+from scrutiny.streaming.cli_io import InputError, seconds_argument
 
 DEFAULT_LISTEN = "127.0.0.1:3185"
 log = logging.getLogger("scrutiny.agent")
@@ -58,7 +58,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     agent.add_argument("--bookie-id", default="", metavar="ID", help="the bookie id this agent serves")
     agent.add_argument("--max-ledgers-per-call", type=int, default=DEFAULT_MAX_LEDGERS_PER_CALL, metavar="N")
     agent.add_argument("--max-concurrent-calls", type=int, default=4, metavar="N")
-    agent.add_argument("--grace", type=float, default=5.0, metavar="SECONDS", help="shutdown grace period")
+    agent.add_argument("--grace", type=seconds_argument, default=5.0, metavar="SECONDS", help="shutdown grace period")
     agent.set_defaults(handler=_run)
 
 

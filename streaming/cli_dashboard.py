@@ -15,8 +15,8 @@ import secrets
 import sys
 from collections.abc import Mapping
 
-from scrutiny.streaming.cli_io import InputError, add_config_argument
-from scrutiny.streaming.cli_report import count_argument, stall_after_ms
+from scrutiny.streaming.cli_io import InputError, add_config_argument, count_argument
+from scrutiny.streaming.cli_report import stall_after_ms
 from scrutiny.streaming.dashboard_app import DEFAULT_REFRESH_SECONDS, create_app
 from scrutiny.streaming.dashboard_data import check_data_dir
 from scrutiny.streaming.dashboard_server import DashboardServer, is_loopback

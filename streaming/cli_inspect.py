@@ -16,8 +16,7 @@ from scrutiny.core.zk_paths import (
     ledger_path,
     underreplication_path,
 )
-from scrutiny.streaming.cli_io import print_json, read_input
-from scrutiny.streaming.cli_report import count_argument
+from scrutiny.streaming.cli_io import count_argument, print_json, read_input
 
 DEFAULT_MAX_RANGES = 10_000
 

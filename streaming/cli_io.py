@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -24,6 +25,28 @@ CONFIG_HELP = (
 def add_config_argument(parser: argparse.ArgumentParser, help_text: str = CONFIG_HELP) -> None:
     """The ``--config FILE`` option of a command that loads settings."""
     parser.add_argument("--config", metavar="FILE", help=help_text)
+
+
+def count_argument(text: str) -> int:
+    """An argparse type: a whole number ≥ 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def seconds_argument(text: str) -> float:
+    """An argparse type: a finite number of seconds ≥ 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds ≥ 0, got {text}")
+    return value
 
 
 def read_input(name: str) -> bytes:

@@ -36,7 +36,7 @@ from scrutiny.core.health_summary import (
     summarize,
 )
 from scrutiny.core.vocabulary import Severity
-from scrutiny.streaming.cli_io import add_config_argument, print_json
+from scrutiny.streaming.cli_io import add_config_argument, count_argument, print_json
 from scrutiny.streaming.settings import Settings, load_settings
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -86,17 +86,6 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     report.add_argument("--format", choices=["text", "json"], default="text", help="output format (default: text)")
     add_config_argument(report)
     report.set_defaults(handler=_run)
-
-
-def count_argument(text: str) -> int:
-    """An argparse type: a whole number ≥ 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
-    return value
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -28,6 +28,7 @@ from prometheus_client import start_http_server
 from scrutiny.connectors.sim_scenario import load_scenario
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.health_summary import category_table, summarize
+from scrutiny.streaming.cli_io import add_config_argument, seconds_argument
 from scrutiny.streaming.cli_report import read_open_violations
 from scrutiny.streaming.embedded import DEMO_SCENARIO, EmbeddedStack
 from scrutiny.streaming.job import RunningChecker, start_checker
@@ -47,11 +48,15 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument("--config", help="configuration file (TOML); none: the embedded default")
+    add_config_argument(run, "configuration file (TOML; default: $SCRUTINY_CONFIG); none: the embedded default")
     run.add_argument("--scenario", help="embedded default: the simulated cluster's scenario (default: the demo)")
-    run.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long")
-    run.add_argument("--until-idle", type=float, metavar="SECONDS", help="stop after this long with nothing to do")
-    run.add_argument("--summary-every", type=float, default=30.0, metavar="SECONDS", help="open-violation summary")
+    run.add_argument("--duration", type=seconds_argument, metavar="SECONDS", help="stop after this long")
+    run.add_argument(
+        "--until-idle", type=seconds_argument, metavar="SECONDS", help="stop after this long with nothing to do"
+    )
+    run.add_argument(
+        "--summary-every", type=seconds_argument, default=30.0, metavar="SECONDS", help="open-violation summary"
+    )
     run.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port of 127.0.0.1")
     run.set_defaults(handler=_run)
 

@@ -34,8 +34,7 @@ from scrutiny.core.health_summary import (
 )
 from scrutiny.core.ledger_scan import ScanMode, parse_ledger_selection
 from scrutiny.core.vocabulary import Severity
-from scrutiny.streaming.cli_io import add_config_argument, print_json
-from scrutiny.streaming.cli_report import count_argument
+from scrutiny.streaming.cli_io import add_config_argument, count_argument, print_json
 from scrutiny.streaming.scan_fix import FixOptions, check_fix_options, fix_json, fix_lines, run_fix
 from scrutiny.streaming.scan_job import DEFAULT_CHUNK_SIZE, ScanOptions, ScanResult, ScanRun, probe_zookeeper
 from scrutiny.streaming.settings import Settings, load_settings

@@ -25,7 +25,7 @@ from scrutiny.connectors.services import (
     ServiceState,
     resolve_state_dir,
 )
-from scrutiny.streaming.cli_io import add_config_argument
+from scrutiny.streaming.cli_io import add_config_argument, seconds_argument
 from scrutiny.streaming.settings import load_settings
 
 EXIT_STATUS_DEGRADED = 1
@@ -44,7 +44,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions = services.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = actions.add_parser("up", help="start the services (reusing running ones) and print their variables")
     up.add_argument("--restart-crashed", action="store_true", help="start again a service whose recorded process died")
-    up.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS", help="start deadline per service")
+    up.add_argument(
+        "--timeout", type=seconds_argument, default=30.0, metavar="SECONDS", help="start deadline per service"
+    )
     status = actions.add_parser("status", help="print each service's state and the variables of running ones")
     down = actions.add_parser("down", help="stop the processes 'up' started and remove their state")
     for action in (up, status, down):

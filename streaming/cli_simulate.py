@@ -32,7 +32,7 @@ from scrutiny.connectors.sim_model import Scenario
 from scrutiny.connectors.sim_scenario import load_scenario
 from scrutiny.connectors.sim_truth import truth_document, truth_timeline, write_truth
 from scrutiny.connectors.zookeeper_client import ZooKeeperSettings, build_zookeeper_client
-from scrutiny.streaming.cli_io import InputError, add_config_argument
+from scrutiny.streaming.cli_io import InputError, add_config_argument, seconds_argument
 from scrutiny.streaming.settings import load_settings
 
 log = logging.getLogger("scrutiny.simulate")
@@ -51,7 +51,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sim.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]", help="default: zookeeper.connect of the settings")
     add_config_argument(sim)
     sim.add_argument(
-        "--duration", type=float, metavar="SECONDS", help="stop after this long (default: run until SIGINT/SIGTERM)"
+        "--duration",
+        type=seconds_argument,
+        metavar="SECONDS",
+        help="stop after this long (default: run until SIGINT/SIGTERM)",
     )
     sim.add_argument("--truth-out", metavar="FILE", help="write the ground truth (JSON) here")
     sim.add_argument("--replace", action="store_true", help="replace a cluster already at the ledgers root")

@@ -11,8 +11,7 @@ from scrutiny.core.listing_codec import decode_listing_compact
 from scrutiny.core.placement import PlacementPolicy
 from scrutiny.core.verdict import BookieAnswer, ClusterView, compute_verdict
 from scrutiny.core.zk_records import UnderReplicationMark, parse_pulsar_racks
-from scrutiny.streaming.cli_io import InputError, add_config_argument, print_json, read_input
-from scrutiny.streaming.cli_report import count_argument
+from scrutiny.streaming.cli_io import InputError, add_config_argument, count_argument, print_json, read_input
 from scrutiny.streaming.settings import load_settings
 
 

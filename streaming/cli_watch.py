@@ -23,7 +23,7 @@ from scrutiny.connectors.watcher_metrics import WatcherMetrics
 from scrutiny.connectors.zk_tree import TreeLayout
 from scrutiny.connectors.zookeeper_client import build_zookeeper_client, zookeeper_target
 from scrutiny.connectors.zookeeper_watch import PersistentWatchClient
-from scrutiny.streaming.cli_io import add_config_argument
+from scrutiny.streaming.cli_io import add_config_argument, seconds_argument
 from scrutiny.streaming.settings import Settings, load_settings
 
 log = logging.getLogger("scrutiny.watch")
@@ -39,7 +39,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_config_argument(watch)
     watch.add_argument("--watcher-id", help="this watcher's name in the election (default: host:pid)")
-    watch.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long (default: run on)")
+    watch.add_argument(
+        "--duration", type=seconds_argument, metavar="SECONDS", help="stop after this long (default: run on)"
+    )
     watch.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
     watch.set_defaults(handler=_run)
 

@@ -211,6 +211,12 @@ def parse_error(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[object,
         (["inspect", "listing", "f", "--max-ranges", "-1"], "scrutiny inspect listing", "argument --max-ranges: must"),
         (["inspect"], "scrutiny inspect", "the following arguments are required"),
         ([], "scrutiny", "the following arguments are required: COMMAND"),
+        (["run", "--duration", "-1"], "scrutiny run", "argument --duration: must be a finite number of seconds"),
+        (["run", "--summary-every", "nan"], "scrutiny run", "argument --summary-every: must be a finite number"),
+        (["watch", "--duration", "soon"], "scrutiny watch", "argument --duration: expected a number of seconds"),
+        (["services", "up", "--timeout", "-3"], "scrutiny services up", "argument --timeout: must be a finite"),
+        (["simulate", "--duration", "inf"], "scrutiny simulate", "argument --duration: must be a finite"),
+        (["agent", "--grace", "-1"], "scrutiny agent", "argument --grace: must be a finite"),
     ],
 )
 def test_parser_errors_are_one_line_exit_2(
