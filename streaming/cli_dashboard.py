@@ -15,7 +15,7 @@ import secrets
 import sys
 from collections.abc import Mapping
 
-from scrutiny.streaming.cli_io import InputError, add_config_argument, count_argument
+from scrutiny.streaming.cli_io import InputError, add_config_argument, count_argument, seconds_argument
 from scrutiny.streaming.cli_report import stall_after_ms
 from scrutiny.streaming.dashboard_app import DEFAULT_REFRESH_SECONDS, create_app
 from scrutiny.streaming.dashboard_data import check_data_dir
@@ -69,11 +69,8 @@ def _port(text: str) -> int:
 
 
 def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0:
+    value = seconds_argument(text)
+    if value == 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text}")
     return value
 

@@ -63,7 +63,8 @@ def test_command_exits_2_when_the_port_is_taken(
         (["--port", "70000"], "a port is 0..65535, got 70000"),
         (["--port", "x"], "expected a whole number, got 'x'"),
         (["--refresh-seconds", "0"], "must be positive, got 0"),
-        (["--refresh-seconds", "-1"], "must be positive, got -1"),
+        (["--refresh-seconds", "-1"], "must be a finite number of seconds ≥ 0, got -1"),
+        (["--refresh-seconds", "inf"], "must be a finite number of seconds ≥ 0, got inf"),
     ],
 )
 def test_command_refuses_bad_options(args: list[str], reason: str, capsys: pytest.CaptureFixture[str]) -> None:
