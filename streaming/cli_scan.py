@@ -106,6 +106,8 @@ def _run(args: argparse.Namespace) -> int:
     progress = ProgressLine(sys.stderr)
     with _stopping_on_signals(run.stop, progress):
         result = run.run(progress.update)
+        # Spark stops before the summary: what its cancelled tasks log must not follow the last line.
+        spark.stop()
     progress.done()
     fixed = run_fix(settings, result, fix, data_dir=run.data_dir) if fix.enabled and not result.interrupted else None
     summary = summarize(
