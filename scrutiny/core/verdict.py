@@ -332,10 +332,12 @@ def _entries_beyond(
         return [], []
     following = last_entry + 1
     start = span_of_entry(spans, following) or spans[0]
-    later = dict.fromkeys(bookie for span in spans[start.index :] for bookie in span.ensemble)
-    first_segment = {bookie: span.first for span in reversed(spans[start.index :]) for bookie in span.ensemble}
+    first_segment: dict[str, int] = {}  # each bookie of those segments -> the first of them it is in
+    for span in spans[start.index :]:
+        for bookie in span.ensemble:
+            first_segment.setdefault(bookie, span.first)
     beyond: dict[str, list[SequenceGroup]] = {}
-    for bookie in later:
+    for bookie in first_segment:
         answer = answers.get(bookie)
         if answer is not None and answer.kind is AnswerKind.LISTING:
             extra = [part for g in answer.groups for part in clip(g, following, MAX_ENTRY_ID)]
