@@ -70,22 +70,27 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Exit code 0 when healthy, 1 when an open violation is at or above --fail-on, 2 on errors.",
     )
     report.add_argument("--data-dir", metavar="DIR", help="the tables' directory (default: checker.data_dir)")
-    report.add_argument(
+    add_summary_arguments(report)
+    add_config_argument(report)
+    report.set_defaults(handler=_run)
+
+
+def add_summary_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a command that ends with the health summary: ``--fail-on``, ``--worst``, ``--format``."""
+    parser.add_argument(
         "--fail-on",
         choices=[s.value for s in Severity],
         default=DEFAULT_FAIL_ON.value,
         help=f"lowest severity that makes the status UNHEALTHY (default: {DEFAULT_FAIL_ON.value})",
     )
-    report.add_argument(
+    parser.add_argument(
         "--worst",
         type=count_argument,
         default=DEFAULT_WORST,
         metavar="N",
-        help=f"worst ledgers to list ({DEFAULT_WORST})",
+        help=f"worst ledgers to list (default: {DEFAULT_WORST})",
     )
-    report.add_argument("--format", choices=["text", "json"], default="text", help="output format (default: text)")
-    add_config_argument(report)
-    report.set_defaults(handler=_run)
+    parser.add_argument("--format", choices=["text", "json"], default="text", help="output format (default: text)")
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -22,8 +22,6 @@ from types import FrameType
 from typing import Any, TextIO
 
 from scrutiny.core.health_summary import (
-    DEFAULT_FAIL_ON,
-    DEFAULT_WORST,
     Figures,
     OpenViolation,
     as_json_dict,
@@ -35,6 +33,7 @@ from scrutiny.core.health_summary import (
 from scrutiny.core.ledger_scan import ScanMode, parse_ledger_selection
 from scrutiny.core.vocabulary import Severity
 from scrutiny.streaming.cli_io import add_config_argument, count_argument, print_json
+from scrutiny.streaming.cli_report import add_summary_arguments
 from scrutiny.streaming.scan_fix import FixOptions, check_fix_options, fix_json, fix_lines, run_fix
 from scrutiny.streaming.scan_job import DEFAULT_CHUNK_SIZE, ScanOptions, ScanResult, ScanRun, probe_zookeeper
 from scrutiny.streaming.settings import Settings, load_settings
@@ -55,14 +54,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     depth.add_argument("--deep", action="store_true", help="also ask the bookies for their entries (the default)")
     scan.add_argument("--ledgers", metavar="RANGE", help="ledger ids: N, A-B, A-, -B, comma-separated (default: all)")
     scan.add_argument("--bookie", metavar="ID", help="only ledgers with this bookie in an ensemble")
-    scan.add_argument(
-        "--fail-on",
-        choices=[s.value for s in Severity],
-        default=DEFAULT_FAIL_ON.value,
-        help=f"lowest severity that makes the status UNHEALTHY (default: {DEFAULT_FAIL_ON.value})",
-    )
-    scan.add_argument("--worst", type=count_argument, default=DEFAULT_WORST, metavar="N", help="worst ledgers to list")
-    scan.add_argument("--format", choices=["text", "json"], default="text", help="output format (default: text)")
+    add_summary_arguments(scan)
     scan.add_argument("--data-dir", metavar="DIR", help="the tables' directory (default: checker.data_dir)")
     scan.add_argument(
         "--chunk-size",
