@@ -13,16 +13,17 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_verdict_bench_quick_runs() -> None:
+def run_bench(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m MODULE ARGS`` from the repository root; it must exit 0 within 5 minutes."""
     done = subprocess.run(
-        [sys.executable, "-m", "bench.verdict_bench", "--quick"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+        [sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True, timeout=300, check=False
     )
     assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
+def test_verdict_bench_quick_runs() -> None:
+    done = run_bench("bench.verdict_bench", "--quick")
     healthy = [line for line in done.stdout.splitlines() if line.strip().startswith(("10^3", "10^6", "10^9"))]
     assert healthy and "VIOLATED" not in "".join(healthy[:6])
     assert "healthy 10^9-entry ledger verdict < 1 ms" in done.stdout
@@ -33,23 +34,12 @@ def test_verdict_bench_quick_runs() -> None:
 
 @pytest.mark.parametrize("module", ["bench.bookie_v3_bench", "bench.agent_bench"])
 def test_listing_benches_quick_run(module: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", module, "--quick"], cwd=REPO, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = run_bench(module, "--quick")
     assert "listings/s" in done.stdout
 
 
 def test_scan_bench_runs_a_fast_a_deep_and_a_fast_scan() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.scan_bench", "--ledgers", "2000", "--chunk-size", "500"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = run_bench("bench.scan_bench", "--ledgers", "2000", "--chunk-size", "500")
     rows = [
         line.split() for line in done.stdout.splitlines() if line.startswith(("fast ", "deep ")) and "/" not in line
     ]
