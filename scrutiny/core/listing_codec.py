@@ -70,10 +70,6 @@ def _validated_groups(data: bytes) -> Iterator[tuple[int, int, int, int]]:
         raise ListingFormatError(
             f"header announces {count} groups ({expected} bytes) but the listing has {len(data)} bytes"
         )
-    return _checked_groups(data)
-
-
-def _checked_groups(data: bytes) -> Iterator[tuple[int, int, int, int]]:
     return _in_order(_GROUP.iter_unpack(memoryview(data)[HEADER_SIZE:]))
 
 
