@@ -141,6 +141,7 @@ class TrackedLedger:
             mark=UnderReplicationMark(tuple(mark["r"]), mark["t"]) if mark is not None else None,
             stuck_at_ms=doc.get("s"),
             open=tuple((k[0], k[1], k[2]) for k in doc["o"]),
+            # Older states kept 3-field keys: dropped, so at worst a pending retry reports a row again.
             reported=tuple((k[0], k[1], k[2], k[3], k[4]) for k in doc.get("p", ()) if len(k) == 5),
         )
 
