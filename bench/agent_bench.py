@@ -5,10 +5,10 @@ Run from the repository root::
     .venv/bin/python -m bench.agent_bench            # full run (~20 s)
     .venv/bin/python -m bench.agent_bench --quick    # short run (~5 s)
 
-The agent (:class:`scrutiny.connectors.agent_server.AgentServer`) runs in its own process with
-the simulated bookie's in-memory backend (:class:`scrutiny.connectors.sim_bookie.MemoryListingBackend`),
+The agent (:class:`scrutiny.agent.server.AgentServer`) runs in its own process with
+the simulated bookie's in-memory backend (:class:`scrutiny.simulator.bookie.MemoryListingBackend`),
 holding healthy closed E=5/WQ=2 ledgers of 1,000 entries as bookie 0 (3 compact groups each);
-the checker's client (:class:`scrutiny.connectors.agent_client.AgentClient`) asks it over
+the checker's client (:class:`scrutiny.connectors.bookies.agent_client.AgentClient`) asks it over
 loopback. For each batch size, in the same run: ``requests / wall time`` over repeated calls,
 median of the repetitions; every answer is checked to be a listing. Figures are printed, never
 asserted; the ratios compare figures of the same run.
@@ -25,11 +25,11 @@ import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
-from scrutiny.connectors.agent_client import AgentClient
-from scrutiny.connectors.agent_server import AgentServer, AgentServerConfig
-from scrutiny.connectors.sim_bookie import EntryStore, FaultSwitch, MemoryListingBackend
+from scrutiny.agent.server import AgentServer, AgentServerConfig
+from scrutiny.connectors.bookies.agent_client import AgentClient
 from scrutiny.core.striping import expected_groups
 from scrutiny.core.verdict import AnswerKind
+from scrutiny.simulator.bookie import EntryStore, FaultSwitch, MemoryListingBackend
 
 LEDGERS = 20_000
 HELD = tuple(expected_groups(0, 5, 2, 0, 999))

@@ -5,7 +5,7 @@ Run from the repository root::
     .venv/bin/python -m bench.bookie_v3_bench            # full run (~25 s)
     .venv/bin/python -m bench.bookie_v3_bench --quick    # short run (~5 s)
 
-The simulated bookie (:class:`scrutiny.connectors.bookie_v3_server.BookieV3Server`) runs in
+The simulated bookie (:class:`scrutiny.simulator.v3_server.BookieV3Server`) runs in
 its own process, so client and server do not share an event loop or the GIL; they talk over
 loopback. Every ledger is a healthy, closed E=5/WQ=2 ledger of 1,000 entries and the bookie
 answers as bookie 0 (400 entries in 200 runs), in the compact encoding (3 groups, 136 bytes)
@@ -35,13 +35,13 @@ import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
-from scrutiny.connectors.bookie_v3_client import BookieClientConfig, BookieV3Client, encode_frame, listing_request
-from scrutiny.connectors.bookie_v3_server import BookieV3Server, ListingEncoding
+from scrutiny.connectors.bookies.v3_client import BookieClientConfig, BookieV3Client, encode_frame, listing_request
 from scrutiny.core.listing_codec import encode_listing, encode_listing_per_run
 from scrutiny.core.sequence_groups import SequenceGroup, expand
 from scrutiny.core.striping import expected_groups
 from scrutiny.core.verdict import AnswerKind
 from scrutiny.proto import bookkeeper_protocol_pb2 as pb
+from scrutiny.simulator.v3_server import BookieV3Server, ListingEncoding
 
 ENTRIES = 1_000
 HELD: tuple[SequenceGroup, ...] = tuple(expected_groups(0, 5, 2, 0, ENTRIES - 1))

@@ -44,19 +44,19 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from scrutiny.connectors.delta_tables import read_table
-from scrutiny.connectors.services import start_tansu, start_zookeeper
-from scrutiny.connectors.sim_scenario import parse_scenario
-from scrutiny.connectors.watcher_metrics import WatcherMetrics
-from scrutiny.connectors.zookeeper_client import build_zookeeper_client
+from scrutiny.cli.watch import watcher_from_settings
+from scrutiny.connectors.tables.delta import read_table
+from scrutiny.connectors.zookeeper.client import build_zookeeper_client
 from scrutiny.core.ledger_metadata import LedgerState, decode_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.ledger_tracker import TrackedLedger
 from scrutiny.core.zk_paths import ledger_path
-from scrutiny.streaming.cli_watch import watcher_from_settings
-from scrutiny.streaming.embedded import embedded_settings
-from scrutiny.streaming.job import start_checker
-from scrutiny.streaming.settings import load_settings
-from scrutiny.streaming.spark_session import build_spark_session
+from scrutiny.services.embedded import embedded_settings
+from scrutiny.services.servers import start_tansu, start_zookeeper
+from scrutiny.settings.loader import load_settings
+from scrutiny.simulator.scenario import parse_scenario
+from scrutiny.streaming.checker.job import start_checker
+from scrutiny.streaming.session import build_spark_session
+from scrutiny.watcher.metrics import WatcherMetrics
 
 log = logging.getLogger("bench.checker")
 
@@ -187,7 +187,7 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
 
 def start_simulator(scenario: Path, zk: str) -> subprocess.Popen[str]:
     """``scrutiny simulate`` in its own process; returns once it printed that the cluster is up."""
-    command = [sys.executable, "-m", "scrutiny.streaming.cli", "simulate", str(scenario), "--zookeeper", zk]
+    command = [sys.executable, "-m", "scrutiny.cli.main", "simulate", str(scenario), "--zookeeper", zk]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert process.stdout is not None
     line = process.stdout.readline()

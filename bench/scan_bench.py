@@ -30,14 +30,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.checker_bench import start_simulator
-from scrutiny.connectors.services import start_zookeeper
-from scrutiny.connectors.sim_generator import generate, parse_fault_mix
-from scrutiny.connectors.sim_scenario import parse_scenario
 from scrutiny.core.ledger_scan import LedgerSelection, ScanMode
-from scrutiny.streaming.embedded import embedded_settings
-from scrutiny.streaming.scan_job import ScanOptions, ScanResult, ScanRun
-from scrutiny.streaming.settings import Settings, load_settings
-from scrutiny.streaming.spark_session import build_spark_session
+from scrutiny.services.embedded import embedded_settings
+from scrutiny.services.servers import start_zookeeper
+from scrutiny.settings.loader import Settings, load_settings
+from scrutiny.simulator.generator import generate, parse_fault_mix
+from scrutiny.simulator.scenario import parse_scenario
+from scrutiny.streaming.scan.job import ScanOptions, ScanResult, ScanRun
+from scrutiny.streaming.session import build_spark_session
 
 log = logging.getLogger("bench.scan")
 FAULTS = "missing=0.001,nothing=0.0005,no_replica=0.0005,placement=0.002,aq1=0.01,open=0.02,stuck=0.0005"

@@ -11,7 +11,7 @@ What is timed (median of repeated ``time.perf_counter_ns`` timings, garbage coll
 while timing, repetitions adapted to the cost of one call):
 
 * ``compute_verdict`` on a healthy ledger whose answers are each bookie's compact listing;
-* the naive per-entry reference (:func:`tests.reference.reference_replicas`) on the same
+* the naive per-entry reference (:func:`tests.support.reference.reference_replicas`) on the same
   ledger, with holdings as Python sets built beforehand (not timed), at 10^3 and 10^6 only;
 * ``compute_verdict`` when the listings are in BookKeeper's one-group-per-run form;
 * ``compute_verdict`` on a 10^6-entry (and a 10^9-entry) ledger with one wiped bookie;
@@ -52,7 +52,7 @@ from scrutiny.core.listing_codec import (
 from scrutiny.core.sequence_groups import SequenceGroup, per_run
 from scrutiny.core.striping import expected_groups
 from scrutiny.core.verdict import BookieAnswer, Verdict, compute_verdict
-from tests.reference import Holdings, reference_replicas
+from tests.support.reference import Holdings, reference_replicas
 
 ENSEMBLE = 5
 ACK_QUORUM = 2

@@ -6,19 +6,19 @@ Run from the repository root::
     .venv/bin/python -m bench.watcher_bench --quick            # 20k ledgers, short live phase (~15 s)
     .venv/bin/python -m bench.watcher_bench --ledgers 1000000  # the 1M-ledger walk (see bench/README.md)
 
-It starts its own ZooKeeper and Tansu (:mod:`scrutiny.connectors.services`) in a temporary
+It starts its own ZooKeeper and Tansu (:mod:`scrutiny.services.servers`) in a temporary
 directory and always stops them at the end, on error, on Ctrl-C and on SIGTERM. Then, in one run:
 
 1. **tree**: N ledgers of BookKeeper's real v3 metadata bytes (OPEN, E=3/WQ=2/AQ=2, a Pulsar
    managed-ledger property) at their real hierarchical paths under ``/ledgers``, written pipelined
    (one multi request per 500 creates: one ``create_async`` per ledger is ~15x slower, and is
    timed on the subset below), the 2-level directories first;
-2. **walk**: :func:`scrutiny.connectors.zk_tree.read_cluster` on that tree (ledgers/s), with the
+2. **walk**: :func:`scrutiny.connectors.zookeeper.tree.read_cluster` on that tree (ledgers/s), with the
    CPU seconds this process and ZooKeeper spent;
 3. **window**: ``read_nodes`` on a smaller tree (10k ledgers; ``--quick``: 2k) with 1, 2 and 8
    multiRead requests in flight, against one get_async per node, in the same run;
-4. **snapshot**: a :class:`~scrutiny.connectors.watcher.Watcher` with an
-   :class:`~scrutiny.connectors.event_publisher.EventPublisher` on the broker, from its start
+4. **snapshot**: a :class:`~scrutiny.watcher.daemon.Watcher` with an
+   :class:`~scrutiny.connectors.kafka.publisher.EventPublisher` on the broker, from its start
    until SNAPSHOT_END is published and flushed (ledgers/s end to end, and its phases);
 5. **live**: with that watcher running, ledger closes at a sustained rate (200/s for 10 s;
    ``--quick``: 100/s for 3 s), each a ``set`` of the ledger's CLOSED metadata; for each, the time
@@ -62,10 +62,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kazoo.client import KazooClient
 
-from scrutiny.connectors.event_publisher import EventPublisher, TopicConfig
-from scrutiny.connectors.services import RunningServer, start_tansu, start_zookeeper
-from scrutiny.connectors.watcher import Watcher, WatcherConfig
-from scrutiny.connectors.zk_tree import (
+from scrutiny.connectors.kafka.publisher import EventPublisher, TopicConfig
+from scrutiny.connectors.zookeeper.tree import (
     DEFAULT_WINDOW,
     MULTI_READ_BATCH,
     MULTI_READ_WINDOW,
@@ -74,11 +72,13 @@ from scrutiny.connectors.zk_tree import (
     read_cluster,
     read_nodes,
 )
-from scrutiny.connectors.zookeeper_watch import PersistentWatchClient
+from scrutiny.connectors.zookeeper.watch import PersistentWatchClient
 from scrutiny.core.ledger_metadata import LedgerState, Segment, build_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.zk_paths import layout_path, ledger_path
 from scrutiny.core.zk_records import format_layout, parse_layout
 from scrutiny.proto import ledger_events_pb2 as pb
+from scrutiny.services.servers import RunningServer, start_tansu, start_zookeeper
+from scrutiny.watcher.daemon import Watcher, WatcherConfig
 
 ROOT = "/ledgers"
 SUBSET_ROOT = "/window-subset"

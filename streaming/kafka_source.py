@@ -31,8 +31,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from scrutiny.connectors.kafka_config import KafkaSettings, kafka_client_config
-from scrutiny.connectors.kafka_offsets import (
+from scrutiny.connectors.kafka.config import KafkaSettings, kafka_client_config
+from scrutiny.connectors.kafka.offsets import (
     KafkaBrokerTimeoutError,
     KafkaDataLossError,
     StartingOffsets,
@@ -307,7 +307,7 @@ def read_range(options: SourceOptions, part: KafkaInputPartition) -> Iterator[Ro
     A fresh consumer (no group) is assigned the partition and seeks to the start. Offsets missing
     in the middle (compaction, transaction markers) are skipped; a first record after the start
     when the start is below the earliest available offset, or an out-of-range start, is data loss
-    (see :func:`~scrutiny.connectors.kafka_offsets.plan_range`). KafkaBrokerTimeoutError when the
+    (see :func:`~scrutiny.connectors.kafka.offsets.plan_range`). KafkaBrokerTimeoutError when the
     broker delivers nothing for ``pollTimeoutMs`` before the end is reached (a large range that
     keeps moving never times out).
     """

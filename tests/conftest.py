@@ -1,8 +1,14 @@
-"""Shared pytest configuration: every test is marked unit unless it says integration."""
+"""Shared pytest configuration: every test is marked unit unless it says integration.
+
+The fixtures of real servers (ZooKeeper, Kafka, Spark) live in :mod:`tests.support.servers`, loaded here for the
+whole suite; they start a server only when a test asks for it.
+"""
 
 from __future__ import annotations
 
 import pytest
+
+pytest_plugins = ["tests.support.servers"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from scrutiny.paths import PROJECT_ROOT
+
+REPO = PROJECT_ROOT
 LAYERS = {
     "core": (REPO / "scrutiny" / "core", ("scrutiny.connectors", "scrutiny.streaming")),
     "connectors": (REPO / "connectors", ("scrutiny.streaming",)),

@@ -3,9 +3,9 @@
 Used by the streaming checker inside Spark's Python workers, from synchronous code, once per
 micro-batch and task. :class:`ListingFetcher` keeps its connections between calls:
 
-* one asyncio event loop on a daemon thread runs a :class:`~scrutiny.connectors.bookie_v3_client.BookieV3Pool`
+* one asyncio event loop on a daemon thread runs a :class:`~scrutiny.connectors.bookies.v3_client.BookieV3Pool`
   (BookKeeper's v3 protocol, requests pipelined on one connection per bookie);
-* a cache of :class:`~scrutiny.connectors.agent_client.AgentClient` (the bookie agent's gRPC API,
+* a cache of :class:`~scrutiny.connectors.bookies.agent_client.AgentClient` (the bookie agent's gRPC API,
   many ledgers per call), whose blocking calls run on a bounded thread pool.
 
 Each bookie is reached over the protocol :func:`plan_route` chooses from the configuration and the
@@ -37,15 +37,15 @@ from collections.abc import Collection, Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeVar
 
-from scrutiny.connectors.agent_client import AgentClient
-from scrutiny.connectors.bookie_addresses import (
+from scrutiny.connectors.bookies.addresses import (
     Address,
     BookieAddressError,
     _registration_info,
     parse_address,
     resolve_bookie_address,
 )
-from scrutiny.connectors.bookie_v3_client import (
+from scrutiny.connectors.bookies.agent_client import AgentClient
+from scrutiny.connectors.bookies.v3_client import (
     TLS_MODES,
     BookieClientConfig,
     BookieV3Client,
@@ -346,7 +346,7 @@ def choose_protocol(bookie_id: str, info: BookieServiceInfo | None, config: Fetc
 def plan_route(bookie_id: str, registration: bytes | None, config: FetchConfig) -> BookieRoute:
     """Protocol and address of ``bookie_id`` given its registration node's bytes (None: not registered).
 
-    v3: :func:`~scrutiny.connectors.bookie_addresses.resolve_bookie_address` (override, then the
+    v3: :func:`~scrutiny.connectors.bookies.addresses.resolve_bookie_address` (override, then the
     ``bookie-rpc`` endpoint, then the id as host:port). Agent: the override, then the
     ``scrutiny-agent`` endpoint. Never raises; a bookie without an address gets ``problem``.
     """

@@ -33,7 +33,7 @@ Nothing a bookie sends (or fails to send) raises out of the client. A broken con
 (EOF, reset, a frame above ``max_frame_bytes``, bytes that are not a ``Response``) makes every
 request pending on it unknown; the next request reconnects, after a delay that grows with
 consecutive failures (:class:`RetryPolicy`). :class:`BookieV3Pool` keeps one client per bookie
-id, resolving ids to addresses with a resolver (see :mod:`scrutiny.connectors.bookie_addresses`).
+id, resolving ids to addresses with a resolver (see :mod:`scrutiny.connectors.bookies.addresses`).
 
 A client belongs to the event loop it is first used on.
 """
@@ -53,7 +53,7 @@ from typing import Final, Literal
 
 from google.protobuf.message import DecodeError
 
-from scrutiny.connectors.bookie_addresses import Address
+from scrutiny.connectors.bookies.addresses import Address
 from scrutiny.core.errors import ListingFormatError, ScrutinyError
 from scrutiny.core.listing_codec import decode_listing_compact
 from scrutiny.core.verdict import BookieAnswer

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scrutiny.connectors.watch_state import Change, ChangeKind, Node
 from scrutiny.core.errors import FormatError
 from scrutiny.core.ledger_metadata import decode_ledger_metadata
+from scrutiny.core.metadata_view import Change, ChangeKind, Node
 from scrutiny.core.zk_records import parse_underreplication_mark
 from scrutiny.proto import ledger_events_pb2 as pb
 

@@ -26,7 +26,7 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-from scrutiny.connectors.ledger_events import CLUSTER_KEY, ledger_key
+from scrutiny.connectors.kafka.events import CLUSTER_KEY, ledger_key
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.proto import ledger_events_pb2 as pb
 

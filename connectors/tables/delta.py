@@ -4,7 +4,7 @@
 ``foreachBatch`` with the batch's checker output, the one-shot scan calls it once. What it guarantees:
 
 * **Validation first.** The output is checked against ``OUTPUT_SCHEMA`` and every table's rows are built before the
-  first write; a bad batch raises :class:`~scrutiny.connectors.table_schemas.OutputSchemaError` and writes nothing.
+  first write; a bad batch raises :class:`~scrutiny.connectors.tables.schemas.OutputSchemaError` and writes nothing.
 * **Exactly once per table.** Each table's commit carries the Delta app transaction ``(app_id, batch_id)``; before
   writing a table the writer reads the table's recorded version for ``app_id`` and skips the table when it is
   ``>= batch_id`` (delta-rs itself would accept an older version). A batch re-run after a crash between two table
@@ -37,7 +37,7 @@ import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from scrutiny.connectors.table_schemas import (
+from scrutiny.connectors.tables.schemas import (
     APPEND_TABLES,
     CHECKER_RUNS,
     LEDGER_CHECKS,

@@ -1,6 +1,6 @@
 """The checker's output records and the four Delta tables: schemas, validation, and one batch's rows per table.
 
-Everything here is pure (pyarrow in memory, no files); :mod:`scrutiny.connectors.delta_tables` does the I/O.
+Everything here is pure (pyarrow in memory, no files); :mod:`scrutiny.connectors.tables.delta` does the I/O.
 
 * :data:`OUTPUT_SCHEMA` is what the streaming checker (and the scan) hands the writer per micro-batch: one row per
   record, ``record`` = ``violation`` | ``resolved`` | ``check``. :func:`conform_output` checks a table against it
@@ -178,7 +178,7 @@ TABLE_SCHEMAS: Final[Mapping[str, pa.Schema]] = {
     CHECKER_RUNS: CHECKER_RUNS_SCHEMA,
 }
 
-#: The fix's record (``scrutiny scan --fix``, written by :mod:`scrutiny.connectors.under_replication`; docs/fix.md).
+#: The fix's record (``scrutiny scan --fix``, written by :mod:`scrutiny.connectors.zookeeper.marks`; docs/fix.md).
 REPAIR_ACTIONS: Final = "repair_actions"
 REPAIR_ACTIONS_SCHEMA: Final = pa.schema(
     [

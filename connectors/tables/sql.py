@@ -31,9 +31,10 @@ from typing import Final
 import duckdb
 from deltalake import DeltaTable
 
-from scrutiny.connectors.delta_tables import live_dataset, table_uri
-from scrutiny.connectors.table_schemas import REPAIR_ACTIONS, TABLE_NAMES
+from scrutiny.connectors.tables.delta import live_dataset, table_uri
+from scrutiny.connectors.tables.schemas import REPAIR_ACTIONS, TABLE_NAMES
 from scrutiny.core.errors import ScrutinyError
+from scrutiny.paths import SQL_VIEWS_DIR
 
 __all__ = [
     "NOW_PARAM",
@@ -52,7 +53,7 @@ __all__ = [
 ]
 
 #: The views shipped with Scrutiny.
-VIEWS_DIR: Final = Path(__file__).resolve().parent.parent / "conf" / "sql"
+VIEWS_DIR: Final = SQL_VIEWS_DIR
 #: The parameter every view may read: the moment "now" of the time windows (TIMESTAMPTZ, default: current time).
 NOW_PARAM: Final = "now"
 #: The types a parameter may be declared with (they are written into SQL, so only these).

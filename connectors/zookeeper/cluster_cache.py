@@ -3,7 +3,7 @@
 :class:`CachedClusterReader` reads the writable (``<root>/available/<id>``) and read-only
 (``<root>/available/readonly/<id>``) registrations and Pulsar's rack map (``/bookies``) with its
 own kazoo client (built from the ``[zookeeper]`` settings by
-:func:`~scrutiny.connectors.zookeeper_client.build_zookeeper_client`, started on first use), and
+:func:`~scrutiny.connectors.zookeeper.client.build_zookeeper_client`, started on first use), and
 serves the result as a :class:`ClusterSnapshot` for ``ttl_s`` seconds.
 
 Guarantees: a snapshot is one consistent read (never a mix of two); when ZooKeeper fails (not
@@ -32,8 +32,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from scrutiny.connectors.zk_tree import read_optional, read_registrations
-from scrutiny.connectors.zookeeper_client import ZooKeeperSettings, build_zookeeper_client
+from scrutiny.connectors.zookeeper.client import ZooKeeperSettings, build_zookeeper_client
+from scrutiny.connectors.zookeeper.tree import read_optional, read_registrations
 from scrutiny.core.errors import ConfigError, FormatError, PathError, ScrutinyError
 from scrutiny.core.verdict import ClusterView
 from scrutiny.core.zk_paths import check_root

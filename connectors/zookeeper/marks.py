@@ -33,9 +33,9 @@ from deltalake import DeltaTable, write_deltalake
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError
 
-from scrutiny.connectors.delta_tables import TableError, read_table, table_uri
-from scrutiny.connectors.table_schemas import REPAIR_ACTIONS, REPAIR_ACTIONS_SCHEMA
-from scrutiny.connectors.zk_tree import mark_leaves
+from scrutiny.connectors.tables.delta import TableError, read_table, table_uri
+from scrutiny.connectors.tables.schemas import REPAIR_ACTIONS, REPAIR_ACTIONS_SCHEMA
+from scrutiny.connectors.zookeeper.tree import mark_leaves
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.repair_plan import (
     REASON_MARKED_BEFORE,

@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 from kazoo.client import KazooClient
 from kazoo.exceptions import EXCEPTIONS, NoNodeError
 
-from scrutiny.connectors.watch_state import ClusterView, Node, NodeStat
-from scrutiny.connectors.zookeeper_requests import MultiRead
+from scrutiny.connectors.zookeeper.requests import MultiRead
 from scrutiny.core.errors import PathError
+from scrutiny.core.metadata_view import ClusterView, Node, NodeStat
 from scrutiny.core.zk_paths import (
     LedgerManager,
     available_path,

@@ -25,7 +25,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.protocol.states import WatchedEvent
 
-from scrutiny.connectors.zookeeper_requests import AddWatch, AddWatchMode
+from scrutiny.connectors.zookeeper.requests import AddWatch, AddWatchMode
 
 WatchCallback = Callable[[WatchedEvent], None]
 

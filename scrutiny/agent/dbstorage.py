@@ -49,7 +49,7 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 from rocksdict import AccessType, DBPath, Options, Rdict, RdictIter
 
-from scrutiny.connectors.agent_server import LedgerAnswer, ListingStatus, SourceHealth
+from scrutiny.agent.server import LedgerAnswer, ListingStatus, SourceHealth
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.listing_codec import encode_listing
 from scrutiny.core.sequence_groups import SequenceGroup, merge_fields

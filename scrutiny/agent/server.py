@@ -5,7 +5,7 @@ authentication (``authorization: Bearer <token>`` metadata, compared in constant
 calls are answered UNAUTHENTICATED, logged without the token and never reach the backend),
 optional TLS, bounded requests (ledgers per call, message sizes), bounded concurrency,
 graceful shutdown and Prometheus metrics. What a ledger's listing *is* comes from the backend:
-today :class:`scrutiny.connectors.agent_dbstorage.DbLedgerStorageBackend` (reads DbLedgerStorage's
+today :class:`scrutiny.agent.dbstorage.DbLedgerStorageBackend` (reads DbLedgerStorage's
 RocksDB index); a backend that forwards to the local bookie's v3 protocol can implement the same
 :class:`ListingBackend` protocol without touching this module.
 """

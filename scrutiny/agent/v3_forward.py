@@ -19,8 +19,8 @@ import time
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
-from scrutiny.connectors.agent_server import LedgerAnswer, ListingStatus, SourceHealth
-from scrutiny.connectors.bookie_v3_client import BookieClientConfig, BookieV3Client
+from scrutiny.agent.server import LedgerAnswer, ListingStatus, SourceHealth
+from scrutiny.connectors.bookies.v3_client import BookieClientConfig, BookieV3Client
 from scrutiny.core.listing_codec import encode_listing
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
 

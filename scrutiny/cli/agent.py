@@ -15,16 +15,17 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from scrutiny.connectors.agent_dbstorage import DbLedgerStorageBackend
-from scrutiny.connectors.agent_server import (
+from scrutiny.agent.dbstorage import DbLedgerStorageBackend
+from scrutiny.agent.server import (
     DEFAULT_MAX_LEDGERS_PER_CALL,
     AgentMetrics,
     AgentServer,
     AgentServerConfig,
     ListingBackend,
 )
-from scrutiny.connectors.agent_v3_forward import V3ForwardBackend
-from scrutiny.streaming.cli_io import InputError, seconds_argument
+from scrutiny.agent.v3_forward import V3ForwardBackend
+from scrutiny.cli.commands import COMMAND_HELP
+from scrutiny.cli.common import InputError, seconds_argument
 
 DEFAULT_LISTEN = "127.0.0.1:3185"
 log = logging.getLogger("scrutiny.agent")
@@ -34,7 +35,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Register ``agent``."""
     agent = commands.add_parser(
         "agent",
-        help="serve this bookie's entry listings (DbLedgerStorage) to the checker over gRPC",
+        help=COMMAND_HELP["agent"],
         description="Reads the bookie's RocksDB index as a secondary instance; never writes into its directories.",
     )
     source = agent.add_mutually_exclusive_group(required=True)

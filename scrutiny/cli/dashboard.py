@@ -1,6 +1,6 @@
 """``scrutiny dashboard``: a live web dashboard over the checker's Delta tables (docs/dashboard.md).
 
-Serves the page of :mod:`scrutiny.streaming.dashboard_app` with :mod:`scrutiny.streaming.dashboard_server` until
+Serves the page of :mod:`scrutiny.dashboard.app` with :mod:`scrutiny.dashboard.server` until
 Ctrl-C. Bound to 127.0.0.1 by default. A token is enforced when one is given (``--token`` or
 ``$SCRUTINY_DASHBOARD_TOKEN``) and always when the address is not a loopback one: without a given token one is
 generated and the URL carrying it is printed once. A missing data directory, one without any of the tables, or an
@@ -15,12 +15,13 @@ import secrets
 import sys
 from collections.abc import Mapping
 
-from scrutiny.streaming.cli_io import InputError, add_config_argument, count_argument, seconds_argument
-from scrutiny.streaming.cli_report import stall_after_ms
-from scrutiny.streaming.dashboard_app import DEFAULT_REFRESH_SECONDS, create_app
-from scrutiny.streaming.dashboard_data import check_data_dir
-from scrutiny.streaming.dashboard_server import DashboardServer, is_loopback
-from scrutiny.streaming.settings import load_settings
+from scrutiny.cli.commands import COMMAND_HELP
+from scrutiny.cli.common import InputError, add_config_argument, count_argument, seconds_argument
+from scrutiny.cli.report import stall_after_ms
+from scrutiny.dashboard.app import DEFAULT_REFRESH_SECONDS, create_app
+from scrutiny.dashboard.data import check_data_dir
+from scrutiny.dashboard.server import DashboardServer, is_loopback
+from scrutiny.settings.loader import load_settings
 
 #: The environment variable that may hold the token.
 TOKEN_ENV = "SCRUTINY_DASHBOARD_TOKEN"
@@ -34,7 +35,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Register ``dashboard``."""
     dashboard = commands.add_parser(
         "dashboard",
-        help="serve a live web dashboard over the checker's Delta tables",
+        help=COMMAND_HELP["dashboard"],
         description=(
             "Serves a web page over the Delta tables of the data directory that refreshes itself while the "
             "streaming job writes: open violations, the worst ledgers with their evidence, bookies, "

@@ -6,6 +6,8 @@ import argparse
 import heapq
 from collections.abc import Iterator, Sequence
 
+from scrutiny.cli.commands import COMMAND_HELP
+from scrutiny.cli.common import count_argument, print_json, read_input
 from scrutiny.core.ledger_metadata import decode_ledger_metadata
 from scrutiny.core.listing_codec import decode_listing
 from scrutiny.core.periodic_sets import union_groups
@@ -16,14 +18,13 @@ from scrutiny.core.zk_paths import (
     ledger_path,
     underreplication_path,
 )
-from scrutiny.streaming.cli_io import count_argument, print_json, read_input
 
 DEFAULT_MAX_RANGES = 10_000
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``inspect metadata|listing|path``."""
-    inspect = commands.add_parser("inspect", help="decode ledger metadata, entry listings and ZooKeeper paths")
+    inspect = commands.add_parser("inspect", help=COMMAND_HELP["inspect"])
     kinds = inspect.add_subparsers(dest="kind", required=True, metavar="{metadata,listing,path}")
 
     metadata = kinds.add_parser("metadata", help="decode a ledger metadata znode's bytes (format v1, v2 or v3)")

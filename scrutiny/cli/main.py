@@ -1,7 +1,9 @@
 """The ``scrutiny`` command: one entry point, one subcommand per job.
 
-Errors on bad input (undecodable bytes, unreadable files, bad configuration, arguments the parser
-rejects) end the command with exit code 2 and a one-line message on standard error, never a
+Only the module of the command that runs is imported (:mod:`scrutiny.cli.commands` lists them all
+for ``--help``), so ``scrutiny --help``, ``inspect`` and ``verdict`` never load Spark, Dash, DuckDB
+or gRPC. Errors on bad input (undecodable bytes, unreadable files, bad configuration, arguments the
+parser rejects) end the command with exit code 2 and a one-line message on standard error, never a
 traceback or a usage block; ``--help`` prints the full help.
 """
 
@@ -14,23 +16,10 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from scrutiny import __version__
+from scrutiny.cli.commands import COMMAND_HELP
 from scrutiny.core.errors import ScrutinyError
 
 EXIT_BAD_INPUT = 2
-#: Modules of scrutiny.streaming that each register their subcommands with ``add_parser(commands)``.
-COMMAND_MODULES = (
-    "cli_inspect",
-    "cli_verdict",
-    "cli_services",
-    "cli_agent",
-    "cli_watch",
-    "cli_simulate",
-    "cli_run",
-    "cli_report",
-    "cli_sql",
-    "cli_scan",
-    "cli_dashboard",
-)
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -44,21 +33,33 @@ class OneLineErrorParser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {_one_line(message)}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every subcommand."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser: every command listed, the options of ``command`` (None: of every command)."""
     parser = OneLineErrorParser(
         prog="scrutiny", description="Continuous durability checking for Apache BookKeeper and Pulsar clusters."
     )
     parser.add_argument("--version", action="version", version=f"scrutiny {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"scrutiny.streaming.{name}").add_parser(commands)
+    for name, help_text in COMMAND_HELP.items():
+        if command is None or name == command:
+            importlib.import_module(f"scrutiny.cli.{name}").add_parser(commands)
+        else:
+            commands.add_parser(name, help=help_text)
     return parser
+
+
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names, when it is one: the first argument that is not an option."""
+    first = next((arg for arg in argv if not arg.startswith("-")), None)
+    return first if first in COMMAND_HELP else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return the exit code."""
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = chosen_command(argv)
+    parser = build_parser(command) if command is not None else build_parser("")
+    args = parser.parse_args(argv)
     try:
         code: int = args.handler(args)
     except ScrutinyError as error:

@@ -19,8 +19,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake.exceptions import DeltaError
 
-from scrutiny.connectors.delta_tables import TableError, read_table, table_uri
-from scrutiny.connectors.table_schemas import CHECKER_RUNS, LEDGER_CHECKS, OPEN_VIOLATIONS
+from scrutiny.cli.commands import COMMAND_HELP
+from scrutiny.cli.common import add_config_argument, count_argument, print_json
+from scrutiny.connectors.tables.delta import TableError, read_table, table_uri
+from scrutiny.connectors.tables.schemas import CHECKER_RUNS, LEDGER_CHECKS, OPEN_VIOLATIONS
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.health_summary import (
     DEFAULT_FAIL_ON,
@@ -36,8 +38,7 @@ from scrutiny.core.health_summary import (
     summarize,
 )
 from scrutiny.core.vocabulary import Severity
-from scrutiny.streaming.cli_io import add_config_argument, count_argument, print_json
-from scrutiny.streaming.settings import Settings, load_settings
+from scrutiny.settings.loader import Settings, load_settings
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
@@ -66,7 +67,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Register ``report``."""
     report = commands.add_parser(
         "report",
-        help="print the health summary (fsck style) from the checker's Delta tables",
+        help=COMMAND_HELP["report"],
         description="Exit code 0 when healthy, 1 when an open violation is at or above --fail-on, 2 on errors.",
     )
     report.add_argument("--data-dir", metavar="DIR", help="the tables' directory (default: checker.data_dir)")

@@ -25,17 +25,18 @@ from types import FrameType
 
 from prometheus_client import start_http_server
 
-from scrutiny.connectors.sim_scenario import load_scenario
+from scrutiny.cli.commands import COMMAND_HELP
+from scrutiny.cli.common import add_config_argument, seconds_argument
+from scrutiny.cli.report import read_open_violations
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.health_summary import category_table, summarize
-from scrutiny.streaming.cli_io import add_config_argument, seconds_argument
-from scrutiny.streaming.cli_report import read_open_violations
-from scrutiny.streaming.embedded import DEMO_SCENARIO, EmbeddedStack
-from scrutiny.streaming.job import RunningChecker, start_checker
-from scrutiny.streaming.job_metrics import JobMetrics
-from scrutiny.streaming.settings import CONFIG_ENV, Settings, load_settings
-from scrutiny.streaming.sink import BatchSummary
-from scrutiny.streaming.spark_session import build_spark_session
+from scrutiny.services.embedded import DEMO_SCENARIO, EmbeddedStack
+from scrutiny.settings.loader import CONFIG_ENV, Settings, load_settings
+from scrutiny.simulator.scenario import load_scenario
+from scrutiny.streaming.checker.job import RunningChecker, start_checker
+from scrutiny.streaming.checker.metrics import JobMetrics
+from scrutiny.streaming.checker.sink import BatchSummary
+from scrutiny.streaming.session import build_spark_session
 
 log = logging.getLogger("scrutiny.run")
 
@@ -44,7 +45,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Register ``run``."""
     run = commands.add_parser(
         "run",
-        help="the streaming checker (no configuration: the embedded default on a simulated cluster)",
+        help=COMMAND_HELP["run"],
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

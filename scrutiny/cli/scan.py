@@ -21,6 +21,9 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any, TextIO
 
+from scrutiny.cli.commands import COMMAND_HELP
+from scrutiny.cli.common import add_config_argument, count_argument, print_json
+from scrutiny.cli.report import add_summary_arguments
 from scrutiny.core.health_summary import (
     Figures,
     OpenViolation,
@@ -32,19 +35,17 @@ from scrutiny.core.health_summary import (
 )
 from scrutiny.core.ledger_scan import ScanMode, parse_ledger_selection
 from scrutiny.core.vocabulary import Severity
-from scrutiny.streaming.cli_io import add_config_argument, count_argument, print_json
-from scrutiny.streaming.cli_report import add_summary_arguments
-from scrutiny.streaming.scan_fix import FixOptions, check_fix_options, fix_json, fix_lines, run_fix
-from scrutiny.streaming.scan_job import DEFAULT_CHUNK_SIZE, ScanOptions, ScanResult, ScanRun, probe_zookeeper
-from scrutiny.streaming.settings import Settings, load_settings
-from scrutiny.streaming.spark_session import build_spark_session
+from scrutiny.settings.loader import Settings, load_settings
+from scrutiny.streaming.scan.fix import FixOptions, check_fix_options, fix_json, fix_lines, run_fix
+from scrutiny.streaming.scan.job import DEFAULT_CHUNK_SIZE, ScanOptions, ScanResult, ScanRun, probe_zookeeper
+from scrutiny.streaming.session import build_spark_session
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``scan``."""
     scan = commands.add_parser(
         "scan",
-        help="check every ledger once (fsck style) and write the findings to the tables",
+        help=COMMAND_HELP["scan"],
         description=(
             "Exit code 0 when healthy, 1 when a violation is at or above --fail-on, 2 on errors or when stopped early."
         ),

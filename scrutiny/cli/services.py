@@ -18,15 +18,16 @@ import shlex
 import sys
 from collections.abc import Mapping
 
-from scrutiny.connectors.services import (
+from scrutiny.cli.commands import COMMAND_HELP
+from scrutiny.cli.common import add_config_argument, seconds_argument
+from scrutiny.services.servers import (
     ENV_NAMES,
     EmbeddedServices,
     ServicesError,
     ServiceState,
     resolve_state_dir,
 )
-from scrutiny.streaming.cli_io import add_config_argument, seconds_argument
-from scrutiny.streaming.settings import load_settings
+from scrutiny.settings.loader import load_settings
 
 EXIT_STATUS_DEGRADED = 1
 EXIT_STATUS_STOPPED = 3
@@ -37,7 +38,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Register ``services`` with its ``up``, ``status`` and ``down`` subcommands."""
     services = commands.add_parser(
         "services",
-        help="start, inspect or stop the embedded ZooKeeper and Kafka-protocol broker",
+        help=COMMAND_HELP["services"],
         description="Local ZooKeeper and Tansu (Kafka protocol) servers on free 127.0.0.1 ports; "
         'eval "$(scrutiny services up)" points every command at them.',
     )

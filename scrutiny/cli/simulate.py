@@ -26,14 +26,15 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from scrutiny.connectors.sim_cluster import SimCluster
-from scrutiny.connectors.sim_generator import generate, parse_fault_mix
-from scrutiny.connectors.sim_model import Scenario
-from scrutiny.connectors.sim_scenario import load_scenario
-from scrutiny.connectors.sim_truth import truth_document, truth_timeline, write_truth
-from scrutiny.connectors.zookeeper_client import ZooKeeperSettings, build_zookeeper_client
-from scrutiny.streaming.cli_io import InputError, add_config_argument, seconds_argument
-from scrutiny.streaming.settings import load_settings
+from scrutiny.cli.commands import COMMAND_HELP
+from scrutiny.cli.common import InputError, add_config_argument, seconds_argument
+from scrutiny.connectors.zookeeper.client import ZooKeeperSettings, build_zookeeper_client
+from scrutiny.settings.loader import load_settings
+from scrutiny.simulator.cluster import SimCluster
+from scrutiny.simulator.generator import generate, parse_fault_mix
+from scrutiny.simulator.model import Scenario
+from scrutiny.simulator.scenario import load_scenario
+from scrutiny.simulator.truth import truth_document, truth_timeline, write_truth
 
 log = logging.getLogger("scrutiny.simulate")
 _CONNECT_TIMEOUT_S = 15.0
@@ -43,7 +44,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Register ``simulate``."""
     sim = commands.add_parser(
         "simulate",
-        help="run a simulated BookKeeper cluster from a scenario (or generate a scenario)",
+        help=COMMAND_HELP["simulate"],
         description="Simulated bookies (v3 protocol and agent API) registered in ZooKeeper with real-format "
         "metadata, faults and a schedule of changes; writes the ground truth. See docs/simulator.md.",
     )

@@ -17,9 +17,10 @@ from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Final
 
-from scrutiny.connectors.sql_engine import QueryResult, SqlEngine
-from scrutiny.streaming.cli_io import InputError, add_config_argument
-from scrutiny.streaming.settings import load_settings
+from scrutiny.cli.commands import COMMAND_HELP
+from scrutiny.cli.common import InputError, add_config_argument
+from scrutiny.connectors.tables.sql import QueryResult, SqlEngine
+from scrutiny.settings.loader import load_settings
 
 FORMATS: Final = ("table", "json", "csv")
 _NUMERIC_TYPES: Final = frozenset(
@@ -32,7 +33,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Register ``sql``."""
     sql = commands.add_parser(
         "sql",
-        help="run SQL over the Delta tables (violations, open_violations, ledger_checks, checker_runs) and views",
+        help=COMMAND_HELP["sql"],
         description=(
             "Runs one SELECT over the four Delta tables of the data directory and the views of conf/sql/ "
             "(see --list-views), in memory with DuckDB; nothing is written. See docs/sql.md."

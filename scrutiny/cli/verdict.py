@@ -6,20 +6,21 @@ import argparse
 import sys
 import time
 
+from scrutiny.cli.commands import COMMAND_HELP
+from scrutiny.cli.common import InputError, add_config_argument, count_argument, print_json, read_input
 from scrutiny.core.ledger_metadata import LedgerMetadata, decode_ledger_metadata
 from scrutiny.core.listing_codec import decode_listing_compact
 from scrutiny.core.placement import PlacementPolicy
 from scrutiny.core.verdict import BookieAnswer, ClusterView, compute_verdict
 from scrutiny.core.zk_records import UnderReplicationMark, parse_pulsar_racks
-from scrutiny.streaming.cli_io import InputError, add_config_argument, count_argument, print_json, read_input
-from scrutiny.streaming.settings import load_settings
+from scrutiny.settings.loader import load_settings
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``verdict``."""
     verdict = commands.add_parser(
         "verdict",
-        help="compute one ledger's verdict from its metadata and its bookies' listings",
+        help=COMMAND_HELP["verdict"],
         description="A bookie of the ledger's ensembles that no option names counts as unknown.",
     )
     verdict.add_argument("--metadata", required=True, help="the ledger's metadata znode bytes (file, or -)")

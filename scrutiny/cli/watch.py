@@ -16,15 +16,16 @@ import sys
 import threading
 from types import FrameType
 
-from scrutiny.connectors.event_publisher import EventPublisher, TopicConfig
-from scrutiny.connectors.kafka_config import kafka_client_config
-from scrutiny.connectors.watcher import Watcher, WatcherConfig
-from scrutiny.connectors.watcher_metrics import WatcherMetrics
-from scrutiny.connectors.zk_tree import TreeLayout
-from scrutiny.connectors.zookeeper_client import build_zookeeper_client, zookeeper_target
-from scrutiny.connectors.zookeeper_watch import PersistentWatchClient
-from scrutiny.streaming.cli_io import add_config_argument, seconds_argument
-from scrutiny.streaming.settings import Settings, load_settings
+from scrutiny.cli.commands import COMMAND_HELP
+from scrutiny.cli.common import add_config_argument, seconds_argument
+from scrutiny.connectors.kafka.config import kafka_client_config
+from scrutiny.connectors.kafka.publisher import EventPublisher, TopicConfig
+from scrutiny.connectors.zookeeper.client import build_zookeeper_client, zookeeper_target
+from scrutiny.connectors.zookeeper.tree import TreeLayout
+from scrutiny.connectors.zookeeper.watch import PersistentWatchClient
+from scrutiny.settings.loader import Settings, load_settings
+from scrutiny.watcher.daemon import Watcher, WatcherConfig
+from scrutiny.watcher.metrics import WatcherMetrics
 
 log = logging.getLogger("scrutiny.watch")
 
@@ -33,7 +34,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Register ``watch``."""
     watch = commands.add_parser(
         "watch",
-        help="publish ledger metadata changes from ZooKeeper to Kafka",
+        help=COMMAND_HELP["watch"],
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

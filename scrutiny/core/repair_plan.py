@@ -2,7 +2,7 @@
 
 Pure: no ZooKeeper, no clock (the fix time comes in as ``now_ms``). The I/O that reads the
 recovery state, writes the marks and records them is in
-:mod:`scrutiny.connectors.under_replication`.
+:mod:`scrutiny.connectors.zookeeper.marks`.
 
 * :func:`repair_candidates` picks the ledgers a fix may mark from the scan's violation rows:
   only ``MISSING_REPLICA`` rows that name a bookie qualify; every other category (bookies

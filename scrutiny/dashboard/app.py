@@ -22,11 +22,11 @@ from dash import Dash, Input, Output
 from flask import Flask
 
 from scrutiny.core.health_summary import DEFAULT_STALL_AFTER_MS, DEFAULT_WORST
-from scrutiny.streaming.dashboard_data import load_snapshot
-from scrutiny.streaming.dashboard_layout import INDEX, OUTPUTS, build_layout
-from scrutiny.streaming.dashboard_render import render
-from scrutiny.streaming.dashboard_server import DashboardError, install_security_headers, install_token_guard
-from scrutiny.streaming.dashboard_snapshot import Snapshot
+from scrutiny.dashboard.data import load_snapshot
+from scrutiny.dashboard.layout import INDEX, OUTPUTS, build_layout
+from scrutiny.dashboard.render import render
+from scrutiny.dashboard.server import DashboardError, install_security_headers, install_token_guard
+from scrutiny.dashboard.snapshot import Snapshot
 
 __all__ = ["DEFAULT_REFRESH_SECONDS", "SnapshotCache", "create_app"]
 

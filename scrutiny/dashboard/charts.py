@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Final
 
-from scrutiny.connectors.table_schemas import OPEN_VIOLATIONS
-from scrutiny.streaming.dashboard_snapshot import (
+from scrutiny.connectors.tables.schemas import OPEN_VIOLATIONS
+from scrutiny.dashboard.snapshot import (
     NO_DATA,
     SEVERITIES,
     BookieHealth,

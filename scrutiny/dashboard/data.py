@@ -1,6 +1,6 @@
 """The dashboard's data: one snapshot of the Delta tables, read through the SQL views, as plain Python values.
 
-:func:`load_snapshot` opens a fresh :class:`~scrutiny.connectors.sql_engine.SqlEngine` over the data directory (so
+:func:`load_snapshot` opens a fresh :class:`~scrutiny.connectors.tables.sql.SqlEngine` over the data directory (so
 tables that appeared since the last call are seen, and every figure is the one ``scrutiny sql`` shows for the same
 view), runs the queries of each section and returns a :class:`~.dashboard_snapshot.Snapshot`. It never raises on the
 tables' content or state: a section whose table does not exist yet, or cannot be read right now (a file vacuumed
@@ -39,8 +39,8 @@ import duckdb
 import pyarrow as pa
 from deltalake.exceptions import DeltaError
 
-from scrutiny.connectors.sql_engine import MissingTableError, QueryResult, SqlEngine
-from scrutiny.connectors.table_schemas import OPEN_VIOLATIONS, VIOLATIONS
+from scrutiny.connectors.tables.schemas import OPEN_VIOLATIONS, VIOLATIONS
+from scrutiny.connectors.tables.sql import MissingTableError, QueryResult, SqlEngine
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.health_summary import (
     DATA_LOSS_CATEGORIES,
@@ -52,7 +52,7 @@ from scrutiny.core.health_summary import (
 )
 from scrutiny.core.sequence_groups import SequenceGroup
 from scrutiny.core.vocabulary import Category
-from scrutiny.streaming.dashboard_snapshot import (
+from scrutiny.dashboard.snapshot import (
     BookieHealth,
     CategoryCount,
     CheckerHealth,

@@ -16,7 +16,7 @@ from dash import html
 from dash.development.base_component import Component
 
 from scrutiny.core.health_summary import HEALTHY, format_duration_ms, format_utc_ms
-from scrutiny.streaming.dashboard_charts import (
+from scrutiny.dashboard.charts import (
     bookie_chart,
     category_chart,
     checker_chart,
@@ -24,8 +24,8 @@ from scrutiny.streaming.dashboard_charts import (
     timeline_chart,
     under_replication_chart,
 )
-from scrutiny.streaming.dashboard_layout import NUMBER_IDS
-from scrutiny.streaming.dashboard_snapshot import (
+from scrutiny.dashboard.layout import NUMBER_IDS
+from scrutiny.dashboard.snapshot import (
     NO_DATA,
     SEVERITIES,
     BookieHealth,

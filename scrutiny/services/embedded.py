@@ -24,21 +24,22 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from scrutiny.connectors.services import EmbeddedServices, default_state_dir
-from scrutiny.connectors.sim_cluster import SimCluster
-from scrutiny.connectors.sim_model import Scenario
-from scrutiny.connectors.watcher import Watcher
-from scrutiny.connectors.watcher_metrics import WatcherMetrics
-from scrutiny.connectors.zookeeper_client import build_zookeeper_client
-from scrutiny.streaming.cli_watch import watcher_from_settings
-from scrutiny.streaming.job import RunningChecker, start_checker
-from scrutiny.streaming.job_metrics import JobMetrics
-from scrutiny.streaming.settings import Settings
-from scrutiny.streaming.spark_session import build_spark_session
+from scrutiny.cli.watch import watcher_from_settings
+from scrutiny.connectors.zookeeper.client import build_zookeeper_client
+from scrutiny.paths import SCENARIOS_DIR
+from scrutiny.services.servers import EmbeddedServices, default_state_dir
+from scrutiny.settings.loader import Settings
+from scrutiny.simulator.cluster import SimCluster
+from scrutiny.simulator.model import Scenario
+from scrutiny.streaming.checker.job import RunningChecker, start_checker
+from scrutiny.streaming.checker.metrics import JobMetrics
+from scrutiny.streaming.session import build_spark_session
+from scrutiny.watcher.daemon import Watcher
+from scrutiny.watcher.metrics import WatcherMetrics
 
 log = logging.getLogger(__name__)
 
-DEMO_SCENARIO = Path(__file__).resolve().parent.parent / "conf" / "scenarios" / "demo.toml"
+DEMO_SCENARIO = SCENARIOS_DIR / "demo.toml"
 
 
 def embedded_settings(base: Settings, scenario: Scenario, zookeeper: str, kafka: str) -> Settings:

@@ -1,13 +1,13 @@
 """One simulated bookie: the v3 protocol and the bookie agent's gRPC API over the same entry sets.
 
 A :class:`SimBookie` serves GetListOfEntriesOfLedger with a
-:class:`~scrutiny.connectors.bookie_v3_server.BookieV3Server` and ``BookieAgent.GetListings``
-with an :class:`~scrutiny.connectors.agent_server.AgentServer` over a :class:`MemoryListingBackend`,
+:class:`~scrutiny.simulator.v3_server.BookieV3Server` and ``BookieAgent.GetListings``
+with an :class:`~scrutiny.agent.server.AgentServer` over a :class:`MemoryListingBackend`,
 both on ``127.0.0.1`` (free ports unless told otherwise), both answering from one
 :class:`EntryStore`: per ledger the entries as sequence groups (never per-entry lists), filled
 explicitly or lazily by a loader (the simulated cluster derives them from its scenario).
 
-Faults (:class:`~scrutiny.connectors.sim_model.FaultSpec`, switchable at runtime) behave the
+Faults (:class:`~scrutiny.simulator.model.FaultSpec`, switchable at runtime) behave the
 same way on both APIs as far as each protocol allows:
 
 ========================  ==========================================  ============================================
@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
-from scrutiny.connectors.agent_server import (
+from scrutiny.agent.server import (
     AgentServer,
     AgentServerConfig,
     AgentServerError,
@@ -42,7 +42,13 @@ from scrutiny.connectors.agent_server import (
     ListingStatus,
     SourceHealth,
 )
-from scrutiny.connectors.bookie_v3_server import (
+from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.listing_codec import encode_listing
+from scrutiny.core.sequence_groups import SequenceGroup
+from scrutiny.core.zk_records import BOOKIE_RPC_PROTOCOL, BookieServiceInfo, Endpoint
+from scrutiny.proto import bookkeeper_protocol_pb2 as bk_pb
+from scrutiny.simulator.model import FaultKind, FaultSpec
+from scrutiny.simulator.v3_server import (
     BookieV3Server,
     Fault,
     Garbage,
@@ -51,13 +57,7 @@ from scrutiny.connectors.bookie_v3_server import (
     Slow,
     Unresponsive,
 )
-from scrutiny.connectors.bookie_v3_server import GarbageKind as V3GarbageKind
-from scrutiny.connectors.sim_model import FaultKind, FaultSpec
-from scrutiny.core.errors import ScrutinyError
-from scrutiny.core.listing_codec import encode_listing
-from scrutiny.core.sequence_groups import SequenceGroup
-from scrutiny.core.zk_records import BOOKIE_RPC_PROTOCOL, BookieServiceInfo, Endpoint
-from scrutiny.proto import bookkeeper_protocol_pb2 as bk_pb
+from scrutiny.simulator.v3_server import GarbageKind as V3GarbageKind
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class FaultSwitch:
 
 
 class MemoryListingBackend:
-    """The agent's :class:`~scrutiny.connectors.agent_server.ListingBackend` over an :class:`EntryStore`."""
+    """The agent's :class:`~scrutiny.agent.server.ListingBackend` over an :class:`EntryStore`."""
 
     def __init__(self, store: EntryStore, faults: FaultSwitch, *, hang_s: float = HANG_S) -> None:
         self._store = store

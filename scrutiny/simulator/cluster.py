@@ -1,9 +1,9 @@
 """A simulated BookKeeper cluster: a scenario's bookies, listening, registered and described in ZooKeeper.
 
-:class:`SimCluster` runs one :class:`~scrutiny.connectors.sim_model.Scenario` against a real
+:class:`SimCluster` runs one :class:`~scrutiny.simulator.model.Scenario` against a real
 ZooKeeper (a started kazoo client, chrooted or not):
 
-* every bookie not stopped is a :class:`~scrutiny.connectors.sim_bookie.SimBookie` on free
+* every bookie not stopped is a :class:`~scrutiny.simulator.bookie.SimBookie` on free
   ``127.0.0.1`` ports, registered as real bookies register: an ephemeral
   ``<root>/available/<id>`` (or ``<root>/available/readonly/<id>``) node holding a binary
   BookieServiceInfo whose ``bookie-rpc`` endpoint is the v3 address (plus a ``scrutiny-agent``
@@ -39,11 +39,7 @@ from typing import Any, Final
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 
-from scrutiny.connectors.bookie_v3_server import ListingEncoding
-from scrutiny.connectors.sim_bookie import EntryStore, SimBookie
-from scrutiny.connectors.sim_model import BookieMode, CorruptKind, Event, LedgerSpec, Scenario
-from scrutiny.connectors.sim_state import Change, ClusterState
-from scrutiny.connectors.zk_tree import pipelined
+from scrutiny.connectors.zookeeper.tree import pipelined
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.ledger_metadata import build_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.zk_paths import (
@@ -68,6 +64,10 @@ from scrutiny.core.zk_records import (
     format_pulsar_racks,
     format_underreplication_mark,
 )
+from scrutiny.simulator.bookie import EntryStore, SimBookie
+from scrutiny.simulator.model import BookieMode, CorruptKind, Event, LedgerSpec, Scenario
+from scrutiny.simulator.state import Change, ClusterState
+from scrutiny.simulator.v3_server import ListingEncoding
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final, cast
 
-from scrutiny.connectors.sim_model import (
+from scrutiny.simulator.model import (
     AutoPlacement,
     CheckerSpec,
     PlacementPolicy,

@@ -1,7 +1,7 @@
 """The simulated cluster's scenario as data: the model, entry-range arithmetic and the placement rule.
 
-Pure (no I/O). :mod:`scrutiny.connectors.sim_scenario` parses and validates the TOML file into
-these types; :mod:`scrutiny.connectors.sim_state` steps them through the schedule. In short a
+Pure (no I/O). :mod:`scrutiny.simulator.scenario` parses and validates the TOML file into
+these types; :mod:`scrutiny.simulator.state` steps them through the schedule. In short a
 scenario names the bookies (racks, read-only / stopped / wiped, faults, ledgers in limbo), the
 ledgers (E/WQ/AQ, state, last entry, segments or "auto" ensembles, custom metadata, what each
 bookie holds when it deviates from its stripe, under-replication marks, truncation, corrupt

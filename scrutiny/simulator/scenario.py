@@ -2,8 +2,8 @@
 
 Pure (no I/O besides nothing at all: :func:`parse_scenario` takes the text, :func:`load_scenario`
 is the one function that reads a file). The format is documented in ``docs/simulator.md``; the
-types it parses into are in :mod:`scrutiny.connectors.sim_model`. A parsed scenario's schedule is
-replayed on :class:`~scrutiny.connectors.sim_state.ClusterState` (:func:`validate_schedule`), so
+types it parses into are in :mod:`scrutiny.simulator.model`. A parsed scenario's schedule is
+replayed on :class:`~scrutiny.simulator.state.ClusterState` (:func:`validate_schedule`), so
 every change in it is known to apply.
 """
 
@@ -20,7 +20,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from scrutiny.connectors.sim_model import (
+from scrutiny.core.errors import PathError
+from scrutiny.core.ledger_metadata import LedgerState
+from scrutiny.core.zk_paths import check_root
+from scrutiny.proto import bookkeeper_protocol_pb2 as bk_pb
+from scrutiny.simulator.model import (
     DEFAULT_ENTRY_SIZE,
     EVERYTHING,
     MAX_ENTRY,
@@ -52,11 +56,7 @@ from scrutiny.connectors.sim_model import (
     normalize_ranges,
     placement_outcome,
 )
-from scrutiny.connectors.sim_state import ClusterState
-from scrutiny.core.errors import PathError
-from scrutiny.core.ledger_metadata import LedgerState
-from scrutiny.core.zk_paths import check_root
-from scrutiny.proto import bookkeeper_protocol_pb2 as bk_pb
+from scrutiny.simulator.state import ClusterState
 
 _AUTO: Final = "auto"
 #: Up to this many ordered choices of an ensemble, "auto" ensembles are picked from a table of all of them.

@@ -5,7 +5,7 @@ ground truth both step it through the schedule with :meth:`ClusterState.apply`, 
 what every change means. What a bookie holds of a ledger is *described* (segments, the last entry
 written, per-bookie ``missing`` / ``add`` entry ranges), never listed entry by entry:
 :meth:`ClusterState.held_groups` turns the description into sequence groups for the simulated
-bookies, and :mod:`scrutiny.connectors.sim_truth` reads the same description with arithmetic of
+bookies, and :mod:`scrutiny.simulator.truth` reads the same description with arithmetic of
 its own.
 """
 
@@ -16,7 +16,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from scrutiny.connectors.sim_model import (
+from scrutiny.core.ledger_metadata import LedgerState
+from scrutiny.core.sequence_groups import SequenceGroup, clip
+from scrutiny.core.striping import expected_groups
+from scrutiny.simulator.model import (
     EVERYTHING,
     NO_DEVIATION,
     Action,
@@ -39,9 +42,6 @@ from scrutiny.connectors.sim_model import (
     placement_outcome,
     subtract_ranges,
 )
-from scrutiny.core.ledger_metadata import LedgerState
-from scrutiny.core.sequence_groups import SequenceGroup, clip
-from scrutiny.core.striping import expected_groups
 
 
 @dataclass

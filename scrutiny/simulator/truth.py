@@ -1,6 +1,6 @@
 """Ground truth of a simulated cluster: the violations a perfect checker reports, and nothing else.
 
-Pure. Computed from the scenario's own description (:class:`~scrutiny.connectors.sim_state.ClusterState`:
+Pure. Computed from the scenario's own description (:class:`~scrutiny.simulator.state.ClusterState`:
 segments, the last entry written, each bookie's ``missing`` / ``add`` ranges, bookie modes and
 faults, marks) with arithmetic of its own — deliberately *not* with :mod:`scrutiny.core.verdict`,
 :mod:`scrutiny.core.periodic_sets`, :mod:`scrutiny.core.striping` or :mod:`scrutiny.core.placement`,
@@ -35,7 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from scrutiny.connectors.sim_model import (
+from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.sequence_groups import SequenceGroup
+from scrutiny.core.vocabulary import Category, Severity
+from scrutiny.simulator.model import (
     MAX_ENTRY,
     LedgerSpec,
     PlacementOutcome,
@@ -45,10 +48,7 @@ from scrutiny.connectors.sim_model import (
     normalize_ranges,
     subtract_ranges,
 )
-from scrutiny.connectors.sim_state import Change, ClusterState
-from scrutiny.core.errors import ScrutinyError
-from scrutiny.core.sequence_groups import SequenceGroup
-from scrutiny.core.vocabulary import Category, Severity
+from scrutiny.simulator.state import Change, ClusterState
 
 TRUTH_FORMAT: Final = "scrutiny-simulator-truth"
 TRUTH_VERSION: Final = 1

@@ -53,7 +53,7 @@ from typing import cast
 
 from google.protobuf.message import DecodeError
 
-from scrutiny.connectors.bookie_v3_client import (
+from scrutiny.connectors.bookies.v3_client import (
     DEFAULT_MAX_FRAME_BYTES,
     TLS_MODES,
     FrameSizeError,

@@ -35,19 +35,18 @@ from typing import Any
 from kazoo.exceptions import KazooException, LockTimeout
 from kazoo.protocol.states import KazooState, KeeperState, WatchedEvent
 
-from scrutiny.connectors.event_publisher import EventPublisher, PublishError
-from scrutiny.connectors.ledger_events import Publisher, event_for_change, marker_event
-from scrutiny.connectors.watch_state import Change, KnownState, Node, node_stat_lag
-from scrutiny.connectors.watcher_metrics import WatcherMetrics
-from scrutiny.connectors.zk_tree import (
+from scrutiny.connectors.kafka.events import Publisher, event_for_change, marker_event
+from scrutiny.connectors.kafka.publisher import EventPublisher, PublishError
+from scrutiny.connectors.zookeeper.tree import (
     TreeLayout,
     read_cluster,
     read_nodes,
     read_optional,
     read_registrations,
 )
-from scrutiny.connectors.zookeeper_watch import PersistentWatchClient
+from scrutiny.connectors.zookeeper.watch import PersistentWatchClient
 from scrutiny.core.errors import FormatError, PathError, ScrutinyError
+from scrutiny.core.metadata_view import Change, KnownState, Node, node_stat_lag
 from scrutiny.core.zk_paths import (
     available_path,
     layout_path,
@@ -57,6 +56,7 @@ from scrutiny.core.zk_paths import (
 )
 from scrutiny.core.zk_records import parse_layout
 from scrutiny.proto import ledger_events_pb2 as pb
+from scrutiny.watcher.metrics import WatcherMetrics
 
 log = logging.getLogger(__name__)
 

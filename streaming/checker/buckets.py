@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from scrutiny.core.ledger_tracker import TrackedLedger
-from scrutiny.streaming.records import STATS_KEY
+from scrutiny.streaming.checker.records import STATS_KEY
 
 #: Ledgers per bucket (a power of two, so a bucket is a run of ids).
 BUCKET_SIZE: Final = 64

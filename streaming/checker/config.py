@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scrutiny.connectors.cluster_cache import CachedClusterReader, shared_reader
-from scrutiny.connectors.listing_fetch import FetchConfig
+from scrutiny.connectors.bookies.fetch import FetchConfig
+from scrutiny.connectors.zookeeper.cluster_cache import CachedClusterReader, shared_reader
 from scrutiny.core.ledger_tracker import TrackerConfig
-from scrutiny.streaming.settings import ZooKeeperSection
+from scrutiny.settings.loader import ZooKeeperSection
 
 
 @dataclass(frozen=True)

@@ -23,19 +23,19 @@ from pyspark.sql import SparkSession
 from pyspark.sql.functions import expr
 from pyspark.sql.streaming.query import StreamingQuery
 
-from scrutiny.connectors.delta_tables import CheckerTables
-from scrutiny.connectors.kafka_source import ScrutinyKafkaSource, source_options
-from scrutiny.connectors.listing_fetch import FetchConfig, fetch_config_from_settings
-from scrutiny.connectors.zookeeper_client import zookeeper_target
+from scrutiny.connectors.bookies.fetch import FetchConfig, fetch_config_from_settings
+from scrutiny.connectors.tables.delta import CheckerTables
+from scrutiny.connectors.zookeeper.client import zookeeper_target
 from scrutiny.core.ledger_tracker import RetryPolicy, TrackerConfig
-from scrutiny.streaming.job_config import JobConfig
-from scrutiny.streaming.job_metrics import JobMetrics
-from scrutiny.streaming.ledger_buckets import BUCKET_EXPRESSION
-from scrutiny.streaming.prepare import PREPARED_DDL, PrepareEvents
-from scrutiny.streaming.processor import LedgerProcessor
-from scrutiny.streaming.records import NARROW_DDL
-from scrutiny.streaming.settings import Settings
-from scrutiny.streaming.sink import BatchSink, BatchSummary
+from scrutiny.settings.loader import Settings
+from scrutiny.streaming.checker.buckets import BUCKET_EXPRESSION
+from scrutiny.streaming.checker.config import JobConfig
+from scrutiny.streaming.checker.metrics import JobMetrics
+from scrutiny.streaming.checker.prepare import PREPARED_DDL, PrepareEvents
+from scrutiny.streaming.checker.processor import LedgerProcessor
+from scrutiny.streaming.checker.records import NARROW_DDL
+from scrutiny.streaming.checker.sink import BatchSink, BatchSummary
+from scrutiny.streaming.kafka_source import ScrutinyKafkaSource, source_options
 
 log = logging.getLogger(__name__)
 

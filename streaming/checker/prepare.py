@@ -20,15 +20,15 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from scrutiny.connectors.listing_fetch import shared_fetcher
+from scrutiny.connectors.bookies.fetch import shared_fetcher
 from scrutiny.core.errors import FormatError, ScrutinyError
 from scrutiny.core.ledger_metadata import decode_ledger_metadata
 from scrutiny.core.ledger_tracker import needs_check
 from scrutiny.core.verdict import BookieAnswer
 from scrutiny.proto import ledger_events_pb2 as pb
-from scrutiny.streaming.answer_codec import encode_answers
-from scrutiny.streaming.job_config import JobConfig
-from scrutiny.streaming.records import STATS_KEY
+from scrutiny.streaming.checker.answer_codec import encode_answers
+from scrutiny.streaming.checker.config import JobConfig
+from scrutiny.streaming.checker.records import STATS_KEY
 
 log = logging.getLogger(__name__)
 

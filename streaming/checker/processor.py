@@ -1,12 +1,12 @@
 """The stateful processor of the checker: one instance per state partition, keyed by bucket of ledgers.
 
-The key is a bucket of consecutive ledger ids (:mod:`scrutiny.streaming.ledger_buckets`): Spark calls
+The key is a bucket of consecutive ledger ids (:mod:`scrutiny.streaming.checker.buckets`): Spark calls
 :meth:`LedgerProcessor.handleInputRows` with a bucket's events of a micro-batch (from
-:mod:`scrutiny.streaming.prepare`, with the fetched answers) and :meth:`LedgerProcessor.handleExpiredTimer` when one
-of its timers is due (processing time). Both run the pure steps of :mod:`scrutiny.core.ledger_tracker` for each
-ledger concerned, store the bucket's small states as one value in the RocksDB state store, keep the registered timers
-equal to what the states need, do the fetch a due retry asks for, and return the records of
-:mod:`scrutiny.streaming.records`.
+:mod:`scrutiny.streaming.checker.prepare`, with the fetched answers) and :meth:`LedgerProcessor.handleExpiredTimer`
+when one of its timers is due (processing time). Both run the pure steps of :mod:`scrutiny.core.ledger_tracker` for
+each ledger concerned, store the bucket's small states as one value in the RocksDB state store, keep the registered
+timers equal to what the states need, do the fetch a due retry asks for, and return the records of
+:mod:`scrutiny.streaming.checker.records`.
 
 Guarantees: events of one ledger are applied in offset order (the order of a mark and the
 metadata does not change the outcome: see :mod:`scrutiny.core.ledger_tracker`); only the newest
@@ -44,11 +44,11 @@ from scrutiny.core.ledger_tracker import (
 from scrutiny.core.verdict import BookieAnswer, ClusterView
 from scrutiny.core.zk_records import UnderReplicationMark
 from scrutiny.proto import ledger_events_pb2 as pb
-from scrutiny.streaming.answer_codec import decode_answers
-from scrutiny.streaming.job_config import JobConfig
-from scrutiny.streaming.ledger_buckets import decode_bucket, encode_bucket
-from scrutiny.streaming.prepare import fetch_answers
-from scrutiny.streaming.records import STATS_KEY, Record, narrow, outcome_records, retry_records, stats_records
+from scrutiny.streaming.checker.answer_codec import decode_answers
+from scrutiny.streaming.checker.buckets import decode_bucket, encode_bucket
+from scrutiny.streaming.checker.config import JobConfig
+from scrutiny.streaming.checker.prepare import fetch_answers
+from scrutiny.streaming.checker.records import STATS_KEY, Record, narrow, outcome_records, retry_records, stats_records
 
 log = logging.getLogger(__name__)
 

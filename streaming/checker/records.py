@@ -1,4 +1,4 @@
-"""The checker's output records (``OUTPUT_SCHEMA`` of :mod:`scrutiny.connectors.table_schemas`) from a step.
+"""The checker's output records (``OUTPUT_SCHEMA`` of :mod:`scrutiny.connectors.tables.schemas`) from a step.
 
 Runs in the stateful processor: each :class:`~scrutiny.core.ledger_tracker.Outcome` becomes one
 "violation" record per finding, one "resolved" record per resolved violation and one "check"

@@ -1,7 +1,7 @@
 """``scrutiny scan --fix``: after a complete deep scan, mark the ledgers with missing replicas under-replicated.
 
 The candidates are the scan's ``MISSING_REPLICA`` findings (:func:`scrutiny.core.repair_plan.repair_candidates`);
-:func:`scrutiny.connectors.under_replication.fix_under_replicated` reads ZooKeeper's marks and ``disable`` node,
+:func:`scrutiny.connectors.zookeeper.marks.fix_under_replicated` reads ZooKeeper's marks and ``disable`` node,
 plans, and unless ``--dry-run`` creates the marks (never touching a ledger already marked) and appends what happened
 to the ``repair_actions`` table. docs/fix.md documents the rules and the printed plan.
 """
@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from scrutiny.connectors.under_replication import FixResult, fix_under_replicated
-from scrutiny.connectors.zookeeper_client import zookeeper_target
+from scrutiny.connectors.zookeeper.client import zookeeper_target
+from scrutiny.connectors.zookeeper.marks import FixResult, fix_under_replicated
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.ledger_scan import ScanMode
 from scrutiny.core.repair_plan import render_actions, render_plan, repair_candidates
-from scrutiny.streaming.scan_job import ScanResult, close_client, started_zookeeper_client
-from scrutiny.streaming.settings import Settings
+from scrutiny.settings.loader import Settings
+from scrutiny.streaming.scan.job import ScanResult, close_client, started_zookeeper_client
 
 CONNECT_TIMEOUT_S = 15.0
 

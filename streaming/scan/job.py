@@ -2,7 +2,7 @@
 
 The driver walks ZooKeeper once (:func:`read_snapshot`, the watcher's pipelined walk, with progress), looks up which
 violations the tables hold open, and checks the selected ledgers in chunks: each chunk is one Spark job
-(:class:`~scrutiny.streaming.scan_tasks.ScanLedgers` over ``mapInArrow``) whose records are written to the checker's
+(:class:`~scrutiny.streaming.scan.tasks.ScanLedgers` over ``mapInArrow``) whose records are written to the checker's
 Delta tables as one batch with source ``scan`` (exactly once per scan id, like the streaming checker's batches). A
 stop request (:meth:`ScanRun.stop`, e.g. Ctrl-C) cancels the running Spark job and ends the scan between chunks:
 the chunks written before stay, each complete; nothing is half written. Ledgers gone from ZooKeeper have their open
@@ -28,11 +28,10 @@ from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 from pyspark.sql import SparkSession
 
-from scrutiny.connectors.delta_tables import CheckerTables, TableError, read_table
-from scrutiny.connectors.table_schemas import OPEN_VIOLATIONS, RunRecord, output_table
-from scrutiny.connectors.watch_state import ClusterView as ObservedCluster
-from scrutiny.connectors.zk_tree import TreeLayout, read_cluster
-from scrutiny.connectors.zookeeper_client import build_zookeeper_client, zookeeper_target
+from scrutiny.connectors.tables.delta import CheckerTables, TableError, read_table
+from scrutiny.connectors.tables.schemas import OPEN_VIOLATIONS, RunRecord, output_table
+from scrutiny.connectors.zookeeper.client import build_zookeeper_client, zookeeper_target
+from scrutiny.connectors.zookeeper.tree import TreeLayout, read_cluster
 from scrutiny.core.errors import FormatError, ScrutinyError
 from scrutiny.core.ledger_scan import (
     LedgerSelection,
@@ -43,12 +42,13 @@ from scrutiny.core.ledger_scan import (
     involves_bookie,
 )
 from scrutiny.core.ledger_tracker import ViolationKey
+from scrutiny.core.metadata_view import ClusterView as ObservedCluster
 from scrutiny.core.verdict import ClusterView
 from scrutiny.core.zk_records import parse_pulsar_racks, parse_underreplication_mark
-from scrutiny.streaming.job import job_config
-from scrutiny.streaming.records import NARROW_DDL, Record, widen_table
-from scrutiny.streaming.scan_tasks import INPUT_SCHEMA, SOURCE, ScanConfig, ScanLedgers, encode_keys, step_records
-from scrutiny.streaming.settings import Settings
+from scrutiny.settings.loader import Settings
+from scrutiny.streaming.checker.job import job_config
+from scrutiny.streaming.checker.records import NARROW_DDL, Record, widen_table
+from scrutiny.streaming.scan.tasks import INPUT_SCHEMA, SOURCE, ScanConfig, ScanLedgers, encode_keys, step_records
 
 log = logging.getLogger(__name__)
 
@@ -328,7 +328,7 @@ def _select(observed: ObservedCluster, options: ScanOptions, prior: dict[int, li
 
 
 def input_table(items: list[ScanItem]) -> pa.Table:
-    """The chunk as the tasks' input (:data:`~scrutiny.streaming.scan_tasks.INPUT_SCHEMA`)."""
+    """The chunk as the tasks' input (:data:`~scrutiny.streaming.scan.tasks.INPUT_SCHEMA`)."""
     return pa.Table.from_pydict(
         {
             "ledger_id": [i.ledger_id for i in items],

@@ -3,8 +3,8 @@
 Each task decodes its ledgers, asks the bookies (deep scans: every ledger of the partition at once, batched per
 bookie, as the streaming checker's fetch stage does), judges each ledger with :mod:`scrutiny.core.ledger_scan`, asks
 the bookies that gave no answer again after the streaming checker's backoff, and yields the checker's output records
-as narrow rows (:data:`~scrutiny.streaming.records.NARROW_DDL`), plus one figures row (``ledger_id`` =
-:data:`~scrutiny.streaming.records.STATS_KEY`). Nothing here writes anything.
+as narrow rows (:data:`~scrutiny.streaming.checker.records.NARROW_DDL`), plus one figures row (``ledger_id`` =
+:data:`~scrutiny.streaming.checker.records.STATS_KEY`). Nothing here writes anything.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from scrutiny.connectors.listing_fetch import FetchConfig, shared_fetcher
+from scrutiny.connectors.bookies.fetch import FetchConfig, shared_fetcher
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.ledger_scan import (
     ScanItem,
@@ -32,7 +32,7 @@ from scrutiny.core.ledger_scan import (
 from scrutiny.core.ledger_tracker import TrackedLedger, TrackerConfig, ViolationKey
 from scrutiny.core.verdict import BookieAnswer, ClusterView
 from scrutiny.core.zk_records import UnderReplicationMark
-from scrutiny.streaming.records import Record, narrow, outcome_records, stats_records
+from scrutiny.streaming.checker.records import Record, narrow, outcome_records, stats_records
 
 log = logging.getLogger(__name__)
 

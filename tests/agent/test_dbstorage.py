@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scrutiny.connectors.agent_dbstorage import (
+from scrutiny.agent.dbstorage import (
     LedgerRecord,
     answer_for,
     decode_ledger_record,
@@ -18,7 +18,7 @@ from scrutiny.connectors.agent_dbstorage import (
     ledger_key,
     runs_of,
 )
-from scrutiny.connectors.agent_server import ListingStatus
+from scrutiny.agent.server import ListingStatus
 from scrutiny.core.listing_codec import decode_listing
 from scrutiny.core.sequence_groups import SequenceGroup, expand, from_entries
 

@@ -22,9 +22,8 @@ from pathlib import Path
 import pytest
 from rocksdict import DBCompressionType, Options, Rdict, WriteBatch
 
-from scrutiny.connectors.agent_client import AgentClient
-from scrutiny.connectors.agent_dbstorage import DbLedgerStorageBackend, entry_key, ledger_key
-from scrutiny.connectors.agent_server import (
+from scrutiny.agent.dbstorage import DbLedgerStorageBackend, entry_key, ledger_key
+from scrutiny.agent.server import (
     AgentMetrics,
     AgentServer,
     AgentServerConfig,
@@ -33,11 +32,12 @@ from scrutiny.connectors.agent_server import (
     ListingStatus,
     SourceHealth,
 )
+from scrutiny.cli.main import main
+from scrutiny.connectors.bookies.agent_client import AgentClient
 from scrutiny.core.listing_codec import encode_listing, encode_listing_per_run
 from scrutiny.core.sequence_groups import SequenceGroup, expand, from_entries
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
 from scrutiny.proto import bookie_agent_pb2 as pb
-from scrutiny.streaming.cli import main
 
 pytestmark = pytest.mark.integration
 
@@ -224,7 +224,7 @@ def test_calls_without_the_right_token_are_never_served(
     bookie.put_record(1)
     bookie.put_entries(1, range(3))
     backend = CountingBackend(DbLedgerStorageBackend(bookie.dirs, state_dir=tmp_path))
-    caplog.set_level(logging.WARNING, logger="scrutiny.connectors.agent_server")
+    caplog.set_level(logging.WARNING, logger="scrutiny.agent.server")
     with serving(backend, token=TOKEN) as server:
         for token in (None, "wrong-token", TOKEN[:-1]):
             with AgentClient(target(server), token=token) as client:

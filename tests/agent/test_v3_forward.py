@@ -9,14 +9,14 @@ from contextlib import contextmanager
 
 import pytest
 
-from scrutiny.connectors.agent_client import AgentClient
-from scrutiny.connectors.agent_server import AgentServer, AgentServerConfig
-from scrutiny.connectors.agent_v3_forward import V3ForwardBackend
-from scrutiny.connectors.bookie_v3_client import BookieClientConfig
-from scrutiny.connectors.bookie_v3_server import BookieV3Server, ReplyStatus, Unresponsive
+from scrutiny.agent.server import AgentServer, AgentServerConfig
+from scrutiny.agent.v3_forward import V3ForwardBackend
+from scrutiny.connectors.bookies.agent_client import AgentClient
+from scrutiny.connectors.bookies.v3_client import BookieClientConfig
 from scrutiny.core.sequence_groups import SequenceGroup
 from scrutiny.core.striping import expected_groups
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
+from scrutiny.simulator.v3_server import BookieV3Server, ReplyStatus, Unresponsive
 
 pytestmark = pytest.mark.integration
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from scrutiny.paths import PROJECT_ROOT
+
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = PROJECT_ROOT
 
 
 def run_bench(module: str, *args: str) -> subprocess.CompletedProcess[str]:

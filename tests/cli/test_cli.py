@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from scrutiny.cli.main import main
 from scrutiny.core.ledger_metadata import Segment, build_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.listing_codec import encode_listing, encode_listing_per_run
 from scrutiny.core.striping import expected_groups
 from scrutiny.core.zk_records import format_pulsar_racks
-from scrutiny.streaming.cli import main
 
 ENSEMBLE = ("b0:3181", "b1:3181", "b2:3181")
 

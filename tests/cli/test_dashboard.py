@@ -1,4 +1,7 @@
-"""``scrutiny dashboard``: the token it enforces and its exit codes (it is served for real in tests/integration)."""
+"""``scrutiny dashboard``: the token it enforces and its exit codes.
+
+It is served for real in tests/dashboard/test_dashboard_browser.py.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from scrutiny.streaming.cli import main
-from scrutiny.streaming.cli_dashboard import TOKEN_ENV, resolve_token
-from tests.unit.dashboard_tables import known_tables
+from scrutiny.cli.dashboard import TOKEN_ENV, resolve_token
+from scrutiny.cli.main import main
+from tests.support.dashboard_tables import known_tables
 
 
 @pytest.fixture(scope="module")

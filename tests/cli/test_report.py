@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from scrutiny.connectors.delta_tables import CheckerTables
-from scrutiny.connectors.table_schemas import RunRecord, output_table
-from scrutiny.streaming.cli import main
-from tests.unit.test_health_summary import DOCUMENTED_KEYS
+from scrutiny.cli.main import main
+from scrutiny.connectors.tables.delta import CheckerTables
+from scrutiny.connectors.tables.schemas import RunRecord, output_table
+from tests.core.test_health_summary import DOCUMENTED_KEYS
 
 
 def ago(minutes: float) -> datetime:

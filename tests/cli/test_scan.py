@@ -6,10 +6,10 @@ import io
 
 import pytest
 
+from scrutiny.cli.scan import ProgressLine, scan_json, scan_lines
 from scrutiny.core.ledger_scan import ScanMode, parse_ledger_selection
-from scrutiny.streaming.cli_scan import ProgressLine, scan_json, scan_lines
-from scrutiny.streaming.scan_job import ScanResult
-from scrutiny.streaming.settings import load_settings
+from scrutiny.settings.loader import load_settings
+from scrutiny.streaming.scan.job import ScanResult
 
 pytestmark = pytest.mark.unit
 

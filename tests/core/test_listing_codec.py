@@ -18,7 +18,7 @@ from scrutiny.core.listing_codec import (
     encode_listing_per_run,
 )
 from scrutiny.core.sequence_groups import SequenceGroup, from_entries
-from tests.strategies import expand_set, sequence_groups
+from tests.support.strategies import expand_set, sequence_groups
 
 
 def java_listing(runs: list[tuple[int, int]]) -> bytes:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from scrutiny.connectors.watch_state import ChangeKind, ClusterView, KnownState, Node, NodeStat, diff, node_stat_lag
+from scrutiny.core.metadata_view import ChangeKind, ClusterView, KnownState, Node, NodeStat, diff, node_stat_lag
 
 
 def node(mzxid: int, data: bytes = b"x", czxid: int = 1, version: int = 0) -> Node:

@@ -19,7 +19,7 @@ from scrutiny.core.sequence_groups import (
     per_run,
     runs_in_window,
 )
-from tests.strategies import expand_set, sequence_groups
+from tests.support.strategies import expand_set, sequence_groups
 
 
 def test_group_arithmetic() -> None:

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scrutiny.core.striping import expected_groups, expected_residues, segment_spans, span_of_entry, write_set
-from tests.strategies import expand_set
+from tests.support.strategies import expand_set
 
 
 def test_write_set_is_round_robin_on_the_ledger_entry_id() -> None:

@@ -14,7 +14,7 @@ from scrutiny.core.verdict import (
 )
 from scrutiny.core.vocabulary import Category, Severity
 from scrutiny.core.zk_records import UnderReplicationMark
-from tests.strategies import expand_set
+from tests.support.strategies import expand_set
 
 BOOKIES = ("b0:3181", "b1:3181", "b2:3181", "b3:3181", "b4:3181")
 

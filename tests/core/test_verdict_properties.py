@@ -11,8 +11,8 @@ from scrutiny.core.ledger_metadata import LedgerMetadata, LedgerState, Segment, 
 from scrutiny.core.sequence_groups import SequenceGroup, from_entries, per_run
 from scrutiny.core.verdict import BookieAnswer, VerdictKind, compute_verdict
 from scrutiny.core.vocabulary import Category, Severity
-from tests.reference import Holdings, reference_replicas
-from tests.strategies import expand_set
+from tests.support.reference import Holdings, reference_replicas
+from tests.support.strategies import expand_set
 
 POOL = [f"bookie-{i}.example:3181" for i in range(9)]
 

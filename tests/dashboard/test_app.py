@@ -1,6 +1,6 @@
 """The dashboard's page: the values a refresh puts in its elements, the snapshot cache, the layout and the callback.
 
-Over the known data set of tests/unit/dashboard_tables.py, through Flask's test client (no server, no browser).
+Over the known data set of tests/support/dashboard_tables.py, through Flask's test client (no server, no browser).
 """
 
 from __future__ import annotations
@@ -11,11 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from scrutiny.streaming.dashboard_app import SnapshotCache, create_app
-from scrutiny.streaming.dashboard_layout import NUMBER_IDS
-from scrutiny.streaming.dashboard_render import render
-from scrutiny.streaming.dashboard_snapshot import Snapshot
-from tests.unit.dashboard_tables import EXPECTED_COVERAGE_TEXT, EXPECTED_LAST_BATCH, NOW, known_snapshot, known_tables
+from scrutiny.dashboard.app import SnapshotCache, create_app
+from scrutiny.dashboard.layout import NUMBER_IDS
+from scrutiny.dashboard.render import render
+from scrutiny.dashboard.snapshot import Snapshot
+from tests.support.dashboard_tables import (
+    EXPECTED_COVERAGE_TEXT,
+    EXPECTED_LAST_BATCH,
+    NOW,
+    known_snapshot,
+    known_tables,
+)
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,10 @@
-"""The dashboard's charts: the figures drawn from the known data set of tests/unit/dashboard_tables.py."""
+"""The dashboard's charts: the figures drawn from the known data set of tests/support/dashboard_tables.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from scrutiny.streaming.dashboard_charts import (
+from scrutiny.dashboard.charts import (
     bookie_chart,
     category_chart,
     checker_chart,
@@ -12,8 +12,8 @@ from scrutiny.streaming.dashboard_charts import (
     timeline_chart,
     under_replication_chart,
 )
-from scrutiny.streaming.dashboard_snapshot import NO_DATA, Snapshot
-from tests.unit.dashboard_tables import B1, B2, B3, known_snapshot, known_tables
+from scrutiny.dashboard.snapshot import NO_DATA, Snapshot
+from tests.support.dashboard_tables import B1, B2, B3, known_snapshot, known_tables
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """The dashboard served over HTTP on 127.0.0.1 and driven by Debian's Chromium through Playwright.
 
-The tables hold the known data set of tests/unit/dashboard_tables.py, written once, two hours before the tests run
+The tables hold the known data set of tests/support/dashboard_tables.py, written once, two hours before the tests run
 (the test that appends a batch works on a copy). The page must show its figures, follow a batch appended while it
 is open (live refresh, no reload), and, when started with a token, answer 401 to every request without it. The
 browser is /usr/bin/chromium: never downloaded, and its absence fails the tests (scripts/setup installs it).
@@ -24,10 +24,10 @@ from urllib.request import Request, urlopen
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from scrutiny.streaming.cli_dashboard import TOKEN_ENV
-from scrutiny.streaming.dashboard_app import create_app
-from scrutiny.streaming.dashboard_server import TOKEN_COOKIE, DashboardServer
-from tests.unit.dashboard_tables import (
+from scrutiny.cli.dashboard import TOKEN_ENV
+from scrutiny.dashboard.app import create_app
+from scrutiny.dashboard.server import TOKEN_COOKIE, DashboardServer
+from tests.support.dashboard_tables import (
     B1,
     B2,
     B3,
@@ -178,7 +178,7 @@ def test_with_a_token_every_request_needs_it(browser: Browser, data_dir: Path) -
 
 def test_the_command_serves_with_its_token_and_stops_on_ctrl_c(data_dir: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
-    command = [sys.executable, "-m", "scrutiny.streaming.cli", "dashboard", "--data-dir", str(data_dir)]
+    command = [sys.executable, "-m", "scrutiny.cli.main", "dashboard", "--data-dir", str(data_dir)]
     command += ["--port", "0", "--token", TOKEN, "--refresh-seconds", "2"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:

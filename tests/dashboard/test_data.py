@@ -1,6 +1,6 @@
 """The dashboard's data over tables of known content: every section of the snapshot, and missing or unreadable tables.
 
-The data set and the figures expected of it are in tests/unit/dashboard_tables.py.
+The data set and the figures expected of it are in tests/support/dashboard_tables.py.
 """
 
 from __future__ import annotations
@@ -12,19 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from scrutiny.connectors.delta_tables import table_uri
-from scrutiny.connectors.sql_engine import SqlEngine
-from scrutiny.connectors.table_schemas import CHECKER_RUNS, OPEN_VIOLATIONS, VIOLATIONS
-from scrutiny.streaming.dashboard_data import (
+from scrutiny.connectors.tables.delta import table_uri
+from scrutiny.connectors.tables.schemas import CHECKER_RUNS, OPEN_VIOLATIONS, VIOLATIONS
+from scrutiny.connectors.tables.sql import SqlEngine
+from scrutiny.dashboard.data import (
     DashboardDataError,
     bucket_seconds,
     check_data_dir,
     entry_ranges,
     load_snapshot,
 )
-from scrutiny.streaming.dashboard_layout import NUMBER_IDS
-from scrutiny.streaming.dashboard_render import render
-from scrutiny.streaming.dashboard_snapshot import (
+from scrutiny.dashboard.layout import NUMBER_IDS
+from scrutiny.dashboard.render import render
+from scrutiny.dashboard.snapshot import (
     NO_DATA,
     BookieHealth,
     CategoryCount,
@@ -32,7 +32,7 @@ from scrutiny.streaming.dashboard_snapshot import (
     Segment,
     Snapshot,
 )
-from tests.unit.dashboard_tables import (
+from tests.support.dashboard_tables import (
     B1,
     B2,
     B3,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from scrutiny.streaming.dashboard_app import create_app
-from scrutiny.streaming.dashboard_server import TOKEN_COOKIE, is_loopback
+from scrutiny.dashboard.app import create_app
+from scrutiny.dashboard.server import TOKEN_COOKIE, is_loopback
 
 
 @pytest.mark.parametrize(

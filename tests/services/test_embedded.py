@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from scrutiny.connectors.delta_tables import read_table
-from scrutiny.connectors.services import EmbeddedServices, ServiceState
-from scrutiny.connectors.sim_scenario import parse_scenario
-from scrutiny.connectors.sim_state import ClusterState
-from scrutiny.connectors.sim_truth import cluster_truth
+from scrutiny.connectors.tables.delta import read_table
+from scrutiny.services.servers import EmbeddedServices, ServiceState
+from scrutiny.simulator.scenario import parse_scenario
+from scrutiny.simulator.state import ClusterState
+from scrutiny.simulator.truth import cluster_truth
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +52,7 @@ def test_the_embedded_default_runs_reports_and_stops_cleanly_on_ctrl_c(tmp_path:
     state_dir = tmp_path / "state"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCRUTINY_")}
     env |= {"XDG_STATE_HOME": str(state_dir), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    command = [sys.executable, "-m", "scrutiny.streaming.cli", "run", "--scenario", "tiny.toml", "--summary-every", "5"]
+    command = [sys.executable, "-m", "scrutiny.cli.main", "run", "--scenario", "tiny.toml", "--summary-every", "5"]
     log = tmp_path / "stderr.log"
     with log.open("w") as stderr:
         process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)

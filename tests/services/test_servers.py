@@ -21,9 +21,12 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.security import make_digest_acl
 
-from scrutiny.connectors import services as services_module
-from scrutiny.connectors.kafka_config import consumer_kwargs, producer_kwargs
-from scrutiny.connectors.services import (
+from scrutiny.cli.main import main
+from scrutiny.connectors.kafka.config import consumer_kwargs, producer_kwargs
+from scrutiny.connectors.zookeeper.client import build_zookeeper_client
+from scrutiny.core.secret import Secret
+from scrutiny.services import servers as services_module
+from scrutiny.services.servers import (
     EmbeddedServices,
     ServiceRecord,
     ServicesError,
@@ -38,11 +41,8 @@ from scrutiny.connectors.services import (
     stop_process,
     zookeeper_answers,
 )
-from scrutiny.connectors.zookeeper_client import build_zookeeper_client
-from scrutiny.core.secret import Secret
-from scrutiny.streaming.cli import main
-from scrutiny.streaming.settings import Settings, ZooKeeperSection
-from tests.integration.conftest import ServerEndpoint
+from scrutiny.settings.loader import Settings, ZooKeeperSection
+from tests.support.servers import ServerEndpoint
 
 pytestmark = pytest.mark.integration
 
@@ -135,7 +135,7 @@ def test_console_script_eval_points_commands_at_services(tmp_path: Path) -> None
     env = dict(os.environ, SCRUTINY_SERVICES_STATE_DIR=str(tmp_path / "state"))
     for name in ("SCRUTINY_ZOOKEEPER", "SCRUTINY_KAFKA", "SCRUTINY_CONFIG"):
         env.pop(name, None)
-    show = f"{sys.executable} -c 'from scrutiny.streaming.settings import load_settings as l; s = l(); " + (
+    show = f"{sys.executable} -c 'from scrutiny.settings.loader import load_settings as l; s = l(); " + (
         "print(s.zookeeper.connect, s.kafka.bootstrap_servers)'"
     )
     script = f'eval "$({SCRUTINY} services up)" && {show}'

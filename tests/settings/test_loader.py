@@ -9,9 +9,10 @@ import pytest
 
 from scrutiny.core.errors import ConfigError
 from scrutiny.core.placement import PlacementPolicy
-from scrutiny.streaming.settings import load_settings, schema_keys
+from scrutiny.paths import PROJECT_ROOT
+from scrutiny.settings.loader import load_settings, schema_keys
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = PROJECT_ROOT
 
 
 def test_shipped_conf_documents_every_key_at_its_default() -> None:

@@ -21,15 +21,8 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from scrutiny.connectors.agent_client import AgentClient
-from scrutiny.connectors.bookie_v3_client import BookieClientConfig, BookieV3Client, RetryPolicy
-from scrutiny.connectors.sim_bookie import AGENT_PROTOCOL
-from scrutiny.connectors.sim_cluster import SimCluster
-from scrutiny.connectors.sim_generator import generate, parse_fault_mix
-from scrutiny.connectors.sim_model import Scenario
-from scrutiny.connectors.sim_scenario import load_scenario, parse_scenario
-from scrutiny.connectors.sim_state import ClusterState
-from scrutiny.connectors.sim_truth import cluster_truth, load_truth, same_entries
+from scrutiny.connectors.bookies.agent_client import AgentClient
+from scrutiny.connectors.bookies.v3_client import BookieClientConfig, BookieV3Client, RetryPolicy
 from scrutiny.core.errors import MetadataFormatError
 from scrutiny.core.ledger_metadata import LedgerState, decode_ledger_metadata
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
@@ -48,11 +41,19 @@ from scrutiny.core.zk_records import (
     parse_pulsar_racks,
     parse_underreplication_mark,
 )
-from tests.integration.conftest import ServerEndpoint
+from scrutiny.paths import PROJECT_ROOT
+from scrutiny.simulator.bookie import AGENT_PROTOCOL
+from scrutiny.simulator.cluster import SimCluster
+from scrutiny.simulator.generator import generate, parse_fault_mix
+from scrutiny.simulator.model import Scenario
+from scrutiny.simulator.scenario import load_scenario, parse_scenario
+from scrutiny.simulator.state import ClusterState
+from scrutiny.simulator.truth import cluster_truth, load_truth, same_entries
+from tests.support.servers import ServerEndpoint
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = PROJECT_ROOT
 EXAMPLE = REPO / "conf" / "scenarios" / "example.toml"
 V3_CONFIG = BookieClientConfig(
     request_timeout_s=0.6, connect_timeout_s=0.5, retry=RetryPolicy(initial_delay_s=0.01, max_delay_s=0.05, jitter=0)
@@ -480,7 +481,7 @@ def test_the_simulate_command(tmp_path: Path, zookeeper_server: ServerEndpoint, 
     command = [
         sys.executable,
         "-m",
-        "scrutiny.streaming.cli",
+        "scrutiny.cli.main",
         "simulate",
         str(EXAMPLE),
         "--zookeeper",

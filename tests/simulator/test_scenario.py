@@ -9,8 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from scrutiny.connectors.sim_generator import FaultMix, generate, parse_fault_mix
-from scrutiny.connectors.sim_model import (
+from scrutiny.cli.main import main
+from scrutiny.core.ledger_metadata import LedgerState
+from scrutiny.core.sequence_groups import expand
+from scrutiny.core.striping import expected_groups
+from scrutiny.paths import PROJECT_ROOT
+from scrutiny.simulator.generator import FaultMix, generate, parse_fault_mix
+from scrutiny.simulator.model import (
     EVERYTHING,
     Action,
     BookieMode,
@@ -24,14 +29,10 @@ from scrutiny.connectors.sim_model import (
     placement_outcome,
     subtract_ranges,
 )
-from scrutiny.connectors.sim_scenario import load_scenario, parse_scenario
-from scrutiny.connectors.sim_state import Change, ClusterState
-from scrutiny.core.ledger_metadata import LedgerState
-from scrutiny.core.sequence_groups import expand
-from scrutiny.core.striping import expected_groups
-from scrutiny.streaming.cli import main
+from scrutiny.simulator.scenario import load_scenario, parse_scenario
+from scrutiny.simulator.state import Change, ClusterState
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = PROJECT_ROOT
 SCENARIOS = REPO / "conf" / "scenarios"
 
 BASE = """

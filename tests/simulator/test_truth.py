@@ -9,11 +9,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scrutiny.connectors.sim_generator import generate, parse_fault_mix
-from scrutiny.connectors.sim_model import BookieMode, Scenario
-from scrutiny.connectors.sim_scenario import load_scenario, parse_scenario
-from scrutiny.connectors.sim_state import Change, ClusterState
-from scrutiny.connectors.sim_truth import (
+from scrutiny.core.ledger_metadata import build_ledger_metadata
+from scrutiny.core.placement import PlacementConfig, PlacementPolicy
+from scrutiny.core.sequence_groups import SequenceGroup, expand
+from scrutiny.core.verdict import BookieAnswer, ClusterView, VerdictConfig, compute_verdict
+from scrutiny.core.vocabulary import Category, Severity
+from scrutiny.core.zk_records import UnderReplicationMark
+from scrutiny.paths import PROJECT_ROOT
+from scrutiny.simulator.generator import generate, parse_fault_mix
+from scrutiny.simulator.model import BookieMode, Scenario
+from scrutiny.simulator.scenario import load_scenario, parse_scenario
+from scrutiny.simulator.state import Change, ClusterState
+from scrutiny.simulator.truth import (
     TruthViolation,
     cluster_truth,
     iter_runs,
@@ -25,14 +32,8 @@ from scrutiny.connectors.sim_truth import (
     truth_timeline,
     write_truth,
 )
-from scrutiny.core.ledger_metadata import build_ledger_metadata
-from scrutiny.core.placement import PlacementConfig, PlacementPolicy
-from scrutiny.core.sequence_groups import SequenceGroup, expand
-from scrutiny.core.verdict import BookieAnswer, ClusterView, VerdictConfig, compute_verdict
-from scrutiny.core.vocabulary import Category, Severity
-from scrutiny.core.zk_records import UnderReplicationMark
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = PROJECT_ROOT
 HEAD = """
 [scenario]
 seed = 11

@@ -22,8 +22,7 @@ from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import OffsetOutOfRangeError
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from scrutiny.connectors import kafka_source
-from scrutiny.connectors.kafka_offsets import (
+from scrutiny.connectors.kafka.offsets import (
     KafkaBrokerTimeoutError,
     KafkaDataLossError,
     KafkaOffsetsError,
@@ -35,7 +34,11 @@ from scrutiny.connectors.kafka_offsets import (
     plan_range,
     resolve_starting_offsets,
 )
-from scrutiny.connectors.kafka_source import (
+from scrutiny.core.errors import ConfigError
+from scrutiny.core.secret import Secret
+from scrutiny.settings.loader import KafkaSection
+from scrutiny.streaming import kafka_source
+from scrutiny.streaming.kafka_source import (
     KafkaInputPartition,
     KafkaStreamReader,
     ScrutinyKafkaSource,
@@ -43,9 +46,6 @@ from scrutiny.connectors.kafka_source import (
     parse_options,
     source_options,
 )
-from scrutiny.core.errors import ConfigError
-from scrutiny.core.secret import Secret
-from scrutiny.streaming.settings import KafkaSection
 
 TOPIC = "events"
 BASE = {"topic": TOPIC, "bootstrap_servers": "127.0.0.1:9092"}
@@ -186,7 +186,7 @@ def test_deleted_offsets_fail_with_every_fact_and_how_to_skip() -> None:
 
 
 def test_deleted_offsets_without_fail_warn_and_continue_from_earliest(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="scrutiny.connectors.kafka_offsets"):
+    with caplog.at_level(logging.WARNING, logger="scrutiny.connectors.kafka.offsets"):
         assert plan_range(TOPIC, 3, 5, 40, 12, fail_on_data_loss=False) == (12, 40)
         assert plan_range(TOPIC, 1, 5, 10, 12, fail_on_data_loss=False) is None
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -444,7 +444,7 @@ def test_read_of_deleted_offsets_is_data_loss_or_a_skip(
 ) -> None:
     with pytest.raises(KafkaDataLossError, match=r"offset 3 is no longer available.*earliest available offset is 6"):
         read_with(monkeypatch, FakeConsumer(range(6, 12), earliest=6), 3, 10)
-    with caplog.at_level(logging.WARNING, logger="scrutiny.connectors.kafka_offsets"):
+    with caplog.at_level(logging.WARNING, logger="scrutiny.connectors.kafka.offsets"):
         rows = read_with(monkeypatch, FakeConsumer(range(6, 12), earliest=6), 3, 10, failOnDataLoss="false")
     assert [row[2] for row in rows] == [6, 7, 8, 9]
     assert any("offset 3" in r.getMessage() and "continuing from offset 6" in r.getMessage() for r in caplog.records)

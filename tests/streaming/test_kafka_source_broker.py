@@ -20,8 +20,8 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from scrutiny.connectors.kafka_config import consumer_kwargs, producer_kwargs
-from scrutiny.connectors.kafka_offsets import (
+from scrutiny.connectors.kafka.config import consumer_kwargs, producer_kwargs
+from scrutiny.connectors.kafka.offsets import (
     KafkaBrokerTimeoutError,
     KafkaDataLossError,
     KafkaTopicNotFoundError,
@@ -29,15 +29,15 @@ from scrutiny.connectors.kafka_offsets import (
     encode_offsets,
     end_offsets,
 )
-from scrutiny.connectors.kafka_source import (
+from scrutiny.services.servers import free_port
+from scrutiny.settings.loader import Settings
+from scrutiny.streaming.kafka_source import (
     KafkaInputPartition,
     KafkaStreamReader,
     ScrutinyKafkaSource,
     parse_options,
     source_options,
 )
-from scrutiny.connectors.services import free_port
-from scrutiny.streaming.settings import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -172,7 +172,7 @@ def test_a_start_past_the_end_is_data_loss_unless_told_to_skip(
     with pytest.raises(KafkaDataLossError, match="next offset to read is 50 but the partition now ends at 4"):
         failing.partitions(start, end)
     lenient = make_reader(service_settings, topic, startingOffsets=starting, failOnDataLoss=False)
-    with caplog.at_level(logging.WARNING, logger="scrutiny.connectors.kafka_offsets"):
+    with caplog.at_level(logging.WARNING, logger="scrutiny.connectors.kafka.offsets"):
         assert lenient.partitions(start, end) == []
     assert any("partition 0" in r.getMessage() and "offset 4" in r.getMessage() for r in caplog.records)
     more = produce(service_settings, topic, 2, 1, tag="after")

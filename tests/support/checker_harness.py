@@ -19,14 +19,14 @@ from typing import Any
 from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
 
-from scrutiny.connectors.delta_tables import read_table
-from scrutiny.connectors.sim_cluster import SimCluster
-from scrutiny.connectors.sim_model import Scenario
-from scrutiny.connectors.watcher_metrics import WatcherMetrics
-from scrutiny.streaming.cli_watch import watcher_from_settings
-from scrutiny.streaming.embedded import embedded_settings
-from scrutiny.streaming.job import RunningChecker, start_checker
-from scrutiny.streaming.settings import Settings
+from scrutiny.cli.watch import watcher_from_settings
+from scrutiny.connectors.tables.delta import read_table
+from scrutiny.services.embedded import embedded_settings
+from scrutiny.settings.loader import Settings
+from scrutiny.simulator.cluster import SimCluster
+from scrutiny.simulator.model import Scenario
+from scrutiny.streaming.checker.job import RunningChecker, start_checker
+from scrutiny.watcher.metrics import WatcherMetrics
 
 #: (ledger, category, bookie or None)
 ViolationId = tuple[int, str, str | None]

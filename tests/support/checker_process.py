@@ -28,9 +28,9 @@ from typing import Any
 
 import pyspark
 
-from scrutiny.connectors.delta_tables import read_table
+from scrutiny.connectors.tables.delta import read_table
 from scrutiny.core.secret import Secret
-from scrutiny.streaming.settings import ENV_PREFIX, Settings, schema_keys
+from scrutiny.settings.loader import ENV_PREFIX, Settings, schema_keys
 
 SCRUTINY = Path(sys.executable).parent / "scrutiny"
 SPARK_HOME = Path(pyspark.__file__).resolve().parent

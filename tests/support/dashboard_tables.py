@@ -10,9 +10,9 @@ The data set (:func:`write_known_tables`, times relative to ``t0``; the unit tes
 * checks: ledgers 1, 2, 4, 6, 7 conclusive and closed within the day, 3 UNKNOWN, 8 checked 30 h ago, 9 open;
 * stream batches 0-3 finished at t0, +30 min, +115 min, +118 min (lag 40, 5, 3, 0), and a scan at +119 min.
 
-The unit tests (tests/unit/test_dashboard_*.py) share one copy written at :data:`T0` per test session
+The unit tests (tests/dashboard/test_*.py) share one copy written at :data:`T0` per test session
 (:func:`known_tables`, read-only: a test that alters tables copies it first) and its snapshot at :data:`NOW`
-(:func:`known_snapshot`); tests/integration/test_dashboard.py writes the data set two hours before it runs.
+(:func:`known_snapshot`); tests/dashboard/test_dashboard_browser.py writes the data set two hours before it runs.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from scrutiny.connectors.delta_tables import CheckerTables
-from scrutiny.connectors.table_schemas import RunRecord, output_table
+from scrutiny.connectors.tables.delta import CheckerTables
+from scrutiny.connectors.tables.schemas import RunRecord, output_table
 from scrutiny.core.sequence_groups import SequenceGroup
-from scrutiny.streaming.dashboard_data import load_snapshot
-from scrutiny.streaming.dashboard_snapshot import Snapshot
+from scrutiny.dashboard.data import load_snapshot
+from scrutiny.dashboard.snapshot import Snapshot
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 NOW = T0 + timedelta(hours=2)

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from kafka import KafkaConsumer, TopicPartition
 
-from scrutiny.connectors.ledger_events import parse_event
-from scrutiny.connectors.watch_state import ClusterView
+from scrutiny.connectors.kafka.events import parse_event
+from scrutiny.core.metadata_view import ClusterView
 from scrutiny.proto import ledger_events_pb2 as pb
 
 LEDGER_KINDS = (pb.EventKind.LEDGER_CREATED, pb.EventKind.LEDGER_CHANGED)

@@ -2,7 +2,7 @@
 
 Session scope: ``zookeeper_server``, ``kafka_server`` (:class:`ServerEndpoint`) and ``services``
 (both, as :class:`Endpoints`) start Debian's ZooKeeper and the Tansu broker once per session with
-``scrutiny.connectors.services`` in a temporary directory, and always stop them: at the end of
+``scrutiny.services.servers`` in a temporary directory, and always stop them: at the end of
 the session, on failure, on Ctrl-C and on SIGTERM (both become KeyboardInterrupt; pytest tears
 fixtures down then), at interpreter exit as a last resort, and even when pytest is killed
 outright (the kernel sends them SIGTERM when their parent dies: ``die_with_parent``).
@@ -39,11 +39,11 @@ from kafka import KafkaAdminClient
 from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
 
-from scrutiny.connectors.kafka_config import admin_kwargs
-from scrutiny.connectors.services import Endpoints, RunningServer, start_tansu, start_zookeeper
-from scrutiny.connectors.zookeeper_client import build_zookeeper_client
-from scrutiny.streaming.settings import Settings, load_settings
-from scrutiny.streaming.spark_session import build_spark_session
+from scrutiny.connectors.kafka.config import admin_kwargs
+from scrutiny.connectors.zookeeper.client import build_zookeeper_client
+from scrutiny.services.servers import Endpoints, RunningServer, start_tansu, start_zookeeper
+from scrutiny.settings.loader import Settings, load_settings
+from scrutiny.streaming.session import build_spark_session
 
 EXTERNAL_ZOOKEEPER_ENV = "SCRUTINY_TEST_ZOOKEEPER"
 EXTERNAL_KAFKA_ENV = "SCRUTINY_TEST_KAFKA"

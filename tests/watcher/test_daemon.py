@@ -16,12 +16,10 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from scrutiny.connectors.event_publisher import EventPublisher, TopicConfig
-from scrutiny.connectors.kafka_config import consumer_kwargs, kafka_client_config
-from scrutiny.connectors.services import start_tansu
-from scrutiny.connectors.watcher import Backoff, Watcher, WatcherConfig
-from scrutiny.connectors.zk_tree import TreeLayout, read_cluster
-from scrutiny.connectors.zookeeper_watch import PersistentWatchClient
+from scrutiny.connectors.kafka.config import consumer_kwargs, kafka_client_config
+from scrutiny.connectors.kafka.publisher import EventPublisher, TopicConfig
+from scrutiny.connectors.zookeeper.tree import TreeLayout, read_cluster
+from scrutiny.connectors.zookeeper.watch import PersistentWatchClient
 from scrutiny.core.ledger_metadata import LedgerState, Segment, build_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.zk_paths import available_bookie_path, ledger_path, readonly_bookie_path, underreplication_path
 from scrutiny.core.zk_records import (
@@ -32,9 +30,11 @@ from scrutiny.core.zk_records import (
     parse_layout,
 )
 from scrutiny.proto import ledger_events_pb2 as pb
-from scrutiny.streaming.settings import KafkaSection, Settings
-from tests.integration.conftest import KafkaTopicFactory
-from tests.integration.event_log import Folded, Record, expected_from, fold, read_topic, wait_until
+from scrutiny.services.servers import start_tansu
+from scrutiny.settings.loader import KafkaSection, Settings
+from scrutiny.watcher.daemon import Backoff, Watcher, WatcherConfig
+from tests.support.event_log import Folded, Record, expected_from, fold, read_topic, wait_until
+from tests.support.servers import KafkaTopicFactory
 
 pytestmark = pytest.mark.integration
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scrutiny.connectors.bookie_addresses import (
+from scrutiny.connectors.bookies.addresses import (
     BookieAddressBook,
     BookieAddressError,
     parse_address,

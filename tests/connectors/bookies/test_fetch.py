@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from scrutiny.connectors.listing_fetch import (
+from scrutiny.connectors.bookies.fetch import (
     FetchConfig,
     FetchConfigError,
     FrozenMap,
@@ -19,7 +19,7 @@ from scrutiny.connectors.listing_fetch import (
 )
 from scrutiny.core.secret import Secret
 from scrutiny.core.zk_records import BookieServiceInfo, Endpoint, format_bookie_service_info
-from scrutiny.streaming.settings import BookiesSection
+from scrutiny.settings.loader import BookiesSection
 
 TOKEN = "s3cr3t-t0ken-value"
 

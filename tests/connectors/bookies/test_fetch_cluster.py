@@ -20,16 +20,16 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.security import OPEN_ACL_UNSAFE, make_acl
 
-from scrutiny.connectors.cluster_cache import CachedClusterReader, ClusterCacheError, shared_reader
-from scrutiny.connectors.listing_fetch import FetchConfig, FetchResult, ListingFetcher, shared_fetcher
-from scrutiny.connectors.sim_cluster import SimCluster
-from scrutiny.connectors.sim_model import Action, Event
-from scrutiny.connectors.sim_scenario import parse_scenario
-from scrutiny.connectors.sim_truth import same_entries
+from scrutiny.connectors.bookies.fetch import FetchConfig, FetchResult, ListingFetcher, shared_fetcher
+from scrutiny.connectors.zookeeper.cluster_cache import CachedClusterReader, ClusterCacheError, shared_reader
 from scrutiny.core.verdict import AnswerKind
 from scrutiny.core.zk_paths import available_path
 from scrutiny.core.zk_records import parse_bookie_service_info
-from scrutiny.streaming.settings import Settings
+from scrutiny.settings.loader import Settings
+from scrutiny.simulator.cluster import SimCluster
+from scrutiny.simulator.model import Action, Event
+from scrutiny.simulator.scenario import parse_scenario
+from scrutiny.simulator.truth import same_entries
 
 pytestmark = pytest.mark.integration
 

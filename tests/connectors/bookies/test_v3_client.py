@@ -20,8 +20,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from scrutiny.connectors.bookie_addresses import BookieAddressBook
-from scrutiny.connectors.bookie_v3_client import (
+from scrutiny.connectors.bookies.addresses import BookieAddressBook
+from scrutiny.connectors.bookies.fetch import FetchConfig, ListingFetcher
+from scrutiny.connectors.bookies.v3_client import (
     BookieClientConfig,
     BookieV3Client,
     BookieV3Pool,
@@ -31,7 +32,13 @@ from scrutiny.connectors.bookie_v3_client import (
     listing_request,
     read_frame,
 )
-from scrutiny.connectors.bookie_v3_server import (
+from scrutiny.core.listing_codec import encode_listing
+from scrutiny.core.sequence_groups import SequenceGroup, expand
+from scrutiny.core.striping import expected_groups
+from scrutiny.core.verdict import AnswerKind, BookieAnswer
+from scrutiny.core.zk_records import BookieServiceInfo, Endpoint, format_bookie_service_info
+from scrutiny.proto import bookkeeper_protocol_pb2 as pb
+from scrutiny.simulator.v3_server import (
     BookieV3Server,
     Disconnect,
     Garbage,
@@ -43,13 +50,6 @@ from scrutiny.connectors.bookie_v3_server import (
     Unresponsive,
     WrongLedgerId,
 )
-from scrutiny.connectors.listing_fetch import FetchConfig, ListingFetcher
-from scrutiny.core.listing_codec import encode_listing
-from scrutiny.core.sequence_groups import SequenceGroup, expand
-from scrutiny.core.striping import expected_groups
-from scrutiny.core.verdict import AnswerKind, BookieAnswer
-from scrutiny.core.zk_records import BookieServiceInfo, Endpoint, format_bookie_service_info
-from scrutiny.proto import bookkeeper_protocol_pb2 as pb
 
 pytestmark = pytest.mark.integration
 

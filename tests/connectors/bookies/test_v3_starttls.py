@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from scrutiny.connectors.bookie_v3_client import (
+from scrutiny.connectors.bookies.fetch import FetchConfig, FetchConfigError, fetch_config_from_settings
+from scrutiny.connectors.bookies.v3_client import (
     BookieClientConfig,
     client_tls_context,
     start_tls_refusal,
     start_tls_request,
 )
-from scrutiny.connectors.listing_fetch import FetchConfig, FetchConfigError, fetch_config_from_settings
 from scrutiny.proto import bookkeeper_protocol_pb2 as pb
-from scrutiny.streaming.settings import BookiesSection
+from scrutiny.settings.loader import BookiesSection
 
 #: Request field 106 (startTLSRequest), length-delimited: tag (106 << 3) | 2 as a varint, then length 0.
 EMPTY_FIELD_106 = bytes([0xD2, 0x06, 0x00])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scrutiny.connectors.kafka_config import (
+from scrutiny.connectors.kafka.config import (
     admin_kwargs,
     consumer_kwargs,
     kafka_client_config,
@@ -17,7 +17,7 @@ from scrutiny.connectors.kafka_config import (
 )
 from scrutiny.core.errors import ConfigError
 from scrutiny.core.secret import Secret
-from scrutiny.streaming.settings import KafkaSection, load_settings
+from scrutiny.settings.loader import KafkaSection, load_settings
 
 SASL = KafkaSection(
     bootstrap_servers="b1:9093, b2:9093",

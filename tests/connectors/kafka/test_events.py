@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from scrutiny.connectors.ledger_events import Publisher, event_for_change, ledger_key, marker_event, parse_event
-from scrutiny.connectors.watch_state import Change, ChangeKind, Node, NodeStat
+from scrutiny.connectors.kafka.events import Publisher, event_for_change, ledger_key, marker_event, parse_event
 from scrutiny.core.errors import FormatError
 from scrutiny.core.ledger_metadata import Segment, build_ledger_metadata, encode_ledger_metadata_v3
+from scrutiny.core.metadata_view import Change, ChangeKind, Node, NodeStat
 from scrutiny.core.zk_records import UnderReplicationMark, format_underreplication_mark
 from scrutiny.proto import ledger_events_pb2 as pb
 

@@ -15,8 +15,8 @@ from deltalake import DeltaTable, write_deltalake
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scrutiny.connectors.delta_tables import CheckerTables, Outcome, TableError, read_table
-from scrutiny.connectors.table_schemas import (
+from scrutiny.connectors.tables.delta import CheckerTables, Outcome, TableError, read_table
+from scrutiny.connectors.tables.schemas import (
     CHECKER_RUNS,
     LEDGER_CHECKS,
     OPEN_VIOLATION_KEY,
@@ -36,8 +36,9 @@ from scrutiny.connectors.table_schemas import (
 )
 from scrutiny.core.errors import ConfigError
 from scrutiny.core.sequence_groups import EntrySet, from_entries
+from scrutiny.paths import PROJECT_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = PROJECT_ROOT
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 APP = "test-app"
 
@@ -149,7 +150,7 @@ def test_a_crash_between_tables_is_completed_by_the_rerun(
 
 def test_an_older_batch_id_is_skipped_and_warned_about(tables: CheckerTables, caplog: pytest.LogCaptureFixture) -> None:
     write(tables, 5, batch_rows(5))
-    with caplog.at_level(logging.WARNING, logger="scrutiny.connectors.delta_tables"):
+    with caplog.at_level(logging.WARNING, logger="scrutiny.connectors.tables.delta"):
         result = tables.write_batch(0, output_table(batch_rows(0)), run_record())
     assert result.skipped == TABLE_NAMES
     assert "new app_id" in caplog.text

@@ -17,8 +17,8 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from scrutiny.connectors.delta_tables import CheckerTables, read_table
-from scrutiny.connectors.table_schemas import (
+from scrutiny.connectors.tables.delta import CheckerTables, read_table
+from scrutiny.connectors.tables.schemas import (
     CHECKER_RUNS,
     LEDGER_CHECKS,
     OPEN_VIOLATIONS,

@@ -21,8 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from scrutiny.connectors.delta_tables import CheckerTables
-from scrutiny.connectors.sql_engine import (
+from scrutiny.cli.main import main
+from scrutiny.connectors.tables.delta import CheckerTables
+from scrutiny.connectors.tables.schemas import LEDGER_CHECKS, RunRecord, output_table
+from scrutiny.connectors.tables.sql import (
     VIEWS_DIR,
     DataDirError,
     MissingTableError,
@@ -32,8 +34,6 @@ from scrutiny.connectors.sql_engine import (
     SqlError,
     load_views,
 )
-from scrutiny.connectors.table_schemas import LEDGER_CHECKS, RunRecord, output_table
-from scrutiny.streaming.cli import main
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 NOW = T0 + timedelta(hours=2)

@@ -8,10 +8,10 @@ import pytest
 from kazoo.exceptions import NoAuthError
 from kazoo.security import ACL, make_acl, make_digest_acl
 
-from scrutiny.connectors.services import start_zookeeper
-from scrutiny.connectors.zookeeper_client import build_zookeeper_client
+from scrutiny.connectors.zookeeper.client import build_zookeeper_client
 from scrutiny.core.secret import Secret
-from scrutiny.streaming.settings import ZooKeeperSection
+from scrutiny.services.servers import start_zookeeper
+from scrutiny.settings.loader import ZooKeeperSection
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.security import ACL, Id, Permissions
 
-from scrutiny.connectors.under_replication import (
+from scrutiny.connectors.zookeeper.marks import (
     REPAIR_ACTIONS,
     REPAIR_ACTIONS_SCHEMA,
     apply_repairs,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kazoo.client import KazooClient
 
-from scrutiny.connectors.zk_tree import MULTI_READ_BATCH, TreeLayout, read_cluster, read_nodes
+from scrutiny.connectors.zookeeper.tree import MULTI_READ_BATCH, TreeLayout, read_cluster, read_nodes
 from scrutiny.core.zk_paths import ledger_path
 
 pytestmark = pytest.mark.integration

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from scrutiny.core.sequence_groups import from_entries
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
-from scrutiny.streaming.answer_codec import decode_answers, encode_answers
-from tests.strategies import expand_set
+from scrutiny.streaming.checker.answer_codec import decode_answers, encode_answers
+from tests.support.strategies import expand_set
 
 pytestmark = pytest.mark.unit
 

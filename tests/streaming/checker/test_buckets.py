@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from scrutiny.core.ledger_tracker import TrackedLedger
 from scrutiny.core.zk_records import UnderReplicationMark
-from scrutiny.streaming.ledger_buckets import decode_bucket, encode_bucket
+from scrutiny.streaming.checker.buckets import decode_bucket, encode_bucket
 
 pytestmark = pytest.mark.unit
 

@@ -6,8 +6,8 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.functions import expr
 
-from scrutiny.streaming.ledger_buckets import BUCKET_EXPRESSION, BUCKET_SIZE
-from scrutiny.streaming.records import STATS_KEY
+from scrutiny.streaming.checker.buckets import BUCKET_EXPRESSION, BUCKET_SIZE
+from scrutiny.streaming.checker.records import STATS_KEY
 
 pytestmark = pytest.mark.integration
 

@@ -10,16 +10,17 @@ import pytest
 from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
 
-from scrutiny.connectors.sim_scenario import load_scenario, parse_scenario
-from scrutiny.connectors.sim_state import ClusterState
-from scrutiny.connectors.sim_truth import cluster_truth
-from scrutiny.streaming.settings import Settings
-from tests.integration.checker_harness import ViolationId, harness_settings, running_checker
-from tests.integration.conftest import KafkaTopicFactory
+from scrutiny.paths import PROJECT_ROOT
+from scrutiny.settings.loader import Settings
+from scrutiny.simulator.scenario import load_scenario, parse_scenario
+from scrutiny.simulator.state import ClusterState
+from scrutiny.simulator.truth import cluster_truth
+from tests.support.checker_harness import ViolationId, harness_settings, running_checker
+from tests.support.servers import KafkaTopicFactory
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = PROJECT_ROOT
 EXAMPLE = REPO / "conf" / "scenarios" / "example.toml"
 
 

@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from scrutiny.connectors.sim_generator import generate, parse_fault_mix
-from scrutiny.connectors.sim_scenario import parse_scenario
-from scrutiny.connectors.sim_state import ClusterState
-from scrutiny.streaming.job import APP_ID
-from scrutiny.streaming.settings import Settings
-from tests.integration.checker_harness import ViolationId, harness_settings, simulated_cluster
-from tests.integration.checker_process import (
+from scrutiny.settings.loader import Settings
+from scrutiny.simulator.generator import generate, parse_fault_mix
+from scrutiny.simulator.scenario import parse_scenario
+from scrutiny.simulator.state import ClusterState
+from scrutiny.streaming.checker.job import APP_ID
+from tests.streaming.checker.test_checker import truth_ids
+from tests.support.checker_harness import ViolationId, harness_settings, simulated_cluster
+from tests.support.checker_process import (
     CheckpointProbe,
     child_env,
     kill_mid_batch,
@@ -30,8 +31,7 @@ from tests.integration.checker_process import (
     wait_for,
     write_config,
 )
-from tests.integration.conftest import KafkaTopicFactory
-from tests.integration.test_checker import truth_ids
+from tests.support.servers import KafkaTopicFactory
 
 pytestmark = pytest.mark.integration
 

@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from scrutiny.connectors.sim_scenario import load_scenario
-from scrutiny.connectors.sim_state import ClusterState
-from scrutiny.streaming.settings import Settings
-from tests.integration.checker_harness import ViolationId, harness_settings, simulated_cluster
-from tests.integration.checker_process import (
+from scrutiny.settings.loader import Settings
+from scrutiny.simulator.scenario import load_scenario
+from scrutiny.simulator.state import ClusterState
+from tests.streaming.checker.test_checker import EXAMPLE, truth_ids
+from tests.support.checker_harness import ViolationId, harness_settings, simulated_cluster
+from tests.support.checker_process import (
     CheckpointProbe,
     child_env,
     run_checker,
@@ -28,8 +29,7 @@ from tests.integration.checker_process import (
     wait_for,
     write_config,
 )
-from tests.integration.conftest import KafkaTopicFactory
-from tests.integration.test_checker import EXAMPLE, truth_ids
+from tests.support.servers import KafkaTopicFactory
 
 pytestmark = pytest.mark.integration
 

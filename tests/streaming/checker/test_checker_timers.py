@@ -10,11 +10,11 @@ import pytest
 from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
 
-from scrutiny.connectors.sim_scenario import parse_scenario
-from scrutiny.streaming.job import start_checker
-from scrutiny.streaming.settings import Settings
-from tests.integration.checker_harness import harness_settings, running_checker
-from tests.integration.conftest import KafkaTopicFactory
+from scrutiny.settings.loader import Settings
+from scrutiny.simulator.scenario import parse_scenario
+from scrutiny.streaming.checker.job import start_checker
+from tests.support.checker_harness import harness_settings, running_checker
+from tests.support.servers import KafkaTopicFactory
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from scrutiny.streaming.job import lag_records
+from scrutiny.streaming.checker.job import lag_records
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ import pytest
 
 from scrutiny.core.ledger_metadata import LedgerState, build_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.proto import ledger_events_pb2 as pb
-from scrutiny.streaming.prepare import ledger_rows, ledgers_to_check
+from scrutiny.streaming.checker.prepare import ledger_rows, ledgers_to_check
 
 pytestmark = pytest.mark.unit
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from scrutiny.connectors.delta_tables import CheckerTables, read_table
-from scrutiny.streaming.job import checkpoint_stream_id
-from scrutiny.streaming.job_metrics import JobMetrics
-from scrutiny.streaming.records import NARROW_DDL, narrow
-from scrutiny.streaming.sink import BatchSink, BatchSummary
+from scrutiny.connectors.tables.delta import CheckerTables, read_table
+from scrutiny.streaming.checker.job import checkpoint_stream_id
+from scrutiny.streaming.checker.metrics import JobMetrics
+from scrutiny.streaming.checker.records import NARROW_DDL, narrow
+from scrutiny.streaming.checker.sink import BatchSink, BatchSummary
 
 pytestmark = pytest.mark.integration
 

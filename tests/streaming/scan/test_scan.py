@@ -16,21 +16,21 @@ import pytest
 from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
 
-from scrutiny.connectors.sim_generator import generate, parse_fault_mix
-from scrutiny.connectors.sim_model import Scenario
-from scrutiny.connectors.sim_scenario import load_scenario, parse_scenario
-from scrutiny.connectors.sim_state import ClusterState
-from scrutiny.connectors.sql_engine import SqlEngine
-from scrutiny.connectors.under_replication import read_recovery_state, read_repair_log
+from scrutiny.cli.main import main
+from scrutiny.connectors.tables.sql import SqlEngine
+from scrutiny.connectors.zookeeper.marks import read_recovery_state, read_repair_log
 from scrutiny.core.ledger_scan import FAST_CATEGORIES, ScanMode, parse_ledger_selection
 from scrutiny.core.zk_paths import ledger_path, underreplication_path
 from scrutiny.core.zk_records import parse_underreplication_mark
-from scrutiny.streaming.cli import main
-from scrutiny.streaming.scan_job import ScanOptions, ScanResult, ScanRun
-from scrutiny.streaming.settings import Settings
-from tests.integration.checker_harness import ViolationId, harness_settings, simulated_cluster
-from tests.integration.checker_process import child_env, child_process, table_rows, wait_for, write_config
-from tests.integration.test_checker import EXAMPLE, truth_ids
+from scrutiny.settings.loader import Settings
+from scrutiny.simulator.generator import generate, parse_fault_mix
+from scrutiny.simulator.model import Scenario
+from scrutiny.simulator.scenario import load_scenario, parse_scenario
+from scrutiny.simulator.state import ClusterState
+from scrutiny.streaming.scan.job import ScanOptions, ScanResult, ScanRun
+from tests.streaming.checker.test_checker import EXAMPLE, truth_ids
+from tests.support.checker_harness import ViolationId, harness_settings, simulated_cluster
+from tests.support.checker_process import child_env, child_process, table_rows, wait_for, write_config
 
 pytestmark = pytest.mark.integration
 
@@ -172,7 +172,7 @@ def test_an_interrupted_scan_stops_safely_keeping_whole_batches(
     settings = harness_settings(service_settings, scenario, zk_client.chroot, "unused", tmp_path)
     config = write_config(settings, tmp_path / "scrutiny.toml")
     data = settings.checker.data_dir
-    command = [sys.executable, "-m", "scrutiny.streaming.cli", "scan", "--config", str(config), "--chunk-size", "100"]
+    command = [sys.executable, "-m", "scrutiny.cli.main", "scan", "--config", str(config), "--chunk-size", "100"]
     env = child_env(settings, tmp_path / "spark-local")
     with (
         simulated_cluster(zk_client, settings, scenario, watch=False),

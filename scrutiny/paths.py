@@ -1,0 +1,20 @@
+"""Where the project's shipped files are: the one module that knows the checkout's layout.
+
+The package is installed in editable mode from the checkout (``scripts/setup``), so ``conf/`` (the
+documented configuration, the SQL views, the simulator's scenarios and the JSON schema) sits beside
+the ``scrutiny/`` directory. Every other module asks here instead of counting parent directories.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+#: The checkout's top directory (holds ``pyproject.toml``).
+PROJECT_ROOT: Final = Path(__file__).resolve().parent.parent
+#: ``conf/``: ``scrutiny.toml``, ``sql/``, ``scenarios/``, ``schemas/``.
+CONF_DIR: Final = PROJECT_ROOT / "conf"
+#: The SQL views that ``scrutiny sql``, ``report`` and the dashboard create (one SELECT per file).
+SQL_VIEWS_DIR: Final = CONF_DIR / "sql"
+#: The simulator's scenarios, among them the embedded default's demo.
+SCENARIOS_DIR: Final = CONF_DIR / "scenarios"
