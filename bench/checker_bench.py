@@ -187,7 +187,7 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
 
 def start_simulator(scenario: Path, zk: str) -> subprocess.Popen[str]:
     """``scrutiny simulate`` in its own process; returns once it printed that the cluster is up."""
-    command = [sys.executable, "-m", "scrutiny.cli.main", "simulate", str(scenario), "--zookeeper", zk]
+    command = [sys.executable, "-m", "scrutiny.cli", "simulate", str(scenario), "--zookeeper", zk]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert process.stdout is not None
     line = process.stdout.readline()

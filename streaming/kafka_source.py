@@ -31,7 +31,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from scrutiny.connectors.kafka.config import KafkaSettings, kafka_client_config
+from scrutiny.connectors.kafka.config import kafka_client_config
 from scrutiny.connectors.kafka.offsets import (
     KafkaBrokerTimeoutError,
     KafkaDataLossError,
@@ -47,6 +47,7 @@ from scrutiny.connectors.kafka.offsets import (
     report_data_loss,
     resolve_starting_offsets,
 )
+from scrutiny.connectors.kafka.settings import KafkaSection
 from scrutiny.core.errors import ConfigError
 from scrutiny.core.secret import Secret
 
@@ -104,7 +105,15 @@ class SourceOptions:
     def client_kwargs(self) -> dict[str, object]:
         """kafka-python connection arguments (reveals the SASL password into them); ConfigError when invalid."""
         try:
-            return kafka_client_config(self).kwargs(self.client_id)
+            connection = KafkaSection(
+                bootstrap_servers=self.bootstrap_servers,
+                security_protocol=self.security_protocol,
+                sasl_mechanism=self.sasl_mechanism,
+                sasl_username=self.sasl_username,
+                sasl_password=self.sasl_password,
+                ssl_cafile=self.ssl_cafile,
+            )
+            return kafka_client_config(connection).kwargs(self.client_id)
         except ConfigError as error:
             raise ConfigError(f"{SOURCE_NAME} source options: {error} (option names drop the 'kafka.')") from None
 
@@ -159,7 +168,7 @@ def _boolean(given: Mapping[str, str], name: str, *, default: bool) -> bool:
     return text == "true"
 
 
-def source_options(kafka_settings: KafkaSettings, topic: str, **extra: object) -> dict[str, str]:
+def source_options(kafka_settings: KafkaSection, topic: str, **extra: object) -> dict[str, str]:
     """The source's options from the ``[kafka]`` settings, ``topic`` and ``extra`` (``maxOffsetsPerTrigger=100``).
 
     Runs on the driver when the job builds its query. Validates the connection settings first

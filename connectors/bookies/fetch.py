@@ -45,6 +45,7 @@ from scrutiny.connectors.bookies.addresses import (
     resolve_bookie_address,
 )
 from scrutiny.connectors.bookies.agent_client import AgentClient
+from scrutiny.connectors.bookies.settings import BookiesSection
 from scrutiny.connectors.bookies.v3_client import (
     TLS_MODES,
     BookieClientConfig,
@@ -219,52 +220,7 @@ def parse_bookie_map(text: str, *, what: str) -> dict[str, str]:
     return out
 
 
-class BookiesSettings(typing.Protocol):
-    """The ``[bookies]`` settings section :func:`fetch_config_from_settings` reads (maps as ``id=value,...``)."""
-
-    @property
-    def protocol(self) -> str: ...
-    @property
-    def request_timeout_seconds(self) -> float: ...
-    @property
-    def connect_timeout_seconds(self) -> float: ...
-    @property
-    def protocols(self) -> str: ...
-    @property
-    def v3_overrides(self) -> str: ...
-    @property
-    def agent_overrides(self) -> str: ...
-    @property
-    def agent_token(self) -> Secret: ...
-    @property
-    def agent_tls(self) -> bool: ...
-    @property
-    def agent_ca_file(self) -> str: ...
-    @property
-    def v3_tls(self) -> bool: ...
-    @property
-    def v3_tls_mode(self) -> str: ...
-    @property
-    def v3_ca_file(self) -> str: ...
-    @property
-    def v3_cert_file(self) -> str: ...
-    @property
-    def v3_key_file(self) -> str: ...
-    @property
-    def max_ledgers_per_call(self) -> int: ...
-    @property
-    def max_in_flight_per_bookie(self) -> int: ...
-
-
-#: FetchConfig field -> settings key, where they differ (for error messages).
-_SETTINGS_KEYS: Final = {
-    "request_timeout_s": "request_timeout_seconds",
-    "connect_timeout_s": "connect_timeout_seconds",
-    "token": "agent_token",
-}
-
-
-def fetch_config_from_settings(section: BookiesSettings) -> FetchConfig:
+def fetch_config_from_settings(section: BookiesSection) -> FetchConfig:
     """The :class:`FetchConfig` of a ``[bookies]`` section; :class:`FetchConfigError` names the ``bookies.`` key."""
     try:
         return FetchConfig(
@@ -286,11 +242,7 @@ def fetch_config_from_settings(section: BookiesSettings) -> FetchConfig:
             max_in_flight_per_bookie=section.max_in_flight_per_bookie,
         )
     except FetchConfigError as error:
-        message = str(error)
-        for name, key in _SETTINGS_KEYS.items():
-            if message.startswith(name):
-                message = key + message[len(name) :]
-        raise FetchConfigError(f"bookies.{message}") from None
+        raise FetchConfigError(f"bookies.{error}") from None
 
 
 # --------------------------------------------------------------------------- protocol choice (pure)

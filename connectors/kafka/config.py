@@ -15,31 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
+from scrutiny.connectors.kafka.settings import KafkaSection
 from scrutiny.core.errors import ConfigError
-from scrutiny.core.secret import Secret
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _MAX_PORT = 65535
-
-
-class KafkaSettings(Protocol):
-    """The ``[kafka]`` settings this module reads."""
-
-    @property
-    def bootstrap_servers(self) -> str: ...
-    @property
-    def security_protocol(self) -> str: ...
-    @property
-    def sasl_mechanism(self) -> str: ...
-    @property
-    def sasl_username(self) -> str: ...
-    @property
-    def sasl_password(self) -> Secret: ...
-    @property
-    def ssl_cafile(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +59,7 @@ class KafkaClientConfig:
         return arguments
 
 
-def kafka_client_config(settings: KafkaSettings) -> KafkaClientConfig:
+def kafka_client_config(settings: KafkaSection) -> KafkaClientConfig:
     """Validate the ``[kafka]`` connection keys; ConfigError naming the key on any problem."""
     servers = parse_bootstrap_servers(settings.bootstrap_servers)
     protocol = settings.security_protocol.strip().upper()
@@ -96,7 +78,7 @@ def kafka_client_config(settings: KafkaSettings) -> KafkaClientConfig:
     return KafkaClientConfig(servers, protocol, mechanism, username, password, cafile)
 
 
-def _sasl(settings: KafkaSettings, protocol: str) -> tuple[str | None, str | None, str | None]:
+def _sasl(settings: KafkaSection, protocol: str) -> tuple[str | None, str | None, str | None]:
     mechanism = settings.sasl_mechanism.strip().upper()
     username = settings.sasl_username
     password = settings.sasl_password.reveal()
@@ -137,16 +119,16 @@ def parse_bootstrap_servers(text: str) -> tuple[str, ...]:
     return servers
 
 
-def producer_kwargs(settings: KafkaSettings, client_id: str = "scrutiny-producer") -> dict[str, object]:
+def producer_kwargs(settings: KafkaSection, client_id: str = "scrutiny-producer") -> dict[str, object]:
     """KafkaProducer arguments: the connection, and ``acks='all'`` (every in-sync replica)."""
     return kafka_client_config(settings).kwargs(client_id) | {"acks": "all"}
 
 
-def consumer_kwargs(settings: KafkaSettings, client_id: str = "scrutiny-consumer") -> dict[str, object]:
+def consumer_kwargs(settings: KafkaSection, client_id: str = "scrutiny-consumer") -> dict[str, object]:
     """KafkaConsumer arguments: the connection (group, offsets and deserialisers are the caller's)."""
     return kafka_client_config(settings).kwargs(client_id)
 
 
-def admin_kwargs(settings: KafkaSettings, client_id: str = "scrutiny-admin") -> dict[str, object]:
+def admin_kwargs(settings: KafkaSection, client_id: str = "scrutiny-admin") -> dict[str, object]:
     """KafkaAdminClient arguments: the connection."""
     return kafka_client_config(settings).kwargs(client_id)

@@ -11,8 +11,7 @@
   backoff with jitter, an optional deadline and attempt limit. It runs an operation itself
   (:meth:`RetryPolicy.call`) or configures kazoo's own retry (:meth:`RetryPolicy.kazoo_retry`).
 
-The settings arrive as any object with the ``[zookeeper]`` section's attributes (this layer does
-not import the settings module).
+The settings are this connector's ``[zookeeper]`` section (:mod:`scrutiny.connectors.zookeeper.settings`).
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -35,13 +34,12 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
+from scrutiny.connectors.zookeeper.settings import AUTH_SCHEMES, ZooKeeperSection
 from scrutiny.core.errors import ConfigError, PathError, ScrutinyError
-from scrutiny.core.secret import Secret
 from scrutiny.core.zk_paths import LedgerManager, check_root, parse_metadata_uri
 
 T = TypeVar("T")
 
-AUTH_SCHEMES = ("", "digest", "sasl")
 #: Errors after which the same call may succeed later: the connection or session is being re-established.
 RETRYABLE_ZOOKEEPER_ERRORS: tuple[type[BaseException], ...] = (
     ConnectionLoss,
@@ -51,23 +49,6 @@ RETRYABLE_ZOOKEEPER_ERRORS: tuple[type[BaseException], ...] = (
     KazooTimeoutError,
 )
 LOGGER_NAME = "scrutiny.zookeeper"
-
-
-class ZooKeeperSettings(Protocol):
-    """The ``[zookeeper]`` settings this module reads."""
-
-    @property
-    def connect(self) -> str: ...
-    @property
-    def metadata_uri(self) -> str: ...
-    @property
-    def ledgers_root(self) -> str: ...
-    @property
-    def session_timeout_seconds(self) -> int: ...
-    @property
-    def auth_scheme(self) -> str: ...
-    @property
-    def auth_credentials(self) -> Secret: ...
 
 
 class RetryExhaustedError(ScrutinyError):
@@ -179,7 +160,7 @@ class ZooKeeperTarget:
         return f"zookeeper {self.hosts} ledgers root {self.ledgers_root} ({self.manager.value})"
 
 
-def zookeeper_target(settings: ZooKeeperSettings) -> ZooKeeperTarget:
+def zookeeper_target(settings: ZooKeeperSection) -> ZooKeeperTarget:
     """The hosts, ledgers root and manager from ``metadata_uri`` if set, else ``connect`` and ``ledgers_root``."""
     if settings.metadata_uri:
         try:
@@ -210,7 +191,7 @@ class ZooKeeperAuth:
         return f"ZooKeeperAuth(schemes={schemes}, sasl={mechanism})"
 
 
-def zookeeper_auth(settings: ZooKeeperSettings) -> ZooKeeperAuth:
+def zookeeper_auth(settings: ZooKeeperSection) -> ZooKeeperAuth:
     """Authentication from ``auth_scheme`` / ``auth_credentials``; ConfigError on a bad combination.
 
     ``digest``: credentials ``user:password`` sent with ZooKeeper's addAuth. ``sasl``: SASL
@@ -250,7 +231,7 @@ def zookeeper_logger() -> logging.Logger:
 
 
 def build_zookeeper_client(
-    settings: ZooKeeperSettings,
+    settings: ZooKeeperSection,
     *,
     hosts: str | None = None,
     connection_retry: RetryPolicy = CONNECTION_RETRY,

@@ -32,7 +32,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from scrutiny.connectors.zookeeper.client import ZooKeeperSettings, build_zookeeper_client
+from scrutiny.connectors.zookeeper.client import build_zookeeper_client
+from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
 from scrutiny.connectors.zookeeper.tree import read_optional, read_registrations
 from scrutiny.core.errors import ConfigError, FormatError, PathError, ScrutinyError
 from scrutiny.core.verdict import ClusterView
@@ -80,7 +81,7 @@ class CachedClusterReader:
 
     def __init__(
         self,
-        zk_settings: ZooKeeperSettings,
+        zk_settings: ZooKeeperSection,
         ledgers_root: str = "/ledgers",
         *,
         ttl_s: float = DEFAULT_TTL_S,
@@ -218,7 +219,7 @@ _shared_lock = threading.Lock()
 
 
 def shared_reader(
-    zk_settings: ZooKeeperSettings,
+    zk_settings: ZooKeeperSection,
     ledgers_root: str = "/ledgers",
     *,
     ttl_s: float = DEFAULT_TTL_S,

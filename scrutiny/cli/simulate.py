@@ -28,7 +28,8 @@ from kazoo.client import KazooClient
 
 from scrutiny.cli.commands import COMMAND_HELP
 from scrutiny.cli.common import InputError, add_config_argument, seconds_argument
-from scrutiny.connectors.zookeeper.client import ZooKeeperSettings, build_zookeeper_client
+from scrutiny.connectors.zookeeper.client import build_zookeeper_client
+from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
 from scrutiny.settings.loader import load_settings
 from scrutiny.simulator.cluster import SimCluster
 from scrutiny.simulator.generator import generate, parse_fault_mix
@@ -126,7 +127,7 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _connect(zookeeper: ZooKeeperSettings, hosts: str) -> KazooClient:
+def _connect(zookeeper: ZooKeeperSection, hosts: str) -> KazooClient:
     """A started client on ``hosts``; its chroot is created first when missing."""
     servers, _, chroot = hosts.partition("/")
     if chroot.strip("/"):

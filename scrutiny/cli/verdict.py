@@ -77,7 +77,7 @@ def _run(args: argparse.Namespace) -> int:
     mark = UnderReplicationMark((), args.under_replicated_since) if args.under_replicated_since is not None else None
     now_ms = args.now if args.now is not None else int(time.time() * 1000)
     verdict = compute_verdict(
-        metadata, answers, now_ms=now_ms, config=settings.verdict, cluster=cluster, under_replication=mark
+        metadata, answers, now_ms=now_ms, config=settings.verdict_config, cluster=cluster, under_replication=mark
     )
     print_json(verdict.as_json_dict())
     return 0

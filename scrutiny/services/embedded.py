@@ -63,9 +63,7 @@ def embedded_settings(base: Settings, scenario: Scenario, zookeeper: str, kafka:
         watcher=replace(base.watcher, racks_path=scenario.cluster.racks_path, tick_interval_seconds=2),
         checker=replace(base.checker, checkpoint_dir=str(Path(base.checker.checkpoint_dir).parent / "embedded")),
         placement=placement,
-        verdict_section=replace(
-            base.verdict_section, under_replication_grace_seconds=int(spec.under_replication_grace_s)
-        ),
+        verdict=replace(base.verdict, under_replication_grace_seconds=int(spec.under_replication_grace_s)),
     )
 
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from scrutiny.connectors.bookies.fetch import FetchConfig
 from scrutiny.connectors.zookeeper.cluster_cache import CachedClusterReader, shared_reader
+from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
 from scrutiny.core.ledger_tracker import TrackerConfig
-from scrutiny.settings.loader import ZooKeeperSection
 
 
 @dataclass(frozen=True)

@@ -178,7 +178,7 @@ def test_with_a_token_every_request_needs_it(browser: Browser, data_dir: Path) -
 
 def test_the_command_serves_with_its_token_and_stops_on_ctrl_c(data_dir: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
-    command = [sys.executable, "-m", "scrutiny.cli.main", "dashboard", "--data-dir", str(data_dir)]
+    command = [sys.executable, "-m", "scrutiny.cli", "dashboard", "--data-dir", str(data_dir)]
     command += ["--port", "0", "--token", TOKEN, "--refresh-seconds", "2"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:

@@ -52,7 +52,7 @@ def test_the_embedded_default_runs_reports_and_stops_cleanly_on_ctrl_c(tmp_path:
     state_dir = tmp_path / "state"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCRUTINY_")}
     env |= {"XDG_STATE_HOME": str(state_dir), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    command = [sys.executable, "-m", "scrutiny.cli.main", "run", "--scenario", "tiny.toml", "--summary-every", "5"]
+    command = [sys.executable, "-m", "scrutiny.cli", "run", "--scenario", "tiny.toml", "--summary-every", "5"]
     log = tmp_path / "stderr.log"
     with log.open("w") as stderr:
         process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)

@@ -24,6 +24,7 @@ from kazoo.security import make_digest_acl
 from scrutiny.cli.main import main
 from scrutiny.connectors.kafka.config import consumer_kwargs, producer_kwargs
 from scrutiny.connectors.zookeeper.client import build_zookeeper_client
+from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
 from scrutiny.core.secret import Secret
 from scrutiny.services import servers as services_module
 from scrutiny.services.servers import (
@@ -41,7 +42,7 @@ from scrutiny.services.servers import (
     stop_process,
     zookeeper_answers,
 )
-from scrutiny.settings.loader import Settings, ZooKeeperSection
+from scrutiny.settings.loader import Settings
 from tests.support.servers import ServerEndpoint
 
 pytestmark = pytest.mark.integration

@@ -25,12 +25,12 @@ def test_file_then_environment(tmp_path: Path) -> None:
     path = tmp_path / "s.toml"
     path.write_text('[placement]\npolicy = "zoneaware"\nmin_zones_per_write_quorum = 3\n')
     settings = load_settings(path, env={})
-    assert settings.verdict.placement.policy is PlacementPolicy.ZONEAWARE
-    assert settings.verdict.placement.min_zones_per_write_quorum == 3
+    assert settings.verdict_config.placement.policy is PlacementPolicy.ZONEAWARE
+    assert settings.verdict_config.placement.min_zones_per_write_quorum == 3
     env = {"SCRUTINY_PLACEMENT_POLICY": "rackaware", "SCRUTINY_VERDICT_UNDER_REPLICATION_GRACE_SECONDS": "5"}
     settings = load_settings(path, env=env)
-    assert settings.verdict.placement.policy is PlacementPolicy.RACKAWARE
-    assert settings.verdict.under_replication_grace_ms == 5000
+    assert settings.verdict_config.placement.policy is PlacementPolicy.RACKAWARE
+    assert settings.verdict_config.under_replication_grace_ms == 5000
     assert load_settings(env={"SCRUTINY_CONFIG": str(path)}).source == str(path)
 
 

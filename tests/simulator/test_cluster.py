@@ -481,7 +481,7 @@ def test_the_simulate_command(tmp_path: Path, zookeeper_server: ServerEndpoint, 
     command = [
         sys.executable,
         "-m",
-        "scrutiny.cli.main",
+        "scrutiny.cli",
         "simulate",
         str(EXAMPLE),
         "--zookeeper",

@@ -34,9 +34,9 @@ from scrutiny.connectors.kafka.offsets import (
     plan_range,
     resolve_starting_offsets,
 )
+from scrutiny.connectors.kafka.settings import KafkaSection
 from scrutiny.core.errors import ConfigError
 from scrutiny.core.secret import Secret
-from scrutiny.settings.loader import KafkaSection
 from scrutiny.streaming import kafka_source
 from scrutiny.streaming.kafka_source import (
     KafkaInputPartition,

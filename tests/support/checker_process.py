@@ -41,7 +41,7 @@ STREAM_ID_FILE = "scrutiny-stream-id"
 
 
 def _section(settings: Settings, name: str) -> Any:
-    return getattr(settings, "verdict_section" if name == "verdict" else name)
+    return getattr(settings, name)
 
 
 def _toml_value(value: object) -> str:

@@ -17,9 +17,10 @@ from scrutiny.connectors.bookies.fetch import (
     parse_bookie_map,
     plan_route,
 )
+from scrutiny.connectors.bookies.settings import BookiesSection
+from scrutiny.core.errors import ConfigError
 from scrutiny.core.secret import Secret
 from scrutiny.core.zk_records import BookieServiceInfo, Endpoint, format_bookie_service_info
-from scrutiny.settings.loader import BookiesSection
 
 TOKEN = "s3cr3t-t0ken-value"
 
@@ -113,8 +114,9 @@ def test_config_from_settings_section() -> None:
     config = fetch_config_from_settings(section)
     assert config.protocols == {"bk1": "agent"} and config.agent_overrides == {"bk1": "a:3185"}
     assert config.token.reveal() == TOKEN and config.agent_tls
+    with pytest.raises(ConfigError, match=r"^bookies\.request_timeout_seconds must be a positive"):
+        replace(section, request_timeout_seconds=0.0)  # the section refuses it when built
     for bad, key in [
-        (replace(section, request_timeout_seconds=0.0), "bookies.request_timeout_seconds"),
         (replace(section, v3_overrides="bk2=nowhere"), "bookies.v3_overrides['bk2']"),
         (replace(section, protocols="bk2"), "bookies.protocols"),
     ]:

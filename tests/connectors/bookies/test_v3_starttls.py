@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from scrutiny.connectors.bookies.fetch import FetchConfig, FetchConfigError, fetch_config_from_settings
+from scrutiny.connectors.bookies.settings import BookiesSection
 from scrutiny.connectors.bookies.v3_client import (
     BookieClientConfig,
     client_tls_context,
@@ -15,7 +16,6 @@ from scrutiny.connectors.bookies.v3_client import (
     start_tls_request,
 )
 from scrutiny.proto import bookkeeper_protocol_pb2 as pb
-from scrutiny.settings.loader import BookiesSection
 
 #: Request field 106 (startTLSRequest), length-delimited: tag (106 << 3) | 2 as a varint, then length 0.
 EMPTY_FIELD_106 = bytes([0xD2, 0x06, 0x00])

@@ -15,9 +15,10 @@ from scrutiny.connectors.kafka.config import (
     parse_bootstrap_servers,
     producer_kwargs,
 )
+from scrutiny.connectors.kafka.settings import KafkaSection
 from scrutiny.core.errors import ConfigError
 from scrutiny.core.secret import Secret
-from scrutiny.settings.loader import KafkaSection, load_settings
+from scrutiny.settings.loader import load_settings
 
 SASL = KafkaSection(
     bootstrap_servers="b1:9093, b2:9093",

@@ -9,9 +9,9 @@ from kazoo.exceptions import NoAuthError
 from kazoo.security import ACL, make_acl, make_digest_acl
 
 from scrutiny.connectors.zookeeper.client import build_zookeeper_client
+from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
 from scrutiny.core.secret import Secret
 from scrutiny.services.servers import start_zookeeper
-from scrutiny.settings.loader import ZooKeeperSection
 
 pytestmark = pytest.mark.integration
 

@@ -36,11 +36,11 @@ from scrutiny.connectors.zookeeper.client import (
     zookeeper_logger,
     zookeeper_target,
 )
+from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
 from scrutiny.connectors.zookeeper.watch import PersistentWatchClient
 from scrutiny.core.errors import ConfigError
 from scrutiny.core.secret import Secret
 from scrutiny.core.zk_paths import LedgerManager
-from scrutiny.settings.loader import ZooKeeperSection
 
 PASSWORD = "pw-7c1e-hunter2"
 #: kazoo's request tracing level (below DEBUG), at which it would log Auth requests.

@@ -172,7 +172,7 @@ def test_an_interrupted_scan_stops_safely_keeping_whole_batches(
     settings = harness_settings(service_settings, scenario, zk_client.chroot, "unused", tmp_path)
     config = write_config(settings, tmp_path / "scrutiny.toml")
     data = settings.checker.data_dir
-    command = [sys.executable, "-m", "scrutiny.cli.main", "scan", "--config", str(config), "--chunk-size", "100"]
+    command = [sys.executable, "-m", "scrutiny.cli", "scan", "--config", str(config), "--chunk-size", "100"]
     env = child_env(settings, tmp_path / "spark-local")
     with (
         simulated_cluster(zk_client, settings, scenario, watch=False),

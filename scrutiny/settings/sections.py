@@ -1,0 +1,109 @@
+"""The sections that no connector owns: the core's configuration, the streaming job's and the applications'.
+
+They are declared here, beside the loader, because the loader sits below the job and the applications that
+read them (a lower layer never imports a higher one). Each section checks its own values when it is built and
+names the offending key (``section.key``) in the :class:`~scrutiny.core.errors.ConfigError`. Their defaults are
+the values documented in ``conf/scrutiny.toml``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scrutiny.core.errors import ConfigError
+from scrutiny.core.placement import PlacementConfig, PlacementPolicy
+from scrutiny.core.verdict import DEFAULT_UNDER_REPLICATION_GRACE_MS
+
+
+@dataclass(frozen=True, slots=True)
+class VerdictSection:
+    """``[verdict]``: the grace of an under-replication mark before ``UNDER_REPLICATION_STUCK``."""
+
+    under_replication_grace_seconds: int = DEFAULT_UNDER_REPLICATION_GRACE_MS // 1000
+
+    def __post_init__(self) -> None:
+        grace = self.under_replication_grace_seconds
+        if grace < 0:
+            raise ConfigError(f"verdict.under_replication_grace_seconds must not be negative, not {grace}")
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementSection:
+    """``[placement]``: the cluster's placement policy (BookKeeper's defaults), for ``PLACEMENT_*``."""
+
+    policy: str = PlacementPolicy.NONE.value
+    min_racks_per_write_quorum: int = 2
+    enforce_min_racks_per_write_quorum: bool = False
+    min_zones_per_write_quorum: int = 2
+    desired_zones_per_write_quorum: int = 3
+    default_rack: str = PlacementConfig().default_rack
+
+    def __post_init__(self) -> None:
+        known = [p.value for p in PlacementPolicy]
+        if self.policy not in known:
+            raise ConfigError(f"placement.policy must be one of {', '.join(known)}, not {self.policy!r}")
+        for key in ("min_racks_per_write_quorum", "min_zones_per_write_quorum", "desired_zones_per_write_quorum"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"placement.{key} must be a positive integer, not {getattr(self, key)!r}")
+
+    def config(self) -> PlacementConfig:
+        """The verdict core's placement configuration."""
+        return PlacementConfig(
+            policy=PlacementPolicy(self.policy),
+            min_racks_per_write_quorum=self.min_racks_per_write_quorum,
+            enforce_min_racks=self.enforce_min_racks_per_write_quorum,
+            min_zones_per_write_quorum=self.min_zones_per_write_quorum,
+            desired_zones_per_write_quorum=self.desired_zones_per_write_quorum,
+            default_rack=self.default_rack,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WatcherSection:
+    """``[watcher]``: the ZooKeeper watcher that publishes ledger events (``scrutiny watch``)."""
+
+    racks_path: str = "/bookies"
+    election_path: str = "/scrutiny/watcher"
+    tick_interval_seconds: int = 5
+    metrics_port: int = 0
+    delivery_timeout_seconds: int = 3600
+
+    def __post_init__(self) -> None:
+        for key in ("tick_interval_seconds", "delivery_timeout_seconds"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"watcher.{key} must be a positive integer, not {getattr(self, key)!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ServicesSection:
+    """``[services]``: the embedded ZooKeeper and Kafka-protocol broker (``scrutiny services``)."""
+
+    state_dir: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckerSection:
+    """``[checker]``: the streaming job (``scrutiny run``) and the scan that shares its rules."""
+
+    data_dir: str = "data"
+    checkpoint_dir: str = "checkpoints/checker"
+    trigger_seconds: float = 1.0
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int = 0
+    fail_on_data_loss: bool = True
+    retry_initial_seconds: float = 2.0
+    retry_max_seconds: float = 60.0
+    retry_attempts: int = 4
+    fetch_timeout_seconds: float = 10.0
+    cluster_cache_seconds: float = 2.0
+    metrics_port: int = 0
+    spark_master: str = ""
+    spark_ui: bool = False
+    shuffle_partitions: int = 4
+
+    def __post_init__(self) -> None:
+        for key in ("trigger_seconds", "retry_initial_seconds", "retry_max_seconds", "fetch_timeout_seconds"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"checker.{key} must be positive, not {getattr(self, key)!r}")
+        if self.retry_attempts < 0 or self.max_offsets_per_trigger < 0:
+            raise ConfigError("checker.retry_attempts and checker.max_offsets_per_trigger must not be negative")
