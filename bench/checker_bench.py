@@ -46,7 +46,7 @@ from kazoo.client import KazooClient
 
 from scrutiny.cli.watch import watcher_from_settings
 from scrutiny.connectors.tables.delta import read_table
-from scrutiny.connectors.zookeeper.client import build_zookeeper_client
+from scrutiny.connectors.zookeeper.client import start_zookeeper_client
 from scrutiny.core.ledger_metadata import LedgerState, decode_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.ledger_tracker import TrackedLedger
 from scrutiny.core.zk_paths import ledger_path
@@ -135,8 +135,7 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
             shuffle_partitions=2,
         ),
     )
-    client = build_zookeeper_client(settings.zookeeper, hosts=zk)
-    client.start(timeout=30)
+    client = start_zookeeper_client(settings.zookeeper, timeout_s=30, hosts=zk)
     simulator = start_simulator(tmp / "scenario.toml", zk)
     log.info("cluster up: %d ledgers", args.backlog + closes)
     stop = threading.Event()

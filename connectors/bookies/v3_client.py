@@ -32,8 +32,9 @@ Every request has a deadline. The rule that matters most, and which every path k
 Nothing a bookie sends (or fails to send) raises out of the client. A broken connection
 (EOF, reset, a frame above ``max_frame_bytes``, bytes that are not a ``Response``) makes every
 request pending on it unknown; the next request reconnects, after a delay that grows with
-consecutive failures (:class:`RetryPolicy`). :class:`BookieV3Pool` keeps one client per bookie
-id, resolving ids to addresses with a resolver (see :mod:`scrutiny.connectors.bookies.addresses`).
+consecutive failures (the config's :class:`~scrutiny.core.backoff.Backoff`). :class:`BookieV3Pool`
+keeps one client per bookie id, resolving ids to addresses with a resolver (see
+:mod:`scrutiny.connectors.bookies.addresses`).
 
 A client belongs to the event loop it is first used on.
 """
@@ -54,6 +55,7 @@ from typing import Final, Literal
 from google.protobuf.message import DecodeError
 
 from scrutiny.connectors.bookies.addresses import Address
+from scrutiny.core.backoff import Backoff
 from scrutiny.core.errors import ListingFormatError, ScrutinyError
 from scrutiny.core.listing_codec import decode_listing_compact
 from scrutiny.core.verdict import BookieAnswer
@@ -214,32 +216,6 @@ def classify_response(ledger_id: int, response: pb.Response) -> BookieAnswer:
 # --------------------------------------------------------------------------- configuration
 
 
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """When to connect again after consecutive failures (failed connects, or connections lost
-    before any valid response): ``initial_delay_s * multiplier ** (failures - 1)``, capped at
-    ``max_delay_s``, times a uniform factor in ``[1 - jitter, 1 + jitter]``.
-
-    A request whose deadline ends before the next attempt is due is answered unknown at once
-    instead of waiting. A valid response resets the count.
-    """
-
-    initial_delay_s: float = 0.1
-    max_delay_s: float = 10.0
-    multiplier: float = 2.0
-    jitter: float = 0.2
-
-    def __post_init__(self) -> None:
-        if not (0 <= self.initial_delay_s <= self.max_delay_s and self.multiplier >= 1 and 0 <= self.jitter < 1):
-            raise ValueError(f"inconsistent retry policy {self}")
-
-    def delay_s(self, failures: int, unit_random: float) -> float:
-        """The delay after ``failures`` (≥ 1) consecutive failures; ``unit_random`` is in [0, 1)."""
-        exponent = min(max(failures - 1, 0), 64)
-        base = min(self.max_delay_s, self.initial_delay_s * self.multiplier**exponent)
-        return base * (1 - self.jitter + 2 * self.jitter * unit_random)
-
-
 #: How TLS starts on a v3 connection (see the module doc).
 TlsMode = Literal["starttls", "direct"]
 TLS_MODES: Final[tuple[TlsMode, ...]] = ("starttls", "direct")
@@ -262,7 +238,7 @@ class BookieClientConfig:
     request_timeout_s: float = 5.0
     connect_timeout_s: float = 2.0
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-    retry: RetryPolicy = RetryPolicy()
+    retry: Backoff = Backoff(initial_s=0.1, maximum_s=10.0, multiplier=2.0, jitter=0.2)
     decode_in_thread_bytes: int = 1024 * 1024
     tls_mode: TlsMode = "starttls"
 
@@ -652,7 +628,7 @@ class BookieV3Client:
 
     def _failed(self, reason: str) -> str:
         self._failures += 1
-        delay = self._config.retry.delay_s(self._failures, self._rng.random())
+        delay = self._config.retry.delay(self._failures - 1, self._rng.random())
         self._next_attempt = asyncio.get_running_loop().time() + delay
         self._last_error = reason
         logger.debug("bookie %s:%s: %s; next attempt in %.3f s", *self.address, reason, delay)

@@ -7,8 +7,8 @@
   session timeout, digest or SASL (DIGEST-MD5) authentication, connection and command retries.
   Credentials are revealed only into the client's arguments; kazoo's request tracing (which would
   print them) is filtered out of its logger, and nothing here logs them.
-* :class:`RetryPolicy` is the retry behaviour as data: which errors are retried, exponential
-  backoff with jitter, an optional deadline and attempt limit. It runs an operation itself
+* :class:`RetryPolicy` is the retry behaviour as data: which errors are retried, the backoff
+  (:class:`~scrutiny.core.backoff.Backoff`), an optional deadline and attempt limit. It runs an operation itself
   (:meth:`RetryPolicy.call`) or configures kazoo's own retry (:meth:`RetryPolicy.kazoo_retry`).
 
 The settings are this connector's ``[zookeeper]`` section (:mod:`scrutiny.connectors.zookeeper.settings`).
@@ -35,6 +35,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
 from scrutiny.connectors.zookeeper.settings import AUTH_SCHEMES, ZooKeeperSection
+from scrutiny.core.backoff import Backoff
 from scrutiny.core.errors import ConfigError, PathError, ScrutinyError
 from scrutiny.core.zk_paths import LedgerManager, check_root, parse_metadata_uri
 
@@ -62,26 +63,19 @@ class RetryExhaustedError(ScrutinyError):
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """Exponential backoff with jitter, bounded by ``deadline_seconds`` and/or ``max_attempts`` (None: no bound).
+    """ZooKeeper calls retried after :attr:`backoff`'s delays, bounded by ``deadline_seconds`` and/or ``max_attempts``.
 
-    The n-th retry (n = 0, 1, ...) waits ``min(max_delay, initial_delay * multiplier**n)`` scaled by
-    a random factor in ``[1 - jitter, 1 + jitter]``, never beyond ``max_delay_seconds`` nor past
-    the deadline.
+    None means no bound. A wait never goes past the deadline. Only :attr:`retryable` errors are retried.
     """
 
-    initial_delay_seconds: float = 0.1
-    max_delay_seconds: float = 10.0
-    multiplier: float = 2.0
-    jitter: float = 0.2
+    backoff: Backoff = Backoff(initial_s=0.1, maximum_s=10.0, multiplier=2.0, jitter=0.2)
     deadline_seconds: float | None = None
     max_attempts: int | None = None
     retryable: tuple[type[BaseException], ...] = RETRYABLE_ZOOKEEPER_ERRORS
 
     def __post_init__(self) -> None:
-        if self.initial_delay_seconds <= 0 or self.max_delay_seconds < self.initial_delay_seconds:
-            raise ConfigError("retry delays must satisfy 0 < initial_delay_seconds <= max_delay_seconds")
-        if self.multiplier < 1 or not 0 <= self.jitter < 1:
-            raise ConfigError("retry multiplier must be >= 1 and jitter in [0, 1)")
+        if self.backoff.initial_s <= 0:
+            raise ConfigError("a ZooKeeper retry's initial delay must be positive")
         if self.deadline_seconds is not None and self.deadline_seconds <= 0:
             raise ConfigError("retry deadline_seconds must be positive (or None)")
         if self.max_attempts is not None and self.max_attempts < 1:
@@ -93,9 +87,7 @@ class RetryPolicy:
 
     def delay(self, retry: int, rng: random.Random | None = None) -> float:
         """Seconds to wait before retry number ``retry`` (0-based)."""
-        base = min(self.max_delay_seconds, self.initial_delay_seconds * self.multiplier ** min(retry, 64))
-        factor = (rng or random).uniform(1.0 - self.jitter, 1.0 + self.jitter)
-        return min(self.max_delay_seconds, base * factor)
+        return self.backoff.delay(retry, (rng or random).random())
 
     def call(
         self,
@@ -132,10 +124,10 @@ class RetryPolicy:
         """The same policy as kazoo's own retry object (kazoo retries its fixed set of errors)."""
         return KazooRetry(
             max_tries=-1 if self.max_attempts is None else self.max_attempts,
-            delay=self.initial_delay_seconds,
-            backoff=self.multiplier,
-            max_jitter=self.jitter,
-            max_delay=self.max_delay_seconds,
+            delay=self.backoff.initial_s,
+            backoff=self.backoff.multiplier,
+            max_jitter=self.backoff.jitter,
+            max_delay=self.backoff.maximum_s,
             deadline=self.deadline_seconds,
             ignore_expire=True,
         )
@@ -144,7 +136,7 @@ class RetryPolicy:
 #: Reconnecting: forever, 0.1 s growing to 10 s (an outage is waited out and reported, never fatal).
 CONNECTION_RETRY = RetryPolicy()
 #: One ZooKeeper call: retried for at most 60 s, then the caller decides (resync, report).
-COMMAND_RETRY = RetryPolicy(max_delay_seconds=5.0, deadline_seconds=60.0)
+COMMAND_RETRY = RetryPolicy(backoff=Backoff(initial_s=0.1, maximum_s=5.0, jitter=0.2), deadline_seconds=60.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,3 +247,39 @@ def build_zookeeper_client(
         read_only=read_only,
         logger=zookeeper_logger(),
     )
+
+
+class ZooKeeperUnreachableError(ScrutinyError):
+    """A client could not connect within its timeout; the message names the hosts."""
+
+
+def start_zookeeper_client(
+    settings: ZooKeeperSection,
+    *,
+    timeout_s: float,
+    hosts: str | None = None,
+    client_class: type[KazooClient] = KazooClient,
+) -> KazooClient:
+    """A client built by :func:`build_zookeeper_client` and connected within ``timeout_s`` seconds.
+
+    On failure the client is closed and :class:`ZooKeeperUnreachableError` names the hosts and the cause. Stop the
+    returned client with :func:`close_zookeeper_client`.
+    """
+    client = build_zookeeper_client(settings, hosts=hosts, client_class=client_class)
+    try:
+        client.start(timeout=timeout_s)
+    except Exception as error:
+        close_zookeeper_client(client)
+        where = hosts if hosts is not None else zookeeper_target(settings).hosts
+        cause = str(error).strip() or type(error).__name__
+        raise ZooKeeperUnreachableError(f"cannot reach ZooKeeper at {where} within {timeout_s:g} s: {cause}") from None
+    return client
+
+
+def close_zookeeper_client(client: KazooClient) -> None:
+    """Stop and close ``client``; an error while closing is only logged (there is nothing left to save)."""
+    try:
+        client.stop()
+        client.close()
+    except Exception as error:
+        logging.getLogger(LOGGER_NAME).debug("closing a ZooKeeper client: %s", error)

@@ -32,7 +32,11 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from scrutiny.connectors.zookeeper.client import build_zookeeper_client
+from scrutiny.connectors.zookeeper.client import (
+    ZooKeeperUnreachableError,
+    close_zookeeper_client,
+    start_zookeeper_client,
+)
 from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
 from scrutiny.connectors.zookeeper.tree import read_optional, read_registrations
 from scrutiny.core.errors import ConfigError, FormatError, PathError, ScrutinyError
@@ -45,7 +49,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_TTL_S: Final = 2.0
 DEFAULT_RACKS_PATH: Final = "/bookies"
 #: Errors of a ZooKeeper read after which the last snapshot is served.
-ZOOKEEPER_ERRORS: Final = (KazooException, KazooTimeoutError, OSError)
+ZOOKEEPER_ERRORS: Final = (KazooException, KazooTimeoutError, OSError, ZooKeeperUnreachableError)
 
 
 class ClusterCacheError(ScrutinyError):
@@ -164,19 +168,14 @@ class CachedClusterReader:
         with self._lock:
             client, self._client = self._client, None
         if client is not None:
-            _stop_client(client)
+            close_zookeeper_client(client)
 
     # ----------------------------------------------------------------------- reading
 
     def _connected_client(self) -> KazooClient:
         client = self._client
         if client is None:
-            client = build_zookeeper_client(self.zk_settings)
-            try:
-                client.start(timeout=self.connect_timeout_s)
-            except BaseException:
-                _stop_client(client)
-                raise
+            client = start_zookeeper_client(self.zk_settings, timeout_s=self.connect_timeout_s)
             self._client = client
         if not client.connected:
             raise _NotConnectedError("not connected to ZooKeeper")
@@ -202,14 +201,6 @@ def _racks(data: bytes | None, previous: ClusterSnapshot | None) -> tuple[dict[s
         kept = dict(previous.view.racks) if previous is not None else {}
         logger.error("the rack node does not parse (%s); keeping the %d racks known before", error, len(kept))
         return kept, str(error)
-
-
-def _stop_client(client: KazooClient) -> None:
-    try:
-        client.stop()
-        client.close()
-    except Exception as error:
-        logger.debug("stopping a ZooKeeper client: %s", error)
 
 
 # --------------------------------------------------------------------------- one reader per process

@@ -28,7 +28,7 @@ from kazoo.client import KazooClient
 
 from scrutiny.cli.commands import COMMAND_HELP
 from scrutiny.cli.common import InputError, add_config_argument, seconds_argument
-from scrutiny.connectors.zookeeper.client import build_zookeeper_client
+from scrutiny.connectors.zookeeper.client import close_zookeeper_client, start_zookeeper_client
 from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
 from scrutiny.settings.loader import load_settings
 from scrutiny.simulator.cluster import SimCluster
@@ -131,24 +131,12 @@ def _connect(zookeeper: ZooKeeperSection, hosts: str) -> KazooClient:
     """A started client on ``hosts``; its chroot is created first when missing."""
     servers, _, chroot = hosts.partition("/")
     if chroot.strip("/"):
-        root = build_zookeeper_client(zookeeper, hosts=servers)
-        _start(root, servers)
+        root = start_zookeeper_client(zookeeper, timeout_s=_CONNECT_TIMEOUT_S, hosts=servers)
         try:
             root.ensure_path("/" + chroot.strip("/"))
         finally:
-            root.stop()
-            root.close()
-    client = build_zookeeper_client(zookeeper, hosts=hosts)
-    _start(client, hosts)
-    return client
-
-
-def _start(client: KazooClient, hosts: str) -> None:
-    try:
-        client.start(timeout=_CONNECT_TIMEOUT_S)
-    except Exception as error:
-        client.close()
-        raise InputError(f"cannot connect to ZooKeeper at {hosts}: {error}") from None
+            close_zookeeper_client(root)
+    return start_zookeeper_client(zookeeper, timeout_s=_CONNECT_TIMEOUT_S, hosts=hosts)
 
 
 async def _simulate(scenario: Scenario, client: KazooClient, args: argparse.Namespace, hosts: str) -> None:

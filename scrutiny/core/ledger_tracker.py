@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from scrutiny.core.backoff import Backoff
 from scrutiny.core.errors import FormatError
 from scrutiny.core.ledger_metadata import LedgerMetadata, LedgerState, decode_ledger_metadata
 from scrutiny.core.verdict import (
@@ -63,17 +64,15 @@ _REPLICA_CATEGORIES = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Delayed re-checks of unknown answers: ``initial_ms * factor**n``, capped, ``max_retries`` times."""
+class RecheckPolicy:
+    """Delayed re-checks of unknown answers: after :attr:`backoff`'s delays (no jitter), ``max_retries`` times."""
 
-    initial_ms: int = 2_000
-    factor: float = 2.0
-    max_ms: int = 60_000
+    backoff: Backoff = Backoff(initial_s=2.0, maximum_s=60.0, multiplier=2.0)
     max_retries: int = 4
 
     def delay_ms(self, attempt: int) -> int:
         """Milliseconds before retry number ``attempt`` (0-based)."""
-        return int(min(self.max_ms, self.initial_ms * self.factor**attempt))
+        return round(self.backoff.delay(attempt) * 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +80,7 @@ class TrackerConfig:
     """What the tracker's decisions depend on."""
 
     verdict: VerdictConfig = VerdictConfig()
-    retry: RetryPolicy = RetryPolicy()
+    retry: RecheckPolicy = RecheckPolicy()
 
 
 @dataclass(frozen=True, slots=True)

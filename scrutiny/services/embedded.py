@@ -25,7 +25,7 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from scrutiny.cli.watch import watcher_from_settings
-from scrutiny.connectors.zookeeper.client import build_zookeeper_client
+from scrutiny.connectors.zookeeper.client import start_zookeeper_client
 from scrutiny.paths import SCENARIOS_DIR
 from scrutiny.services.servers import EmbeddedServices, default_state_dir
 from scrutiny.settings.loader import Settings
@@ -109,8 +109,7 @@ class EmbeddedStack:
         endpoints = self.services.up(progress=lambda line: log.info("%s", line)).endpoints
         settings = embedded_settings(self.base, self.scenario, endpoints.zookeeper, endpoints.kafka)
         self.settings = settings
-        self._client = build_zookeeper_client(settings.zookeeper, hosts=endpoints.zookeeper)
-        self._client.start(timeout=30)
+        self._client = start_zookeeper_client(settings.zookeeper, timeout_s=30, hosts=endpoints.zookeeper)
         self._loop_thread.start()
         self.cluster = SimCluster(self.scenario, self._client, replace=True)
         log.info("starting the simulated cluster %r (%d ledgers)", self.scenario.name, len(self.scenario.ledgers))

@@ -45,6 +45,7 @@ from scrutiny.connectors.zookeeper.tree import (
     read_registrations,
 )
 from scrutiny.connectors.zookeeper.watch import PersistentWatchClient
+from scrutiny.core.backoff import Backoff
 from scrutiny.core.errors import FormatError, PathError, ScrutinyError
 from scrutiny.core.metadata_view import Change, KnownState, Node, node_stat_lag
 from scrutiny.core.zk_paths import (
@@ -62,19 +63,6 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class Backoff:
-    """Exponential backoff with full jitter, as data."""
-
-    initial_s: float = 0.2
-    maximum_s: float = 30.0
-    factor: float = 2.0
-
-    def delay(self, attempt: int) -> float:
-        """Seconds to wait before retry number ``attempt`` (0-based)."""
-        return random.uniform(0, min(self.maximum_s, self.initial_s * self.factor**attempt))
-
-
-@dataclass(frozen=True, slots=True)
 class WatcherConfig:
     """What to watch, how to elect, how often to tick."""
 
@@ -82,7 +70,7 @@ class WatcherConfig:
     election_path: str = "/scrutiny/watcher"
     watcher_id: str = "watcher"
     tick_interval_s: float = 5.0
-    backoff: Backoff = field(default_factory=Backoff)
+    backoff: Backoff = Backoff(initial_s=0.2, maximum_s=30.0, multiplier=2.0, jitter=0.5)
     batch: int = 2000
 
 
@@ -138,7 +126,7 @@ class Watcher:
                         log.warning("watcher: %s; retrying", str(error) or type(error).__name__)
                     else:
                         log.exception("watcher: unexpected error; retrying")
-                    stop.wait(self.config.backoff.delay(attempt))
+                    stop.wait(self.config.backoff.delay(attempt, random.random()))
                     attempt += 1
         finally:
             self.zk.remove_listener(self._on_state)
@@ -355,7 +343,7 @@ class Watcher:
                 if self.zk.state == KazooState.LOST or self._stop.is_set():
                     raise LeadershipLost("stopped or lost the session while Kafka was unavailable") from error
                 log.warning("Kafka does not take events (%s); retrying", error)
-                self._stop.wait(self.config.backoff.delay(attempt))
+                self._stop.wait(self.config.backoff.delay(attempt, random.random()))
                 attempt += 1
         self.metrics.published(event.kind)
         self.metrics.last_event.set(self._clock())

@@ -26,7 +26,8 @@ from pyspark.sql.streaming.query import StreamingQuery
 from scrutiny.connectors.bookies.fetch import FetchConfig, fetch_config_from_settings
 from scrutiny.connectors.tables.delta import CheckerTables
 from scrutiny.connectors.zookeeper.client import zookeeper_target
-from scrutiny.core.ledger_tracker import RetryPolicy, TrackerConfig
+from scrutiny.core.backoff import Backoff
+from scrutiny.core.ledger_tracker import RecheckPolicy, TrackerConfig
 from scrutiny.settings.loader import Settings
 from scrutiny.streaming.checker.buckets import BUCKET_EXPRESSION
 from scrutiny.streaming.checker.config import JobConfig
@@ -47,9 +48,8 @@ STREAM_ID_FILE = "scrutiny-stream-id"
 def job_config(settings: Settings, fetch: FetchConfig | None = None, *, source: str = "stream") -> JobConfig:
     """The executors' configuration from the settings."""
     checker = settings.checker
-    retry = RetryPolicy(
-        initial_ms=int(checker.retry_initial_seconds * 1000),
-        max_ms=int(checker.retry_max_seconds * 1000),
+    retry = RecheckPolicy(
+        backoff=Backoff(initial_s=checker.retry_initial_seconds, maximum_s=checker.retry_max_seconds),
         max_retries=checker.retry_attempts,
     )
     return JobConfig(

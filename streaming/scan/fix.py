@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from scrutiny.connectors.zookeeper.client import zookeeper_target
+from scrutiny.connectors.zookeeper.client import close_zookeeper_client, start_zookeeper_client, zookeeper_target
 from scrutiny.connectors.zookeeper.marks import FixResult, fix_under_replicated
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.ledger_scan import ScanMode
 from scrutiny.core.repair_plan import render_actions, render_plan, repair_candidates
 from scrutiny.settings.loader import Settings
-from scrutiny.streaming.scan.job import ScanResult, close_client, started_zookeeper_client
+from scrutiny.streaming.scan.job import ScanResult
 
 CONNECT_TIMEOUT_S = 15.0
 
@@ -47,7 +47,7 @@ def run_fix(settings: Settings, result: ScanResult, fix: FixOptions, *, data_dir
     """Plan from the scan's findings and ZooKeeper's state; apply and record (in ``data_dir``) unless a dry run."""
     target = zookeeper_target(settings.zookeeper)
     rows = [(int(str(r["ledger_id"])), str(r["category"]), _bookie(r.get("bookie"))) for r in result.violations]
-    client = started_zookeeper_client(settings, CONNECT_TIMEOUT_S)
+    client = start_zookeeper_client(settings.zookeeper, timeout_s=CONNECT_TIMEOUT_S)
     try:
         return fix_under_replicated(
             client,
@@ -60,7 +60,7 @@ def run_fix(settings: Settings, result: ScanResult, fix: FixOptions, *, data_dir
             dry_run=fix.dry_run,
         )
     finally:
-        close_client(client)
+        close_zookeeper_client(client)
 
 
 def fix_lines(fixed: FixResult) -> list[str]:

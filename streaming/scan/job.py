@@ -24,13 +24,11 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake.exceptions import DeltaError
-from kazoo.client import KazooClient
-from kazoo.handlers.threading import KazooTimeoutError
 from pyspark.sql import SparkSession
 
 from scrutiny.connectors.tables.delta import CheckerTables, TableError, read_table
 from scrutiny.connectors.tables.schemas import OPEN_VIOLATIONS, RunRecord, output_table
-from scrutiny.connectors.zookeeper.client import build_zookeeper_client, zookeeper_target
+from scrutiny.connectors.zookeeper.client import close_zookeeper_client, start_zookeeper_client, zookeeper_target
 from scrutiny.connectors.zookeeper.tree import TreeLayout, read_cluster
 from scrutiny.core.errors import FormatError, ScrutinyError
 from scrutiny.core.ledger_scan import (
@@ -245,7 +243,7 @@ def read_open_keys(data_dir: str) -> dict[int, list[ViolationKey]]:
 def probe_zookeeper(settings: Settings, *, timeout_s: float = 15.0) -> None:
     """Fail early and clearly: ZooKeeper reachable and the ledgers root there (a scan of nothing is no HEALTHY)."""
     target = zookeeper_target(settings.zookeeper)
-    client = started_zookeeper_client(settings, timeout_s)
+    client = start_zookeeper_client(settings.zookeeper, timeout_s=timeout_s)
     try:
         if client.exists(target.ledgers_root) is None:
             raise ScanError(
@@ -253,19 +251,7 @@ def probe_zookeeper(settings: Settings, *, timeout_s: float = 15.0) -> None:
                 "check zookeeper.connect / ledgers_root (or metadata_uri)"
             )
     finally:
-        close_client(client)
-
-
-def started_zookeeper_client(settings: Settings, timeout_s: float) -> KazooClient:
-    """A connected client of the configured ZooKeeper (stop it with :func:`close_client`); ScanError if unreachable."""
-    target = zookeeper_target(settings.zookeeper)
-    client = build_zookeeper_client(settings.zookeeper)
-    try:
-        client.start(timeout=timeout_s)
-    except KazooTimeoutError:
-        close_client(client)
-        raise ScanError(f"cannot reach ZooKeeper at {target.hosts} within {timeout_s:g} s") from None
-    return client
+        close_zookeeper_client(client)
 
 
 def read_snapshot(
@@ -275,11 +261,11 @@ def read_snapshot(
     clock = time.monotonic()
     target = zookeeper_target(settings.zookeeper)
     layout = TreeLayout(root=target.ledgers_root, manager=target.manager, racks_path=settings.watcher.racks_path)
-    client = started_zookeeper_client(settings, options.connect_timeout_s)
+    client = start_zookeeper_client(settings.zookeeper, timeout_s=options.connect_timeout_s)
     try:
         observed = read_cluster(client, layout, progress=lambda phase, count: progress(phase, count, None))
     finally:
-        close_client(client)
+        close_zookeeper_client(client)
     snapshot = _select(observed, options, prior)
     snapshot.read_seconds = time.monotonic() - clock
     return snapshot
@@ -354,15 +340,6 @@ def _chunks(items: list[ScanItem], size: int) -> Iterator[list[ScanItem]]:
 def _stat(row: Record, name: str) -> int:
     details = row.get("details")
     return int(json.loads(details).get(name, 0)) if isinstance(details, str) else 0
-
-
-def close_client(client: KazooClient) -> None:
-    """Stop and close a client (errors while closing are only logged)."""
-    try:
-        client.stop()
-        client.close()
-    except Exception as error:
-        log.debug("closing the scan's ZooKeeper client: %s", error)
 
 
 def _first_line(error: BaseException) -> str:

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from scrutiny.core.backoff import Backoff
 from scrutiny.core.ledger_metadata import LedgerState, build_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.ledger_scan import (
     MAX_LEDGER_ID,
@@ -21,7 +22,7 @@ from scrutiny.core.ledger_scan import (
     scan_fast,
     scan_retried,
 )
-from scrutiny.core.ledger_tracker import RetryPolicy, TrackerConfig
+from scrutiny.core.ledger_tracker import RecheckPolicy, TrackerConfig
 from scrutiny.core.placement import PlacementConfig, PlacementPolicy
 from scrutiny.core.sequence_groups import from_entries
 from scrutiny.core.verdict import BookieAnswer, ClusterView, VerdictConfig, VerdictKind
@@ -32,7 +33,8 @@ pytestmark = pytest.mark.unit
 BOOKIES = ("b1:3181", "b2:3181", "b3:3181")
 NOW = 10_000_000
 CONFIG = TrackerConfig(
-    verdict=VerdictConfig(under_replication_grace_ms=60_000), retry=RetryPolicy(initial_ms=1_000, max_retries=2)
+    verdict=VerdictConfig(under_replication_grace_ms=60_000),
+    retry=RecheckPolicy(backoff=Backoff(1.0, 60.0), max_retries=2),
 )
 CLUSTER = ClusterView(writable=frozenset(BOOKIES))
 MISSING_B2 = ("MISSING_REPLICA", "b2:3181", 0)

@@ -6,9 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from scrutiny.core.backoff import Backoff
 from scrutiny.core.ledger_metadata import LedgerState, build_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.ledger_tracker import (
-    RetryPolicy,
+    RecheckPolicy,
     Step,
     TrackedLedger,
     TrackerConfig,
@@ -28,7 +29,8 @@ pytestmark = pytest.mark.unit
 
 BOOKIES = ("b1:3181", "b2:3181", "b3:3181")
 CONFIG = TrackerConfig(
-    verdict=VerdictConfig(under_replication_grace_ms=60_000), retry=RetryPolicy(initial_ms=1_000, max_retries=2)
+    verdict=VerdictConfig(under_replication_grace_ms=60_000),
+    retry=RecheckPolicy(backoff=Backoff(1.0, 60.0), max_retries=2),
 )
 CLUSTER = ClusterView(writable=frozenset(BOOKIES))
 

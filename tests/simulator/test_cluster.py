@@ -22,7 +22,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from scrutiny.connectors.bookies.agent_client import AgentClient
-from scrutiny.connectors.bookies.v3_client import BookieClientConfig, BookieV3Client, RetryPolicy
+from scrutiny.connectors.bookies.v3_client import BookieClientConfig, BookieV3Client
+from scrutiny.core.backoff import Backoff
 from scrutiny.core.errors import MetadataFormatError
 from scrutiny.core.ledger_metadata import LedgerState, decode_ledger_metadata
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
@@ -56,7 +57,7 @@ pytestmark = pytest.mark.integration
 REPO = PROJECT_ROOT
 EXAMPLE = REPO / "conf" / "scenarios" / "example.toml"
 V3_CONFIG = BookieClientConfig(
-    request_timeout_s=0.6, connect_timeout_s=0.5, retry=RetryPolicy(initial_delay_s=0.01, max_delay_s=0.05, jitter=0)
+    request_timeout_s=0.6, connect_timeout_s=0.5, retry=Backoff(initial_s=0.01, maximum_s=0.05)
 )
 ROOT = "/ledgers"
 

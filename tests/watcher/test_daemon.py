@@ -21,6 +21,7 @@ from scrutiny.connectors.kafka.publisher import EventPublisher, TopicConfig
 from scrutiny.connectors.kafka.settings import KafkaSection
 from scrutiny.connectors.zookeeper.tree import TreeLayout, read_cluster
 from scrutiny.connectors.zookeeper.watch import PersistentWatchClient
+from scrutiny.core.backoff import Backoff
 from scrutiny.core.ledger_metadata import LedgerState, Segment, build_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.zk_paths import available_bookie_path, ledger_path, readonly_bookie_path, underreplication_path
 from scrutiny.core.zk_records import (
@@ -33,7 +34,7 @@ from scrutiny.core.zk_records import (
 from scrutiny.proto import ledger_events_pb2 as pb
 from scrutiny.services.servers import start_tansu
 from scrutiny.settings.loader import Settings
-from scrutiny.watcher.daemon import Backoff, Watcher, WatcherConfig
+from scrutiny.watcher.daemon import Watcher, WatcherConfig
 from tests.support.event_log import Folded, Record, expected_from, fold, read_topic, wait_until
 from tests.support.servers import KafkaTopicFactory
 

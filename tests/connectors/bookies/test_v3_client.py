@@ -26,12 +26,12 @@ from scrutiny.connectors.bookies.v3_client import (
     BookieClientConfig,
     BookieV3Client,
     BookieV3Pool,
-    RetryPolicy,
     client_tls_context,
     encode_frame,
     listing_request,
     read_frame,
 )
+from scrutiny.core.backoff import Backoff
 from scrutiny.core.listing_codec import encode_listing
 from scrutiny.core.sequence_groups import SequenceGroup, expand
 from scrutiny.core.striping import expected_groups
@@ -56,7 +56,7 @@ pytestmark = pytest.mark.integration
 T = TypeVar("T")
 #: Ledger ids from this one to ABSENT_FROM + 99 are unknown to the fake bookie (ENOLEDGER).
 ABSENT_FROM = 1_000_000
-FAST_RETRY = RetryPolicy(initial_delay_s=0.01, max_delay_s=0.05, jitter=0.0)
+FAST_RETRY = Backoff(initial_s=0.01, maximum_s=0.05)
 CONFIG = BookieClientConfig(request_timeout_s=2.0, connect_timeout_s=1.0, retry=FAST_RETRY)
 
 
@@ -381,7 +381,7 @@ def test_a_frame_above_the_clients_limit_breaks_the_connection() -> None:
 
 def test_a_refused_connection_is_unknown_and_backoff_answers_at_once() -> None:
     async def scenario() -> None:
-        config = BookieClientConfig(retry=RetryPolicy(initial_delay_s=5.0, jitter=0.0))
+        config = BookieClientConfig(retry=Backoff(initial_s=5.0, maximum_s=10.0))
         async with BookieV3Client("127.0.0.1", free_port(), config=config) as client:
             first = await client.get_listing(1, timeout=1.0)
             started = time.monotonic()

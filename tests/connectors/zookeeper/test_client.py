@@ -38,6 +38,7 @@ from scrutiny.connectors.zookeeper.client import (
 )
 from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
 from scrutiny.connectors.zookeeper.watch import PersistentWatchClient
+from scrutiny.core.backoff import Backoff
 from scrutiny.core.errors import ConfigError
 from scrutiny.core.secret import Secret
 from scrutiny.core.zk_paths import LedgerManager
@@ -82,17 +83,17 @@ def failing(errors: list[BaseException], result: str = "done") -> tuple[Callable
 
 
 def test_delay_grows_by_the_multiplier_up_to_the_maximum_without_jitter() -> None:
-    policy = RetryPolicy(initial_delay_seconds=0.1, max_delay_seconds=1.0, multiplier=2.0, jitter=0.0)
+    policy = RetryPolicy(backoff=Backoff(initial_s=0.1, maximum_s=1.0, multiplier=2.0, jitter=0.0))
     assert [round(policy.delay(n), 9) for n in range(7)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0]
 
 
 def test_delay_with_multiplier_one_stays_constant() -> None:
-    policy = RetryPolicy(initial_delay_seconds=0.5, max_delay_seconds=0.5, multiplier=1.0, jitter=0.0)
+    policy = RetryPolicy(backoff=Backoff(initial_s=0.5, maximum_s=0.5, multiplier=1.0, jitter=0.0))
     assert {policy.delay(n) for n in range(10)} == {0.5}
 
 
 def test_jitter_stays_within_its_band_and_never_beyond_the_maximum() -> None:
-    policy = RetryPolicy(initial_delay_seconds=0.1, max_delay_seconds=1.0, multiplier=2.0, jitter=0.2)
+    policy = RetryPolicy(backoff=Backoff(initial_s=0.1, maximum_s=1.0, multiplier=2.0, jitter=0.2))
     rng = random.Random(7)
     for retry in range(8):
         base = min(1.0, 0.1 * 2.0**retry)
@@ -111,19 +112,14 @@ def test_delay_is_reproducible_with_a_seeded_rng() -> None:
 
 
 def test_a_huge_retry_number_does_not_overflow() -> None:
-    policy = RetryPolicy(initial_delay_seconds=0.1, max_delay_seconds=10.0, jitter=0.0)
+    policy = RetryPolicy(backoff=Backoff(initial_s=0.1, maximum_s=10.0, jitter=0.0))
     assert policy.delay(10**6) == 10.0
 
 
 @pytest.mark.parametrize(
     "arguments",
     [
-        {"initial_delay_seconds": 0.0},
-        {"initial_delay_seconds": -1.0},
-        {"initial_delay_seconds": 2.0, "max_delay_seconds": 1.0},
-        {"multiplier": 0.5},
-        {"jitter": -0.1},
-        {"jitter": 1.0},
+        {"backoff": Backoff(initial_s=0.0)},
         {"deadline_seconds": 0.0},
         {"deadline_seconds": -5.0},
         {"max_attempts": 0},
@@ -149,7 +145,7 @@ def test_answers_and_programming_errors_are_not_retried(error: type[BaseExceptio
 
 def test_call_retries_until_success_reporting_each_retry_before_its_wait() -> None:
     fake = FakeTime()
-    policy = RetryPolicy(initial_delay_seconds=0.1, max_delay_seconds=1.0, jitter=0.0)
+    policy = RetryPolicy(backoff=Backoff(initial_s=0.1, maximum_s=1.0, jitter=0.0))
     operation, calls = failing([ConnectionLoss(), SessionExpiredError(), OperationTimeoutError()])
     timeline: list[tuple[str, object, float]] = []
 
@@ -186,7 +182,7 @@ def test_call_gives_up_after_max_attempts_with_the_last_error() -> None:
     last = ConnectionLoss("third")
     operation, calls = failing([ConnectionLoss("first"), ConnectionLoss("second"), last, ConnectionLoss("never")])
     told: list[int] = []
-    policy = RetryPolicy(max_attempts=3, jitter=0.0)
+    policy = RetryPolicy(backoff=Backoff(jitter=0.0), max_attempts=3)
     with pytest.raises(RetryExhaustedError) as raised:
         policy.call(operation, what="get /ledgers/LAYOUT", on_retry=lambda a, e, w: told.append(a), sleep=fake.sleep)
     assert calls[0] == 3 and len(fake.sleeps) == 2 and told == [1, 2]
@@ -204,7 +200,7 @@ def test_one_attempt_means_no_retry() -> None:
 
 def test_call_gives_up_before_a_wait_would_pass_the_deadline() -> None:
     fake = FakeTime()
-    policy = RetryPolicy(initial_delay_seconds=1.0, max_delay_seconds=100.0, jitter=0.0, deadline_seconds=10.0)
+    policy = RetryPolicy(backoff=Backoff(initial_s=1.0, maximum_s=100.0, jitter=0.0), deadline_seconds=10.0)
     operation, calls = failing([ConnectionLoss() for _ in range(50)])
     with pytest.raises(RetryExhaustedError) as raised:
         policy.call(operation, sleep=fake.sleep, clock=fake.clock)
@@ -217,18 +213,18 @@ def test_without_bounds_call_keeps_retrying() -> None:
     fake = FakeTime()
     operation, calls = failing([ConnectionLoss() for _ in range(200)])
     assert CONNECTION_RETRY.call(operation, sleep=fake.sleep, clock=fake.clock) == "done"
-    assert calls[0] == 201 and max(fake.sleeps) <= CONNECTION_RETRY.max_delay_seconds
+    assert calls[0] == 201 and max(fake.sleeps) <= CONNECTION_RETRY.backoff.maximum_s
 
 
 def test_the_shipped_policies() -> None:
     assert CONNECTION_RETRY.deadline_seconds is None and CONNECTION_RETRY.max_attempts is None
-    assert COMMAND_RETRY.deadline_seconds == 60.0 and COMMAND_RETRY.max_delay_seconds == 5.0
+    assert COMMAND_RETRY.deadline_seconds == 60.0 and COMMAND_RETRY.backoff.maximum_s == 5.0
     assert COMMAND_RETRY.max_attempts is None
 
 
 def test_kazoo_retry_carries_the_same_policy() -> None:
     policy = RetryPolicy(
-        initial_delay_seconds=0.25, max_delay_seconds=4.0, multiplier=3.0, jitter=0.1, deadline_seconds=30.0
+        backoff=Backoff(initial_s=0.25, maximum_s=4.0, multiplier=3.0, jitter=0.1), deadline_seconds=30.0
     )
     retry = policy.kazoo_retry()
     assert isinstance(retry, KazooRetry)
