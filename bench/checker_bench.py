@@ -44,7 +44,6 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from scrutiny.cli.watch import watcher_from_settings
 from scrutiny.connectors.tables.delta import read_table
 from scrutiny.connectors.zookeeper.client import start_zookeeper_client
 from scrutiny.core.ledger_metadata import LedgerState, decode_ledger_metadata, encode_ledger_metadata_v3
@@ -57,6 +56,7 @@ from scrutiny.simulator.scenario import parse_scenario
 from scrutiny.streaming.checker.job import start_checker
 from scrutiny.streaming.session import build_spark_session
 from scrutiny.watcher.metrics import WatcherMetrics
+from scrutiny.watcher.wiring import watcher_from_settings
 
 log = logging.getLogger("bench.checker")
 

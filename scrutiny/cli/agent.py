@@ -11,9 +11,7 @@ import argparse
 import ipaddress
 import logging
 import signal
-import threading
 from pathlib import Path
-from types import FrameType
 
 from scrutiny.agent.dbstorage import DbLedgerStorageBackend
 from scrutiny.agent.server import (
@@ -25,7 +23,7 @@ from scrutiny.agent.server import (
 )
 from scrutiny.agent.v3_forward import V3ForwardBackend
 from scrutiny.cli.commands import COMMAND_HELP
-from scrutiny.cli.common import InputError, seconds_argument
+from scrutiny.cli.common import InputError, seconds_argument, stop_on_signals
 
 DEFAULT_LISTEN = "127.0.0.1:3185"
 log = logging.getLogger("scrutiny.agent")
@@ -126,19 +124,12 @@ def _start(server: AgentServer, metrics: AgentMetrics, args: argparse.Namespace,
 
 
 def _wait_for_signal() -> None:
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
+    def note(signum: int) -> None:
         log.info("received %s, stopping", signal.Signals(signum).name)
-        stop.set()
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with stop_on_signals(note) as stop:
         while not stop.wait(0.5):
             pass
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def split_listen(listen: str) -> tuple[str, int]:

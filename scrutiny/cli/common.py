@@ -1,14 +1,20 @@
-"""Small helpers the commands share: reading input files or stdin, printing JSON."""
+"""What the commands share: argument types and options, input files or stdin, JSON output, stopping on signals."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import signal
 import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.health_summary import DEFAULT_FAIL_ON, DEFAULT_WORST
+from scrutiny.core.vocabulary import Severity
 
 
 class InputError(ScrutinyError):
@@ -74,3 +80,43 @@ def format_json(document: object, level: int = 0) -> str:
         items = [f"{inner}{format_json(v, level + 1)}" for v in document]
         return "[\n" + ",\n".join(items) + f"\n{pad}]"
     return json.dumps(document)
+
+
+def add_summary_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a command that ends with the health summary: ``--fail-on``, ``--worst``, ``--format``."""
+    parser.add_argument(
+        "--fail-on",
+        choices=[s.value for s in Severity],
+        default=DEFAULT_FAIL_ON.value,
+        help=f"lowest severity that makes the status UNHEALTHY (default: {DEFAULT_FAIL_ON.value})",
+    )
+    parser.add_argument(
+        "--worst",
+        type=count_argument,
+        default=DEFAULT_WORST,
+        metavar="N",
+        help=f"worst ledgers to list (default: {DEFAULT_WORST})",
+    )
+    parser.add_argument("--format", choices=["text", "json"], default="text", help="output format (default: text)")
+
+
+@contextmanager
+def stop_on_signals(on_signal: Callable[[int], None] | None = None) -> Iterator[threading.Event]:
+    """While the block runs, SIGINT and SIGTERM set the yielded event (after calling ``on_signal(signum)``).
+
+    The previous handlers are back when the block ends. Install it after Spark starts: PySpark sets its own SIGINT
+    handler when its gateway starts.
+    """
+    stop = threading.Event()
+
+    def handle(signum: int, _frame: object) -> None:
+        if on_signal is not None:
+            on_signal(signum)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -17,7 +17,6 @@ from collections.abc import Mapping
 
 from scrutiny.cli.commands import COMMAND_HELP
 from scrutiny.cli.common import InputError, add_config_argument, count_argument, seconds_argument
-from scrutiny.cli.report import stall_after_ms
 from scrutiny.dashboard.app import DEFAULT_REFRESH_SECONDS, create_app
 from scrutiny.dashboard.data import check_data_dir
 from scrutiny.dashboard.server import DashboardServer, is_loopback
@@ -101,7 +100,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"scrutiny: note: table {table!r} does not exist yet in {data_dir}: no data yet", file=sys.stderr)
     token, generated = resolve_token(args.host, args.token, os.environ)
     app = create_app(
-        data_dir, token=token, refresh_seconds=args.refresh_seconds, stall_after_ms=stall_after_ms(settings)
+        data_dir, token=token, refresh_seconds=args.refresh_seconds, stall_after_ms=settings.stall_after_ms()
     )
     server = DashboardServer(app, args.host, args.port)
     if generated:

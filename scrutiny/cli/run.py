@@ -16,18 +16,16 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 
 from prometheus_client import start_http_server
 
 from scrutiny.cli.commands import COMMAND_HELP
-from scrutiny.cli.common import add_config_argument, seconds_argument
-from scrutiny.cli.report import read_open_violations
+from scrutiny.cli.common import add_config_argument, seconds_argument, stop_on_signals
+from scrutiny.connectors.tables.health import read_open_violations
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.health_summary import category_table, summarize
 from scrutiny.services.embedded import DEMO_SCENARIO, EmbeddedStack
@@ -81,7 +79,8 @@ def _run(args: argparse.Namespace) -> int:
         )
         checker = start_checker(spark, settings, metrics=metrics)
         try:
-            _follow(checker, settings, args, _stop_on_signals())
+            with stop_on_signals() as stop:
+                _follow(checker, settings, args, stop)
         finally:
             checker.stop()
         return 0
@@ -95,23 +94,12 @@ def _run(args: argparse.Namespace) -> int:
             f"scenario {scenario.name!r}; tables under {Path(embedded.checker.data_dir).resolve()}",
             flush=True,
         )
-        _follow(stack.checker, embedded, args, _stop_on_signals())
+        with stop_on_signals() as stop:
+            _follow(stack.checker, embedded, args, stop)
     finally:
         print("stopping: checker, watcher, simulated cluster, services", flush=True)
         stack.close()
     return 0
-
-
-def _stop_on_signals() -> threading.Event:
-    """SIGINT/SIGTERM set the returned event (installed after Spark starts: PySpark installs its own on SIGINT)."""
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    return stop
 
 
 def _follow(checker: RunningChecker, settings: Settings, args: argparse.Namespace, stop: threading.Event) -> None:

@@ -16,14 +16,11 @@ import math
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from types import FrameType
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from scrutiny.cli.commands import COMMAND_HELP
-from scrutiny.cli.common import add_config_argument, count_argument, print_json
-from scrutiny.cli.report import add_summary_arguments
+from scrutiny.cli.common import add_config_argument, add_summary_arguments, count_argument, print_json, stop_on_signals
 from scrutiny.core.health_summary import (
     Figures,
     OpenViolation,
@@ -97,7 +94,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     run = ScanRun(spark, settings, options)
     progress = ProgressLine(sys.stderr)
-    with _stopping_on_signals(run.stop, progress):
+    with stop_on_signals(_stop_safely(run.stop, progress)):
         result = run.run(progress.update)
         # Spark stops before the summary: what its cancelled tasks log must not follow the last line.
         spark.stop()
@@ -236,20 +233,12 @@ class ProgressLine:
             self._open = False
 
 
-@contextmanager
-def _stopping_on_signals(stop: Callable[[], None], progress: ProgressLine) -> Iterator[None]:
-    """SIGINT/SIGTERM stop the scan safely; a second SIGINT interrupts at once."""
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+def _stop_safely(stop: Callable[[], None], progress: ProgressLine) -> Callable[[int], None]:
+    """What a signal does to a scan: cancel the running chunk; a second SIGINT then interrupts at once."""
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
+    def on_signal(signum: int) -> None:
         progress.note("stopping safely: cancelling the running chunk (Ctrl-C again to abort at once)")
         signal.signal(signal.SIGINT, signal.default_int_handler)
         stop()
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return on_signal

@@ -39,6 +39,7 @@ import duckdb
 import pyarrow as pa
 from deltalake.exceptions import DeltaError
 
+from scrutiny.connectors.tables.health import TableMissingError, read_open_violations
 from scrutiny.connectors.tables.schemas import OPEN_VIOLATIONS, VIOLATIONS
 from scrutiny.connectors.tables.sql import MissingTableError, QueryResult, SqlEngine
 from scrutiny.core.errors import ScrutinyError
@@ -47,7 +48,6 @@ from scrutiny.core.health_summary import (
     DEFAULT_STALL_AFTER_MS,
     DEFAULT_WORST,
     LedgerFindings,
-    OpenViolation,
     summarize,
 )
 from scrutiny.core.sequence_groups import SequenceGroup
@@ -146,7 +146,7 @@ def load_snapshot(
     def section(name: str, read: Callable[[], _T]) -> _T | None:
         try:
             return read()
-        except MissingTableError:
+        except (MissingTableError, TableMissingError):
             return None
         except _READ_ERRORS as error:
             log.info("dashboard section %s cannot be read now: %s", name, error)
@@ -154,7 +154,7 @@ def load_snapshot(
             return None
 
     with engine:
-        opened = section("open violations", lambda: _open_summary(engine, worst))
+        opened = section("open violations", lambda: _open_summary(str(data_dir), worst))
         overview, ranked = opened if opened is not None else (None, None)
         worst_ledgers = None if ranked is None else section("worst ledgers", lambda: _worst_ledgers(engine, ranked))
         categories = section("categories", lambda: _categories(engine))
@@ -227,21 +227,12 @@ def _one_line(text: str) -> str:
 # --- open violations, overview, worst ledgers
 
 
-def _open_violations(engine: SqlEngine) -> list[OpenViolation]:
-    result = engine.query(
-        "SELECT ledger_id, category, severity, bookie, segment_first_entry, entry_count, pulsar_topic, first_seen,"
-        " details FROM open_violations WHERE resolved_at IS NULL"
-    )
-    rows: list[OpenViolation] = []
-    for record in _records(result):
-        record["first_seen"] = _epoch_ms(_time(record["first_seen"]))
-        rows.append(OpenViolation.from_mapping(record))
-    return rows
+def _open_summary(data_dir: str, worst: int) -> tuple[Overview, tuple[LedgerFindings, ...]]:
+    """The open violations summarized once: the overview and the ``worst`` worst ledgers, ranked as the report ranks.
 
-
-def _open_summary(engine: SqlEngine, worst: int) -> tuple[Overview, tuple[LedgerFindings, ...]]:
-    """The open violations summarized once: the overview and the ``worst`` worst ledgers, ranked as the report ranks."""
-    rows = _open_violations(engine)
+    Read by the report's own reader, so the dashboard and ``scrutiny report`` count the same rows.
+    """
+    rows = read_open_violations(data_dir)
     summary = summarize(rows, worst=worst)
     overview = Overview(
         status=summary.status,

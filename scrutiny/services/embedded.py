@@ -24,7 +24,6 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from scrutiny.cli.watch import watcher_from_settings
 from scrutiny.connectors.zookeeper.client import start_zookeeper_client
 from scrutiny.paths import SCENARIOS_DIR
 from scrutiny.services.servers import EmbeddedServices, default_state_dir
@@ -36,6 +35,7 @@ from scrutiny.streaming.checker.metrics import JobMetrics
 from scrutiny.streaming.session import build_spark_session
 from scrutiny.watcher.daemon import Watcher
 from scrutiny.watcher.metrics import WatcherMetrics
+from scrutiny.watcher.wiring import watcher_from_settings
 
 log = logging.getLogger(__name__)
 

@@ -25,6 +25,7 @@ from scrutiny.connectors.bookies.settings import BookiesSection
 from scrutiny.connectors.kafka.settings import KafkaSection
 from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
 from scrutiny.core.errors import ConfigError
+from scrutiny.core.health_summary import DEFAULT_STALL_AFTER_MS
 from scrutiny.core.placement import PlacementPolicy
 from scrutiny.core.secret import Secret
 from scrutiny.core.verdict import VerdictConfig
@@ -37,6 +38,9 @@ from scrutiny.settings.sections import (
 )
 
 ENV_PREFIX = "SCRUTINY_"
+#: The report and the dashboard call the streaming checker stalled after this many watcher ticks (or trigger
+#: intervals) without a batch, when that is longer than the default (health_summary.DEFAULT_STALL_AFTER_MS).
+STALL_INTERVALS = 20
 CONFIG_ENV = "SCRUTINY_CONFIG"
 #: Short variables that ``scrutiny services up`` prints, and what they set.
 ENV_ALIASES = {"SCRUTINY_ZOOKEEPER": ("zookeeper", "connect"), "SCRUTINY_KAFKA": ("kafka", "bootstrap_servers")}
@@ -68,6 +72,11 @@ class Settings:
             placement=self.placement.config(),
             under_replication_grace_ms=self.verdict.under_replication_grace_seconds * 1000,
         )
+
+    def stall_after_ms(self) -> int:
+        """How long without a batch makes the streaming checker look stalled: 5 min, or 20 ticks/triggers if longer."""
+        interval_s = max(self.watcher.tick_interval_seconds, self.checker.trigger_seconds)
+        return max(DEFAULT_STALL_AFTER_MS, int(STALL_INTERVALS * interval_s * 1000))
 
     def with_placement_policy(self, policy: PlacementPolicy) -> Settings:
         """A copy with another placement policy."""

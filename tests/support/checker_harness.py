@@ -19,7 +19,6 @@ from typing import Any
 from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
 
-from scrutiny.cli.watch import watcher_from_settings
 from scrutiny.connectors.tables.delta import read_table
 from scrutiny.services.embedded import embedded_settings
 from scrutiny.settings.loader import Settings
@@ -27,6 +26,7 @@ from scrutiny.simulator.cluster import SimCluster
 from scrutiny.simulator.model import Scenario
 from scrutiny.streaming.checker.job import RunningChecker, start_checker
 from scrutiny.watcher.metrics import WatcherMetrics
+from scrutiny.watcher.wiring import watcher_from_settings
 
 #: (ledger, category, bookie or None)
 ViolationId = tuple[int, str, str | None]
