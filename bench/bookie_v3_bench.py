@@ -35,7 +35,8 @@ import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
-from scrutiny.connectors.bookies.v3_client import BookieClientConfig, BookieV3Client, encode_frame, listing_request
+from scrutiny.connectors.bookies.v3_client import BookieClientConfig, BookieV3Client
+from scrutiny.connectors.bookies.v3_protocol import encode_frame, listing_request
 from scrutiny.core.listing_codec import encode_listing, encode_listing_per_run
 from scrutiny.core.sequence_groups import SequenceGroup, expand
 from scrutiny.core.striping import expected_groups

@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from scrutiny.agent.server import DEFAULT_MAX_RESPONSE_BYTES, SERVICE_NAME
+from scrutiny.connectors.bookies.agent_protocol import DEFAULT_MAX_RESPONSE_BYTES, SERVICE_NAME
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.listing_codec import decode_listing_compact
 from scrutiny.core.verdict import BookieAnswer

@@ -45,18 +45,14 @@ from scrutiny.connectors.bookies.addresses import (
     resolve_bookie_address,
 )
 from scrutiny.connectors.bookies.agent_client import AgentClient
+from scrutiny.connectors.bookies.agent_protocol import AGENT_ENDPOINT_PROTOCOL
 from scrutiny.connectors.bookies.settings import BookiesSection
-from scrutiny.connectors.bookies.v3_client import (
-    TLS_MODES,
-    BookieClientConfig,
-    BookieV3Client,
-    BookieV3Pool,
-    TlsMode,
-    client_tls_context,
-)
+from scrutiny.connectors.bookies.v3_client import BookieClientConfig, BookieV3Client, BookieV3Pool, client_tls_context
+from scrutiny.connectors.bookies.v3_protocol import TLS_MODES, TlsMode
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.secret import Secret
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
+from scrutiny.core.zk_paths import MAX_LEDGER_ID
 from scrutiny.core.zk_records import BookieServiceInfo
 
 logger = logging.getLogger(__name__)
@@ -64,8 +60,6 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 BookieProtocol = Literal["v3", "agent"]
 PROTOCOL_CHOICES: Final = ("auto", "v3", "agent")
-#: Protocol name of the agent endpoint in a bookie's BookieServiceInfo (what the simulator and agents advertise).
-AGENT_ENDPOINT_PROTOCOL: Final = "scrutiny-agent"
 #: Clients of a bookie not asked for this long are closed (a bookie that left the cluster).
 IDLE_CLOSE_S: Final = 600.0
 #: Threads for blocking agent calls (one per bookie being asked; more bookies wait for a thread).
@@ -73,7 +67,6 @@ AGENT_THREADS: Final = 64
 #: How long past the deadline the caller waits for the loop before giving up on it.
 _LOOP_GRACE_S: Final = 2.0
 _CLOSE_WAIT_S: Final = 5.0
-_MAX_LEDGER_ID: Final = 2**63 - 1
 
 
 class FetchConfigError(ScrutinyError, ValueError):
@@ -352,7 +345,7 @@ class _Outcome:
 
 
 def _valid_ledger_id(ledger_id: object) -> bool:
-    return isinstance(ledger_id, int) and not isinstance(ledger_id, bool) and 0 <= ledger_id <= _MAX_LEDGER_ID
+    return isinstance(ledger_id, int) and not isinstance(ledger_id, bool) and 0 <= ledger_id <= MAX_LEDGER_ID
 
 
 def group_by_bookie(wanted: Mapping[int, Collection[str]]) -> dict[str, list[int]]:

@@ -26,16 +26,17 @@ from wsgiref.simple_server import WSGIServer
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from scrutiny.connectors.bookies.agent_protocol import (
+    DEFAULT_MAX_LEDGERS_PER_CALL,
+    DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    SERVICE_NAME,
+)
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.proto import bookie_agent_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-#: The full gRPC service name, from the generated descriptor (``scrutiny.agent.v1.BookieAgent``).
-SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["BookieAgent"].full_name
-DEFAULT_MAX_LEDGERS_PER_CALL = 10_000
-DEFAULT_MAX_REQUEST_BYTES = 1 << 20
-DEFAULT_MAX_RESPONSE_BYTES = 64 << 20
 _RESPONSE_SLACK_BYTES = 4096
 _TOO_LARGE = "answer too large for one response; ask for fewer ledgers per call"
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from scrutiny.agent.dbstorage import DbLedgerStorageBackend
 from scrutiny.agent.server import (
-    DEFAULT_MAX_LEDGERS_PER_CALL,
     AgentMetrics,
     AgentServer,
     AgentServerConfig,
@@ -24,6 +23,7 @@ from scrutiny.agent.server import (
 from scrutiny.agent.v3_forward import V3ForwardBackend
 from scrutiny.cli.commands import COMMAND_HELP
 from scrutiny.cli.common import InputError, seconds_argument, stop_on_signals
+from scrutiny.connectors.bookies.agent_protocol import DEFAULT_MAX_LEDGERS_PER_CALL
 
 DEFAULT_LISTEN = "127.0.0.1:3185"
 log = logging.getLogger("scrutiny.agent")

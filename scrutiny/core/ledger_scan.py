@@ -40,9 +40,8 @@ from scrutiny.core.ledger_tracker import (
 )
 from scrutiny.core.verdict import BookieAnswer, ClusterView, VerdictKind, compute_verdict
 from scrutiny.core.vocabulary import Category
+from scrutiny.core.zk_paths import MAX_LEDGER_ID
 from scrutiny.core.zk_records import UnderReplicationMark
-
-MAX_LEDGER_ID: Final = 2**63 - 1
 
 
 class ScanMode(StrEnum):

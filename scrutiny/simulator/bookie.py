@@ -42,6 +42,7 @@ from scrutiny.agent.server import (
     ListingStatus,
     SourceHealth,
 )
+from scrutiny.connectors.bookies.agent_protocol import AGENT_ENDPOINT_PROTOCOL
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.listing_codec import encode_listing
 from scrutiny.core.sequence_groups import SequenceGroup
@@ -62,7 +63,6 @@ from scrutiny.simulator.v3_server import GarbageKind as V3GarbageKind
 log = logging.getLogger(__name__)
 
 #: Protocol name of the agent endpoint a simulated bookie advertises in its BookieServiceInfo.
-AGENT_PROTOCOL: Final = "scrutiny-agent"
 #: How long an agent call of an unresponsive bookie hangs at most.
 HANG_S: Final = 60.0
 LOOPBACK: Final = "127.0.0.1"
@@ -244,7 +244,9 @@ class SimBookie:
         return BookieServiceInfo(
             endpoints=(
                 Endpoint(id="bookie", host=self.host, port=self._v3_port, protocol=BOOKIE_RPC_PROTOCOL),
-                Endpoint(id=AGENT_PROTOCOL, host=self.host, port=self._agent_port, protocol=AGENT_PROTOCOL),
+                Endpoint(
+                    id=AGENT_ENDPOINT_PROTOCOL, host=self.host, port=self._agent_port, protocol=AGENT_ENDPOINT_PROTOCOL
+                ),
             ),
             properties=(("scrutiny.simulated", "true"),),
         )

@@ -53,7 +53,7 @@ from typing import cast
 
 from google.protobuf.message import DecodeError
 
-from scrutiny.connectors.bookies.v3_client import (
+from scrutiny.connectors.bookies.v3_protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     TLS_MODES,
     FrameSizeError,

@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 from scrutiny.core.backoff import Backoff
 from scrutiny.core.ledger_metadata import LedgerState, build_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.ledger_scan import (
-    MAX_LEDGER_ID,
     ScanItem,
     ScanStep,
     SelectionError,
@@ -26,6 +25,7 @@ from scrutiny.core.ledger_tracker import RecheckPolicy, TrackerConfig
 from scrutiny.core.placement import PlacementConfig, PlacementPolicy
 from scrutiny.core.sequence_groups import from_entries
 from scrutiny.core.verdict import BookieAnswer, ClusterView, VerdictConfig, VerdictKind
+from scrutiny.core.zk_paths import MAX_LEDGER_ID
 from scrutiny.core.zk_records import UnderReplicationMark
 
 pytestmark = pytest.mark.unit

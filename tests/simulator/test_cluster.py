@@ -22,6 +22,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from scrutiny.connectors.bookies.agent_client import AgentClient
+from scrutiny.connectors.bookies.agent_protocol import AGENT_ENDPOINT_PROTOCOL
 from scrutiny.connectors.bookies.v3_client import BookieClientConfig, BookieV3Client
 from scrutiny.core.backoff import Backoff
 from scrutiny.core.errors import MetadataFormatError
@@ -43,7 +44,6 @@ from scrutiny.core.zk_records import (
     parse_underreplication_mark,
 )
 from scrutiny.paths import PROJECT_ROOT
-from scrutiny.simulator.bookie import AGENT_PROTOCOL
 from scrutiny.simulator.cluster import SimCluster
 from scrutiny.simulator.generator import generate, parse_fault_mix
 from scrutiny.simulator.model import Scenario
@@ -192,7 +192,7 @@ def test_the_example_cluster_in_zookeeper_and_on_both_apis(zk_client: KazooClien
             assert stat.ephemeralOwner != 0
             info = parse_bookie_service_info(data)
             assert info is not None and info.rpc_address() == bookie.v3_address
-            agent = [e for e in info.endpoints if e.protocol == AGENT_PROTOCOL]
+            agent = [e for e in info.endpoints if e.protocol == AGENT_ENDPOINT_PROTOCOL]
             assert [f"{e.host}:{e.port}" for e in agent] == [bookie.agent_address]
             assert zk_client.get(f"{ROOT}/cookies/{bookie_id}")[0].startswith(b"5\n")
         state = cluster.state

@@ -22,15 +22,8 @@ import pytest
 
 from scrutiny.connectors.bookies.addresses import BookieAddressBook
 from scrutiny.connectors.bookies.fetch import FetchConfig, ListingFetcher
-from scrutiny.connectors.bookies.v3_client import (
-    BookieClientConfig,
-    BookieV3Client,
-    BookieV3Pool,
-    client_tls_context,
-    encode_frame,
-    listing_request,
-    read_frame,
-)
+from scrutiny.connectors.bookies.v3_client import BookieClientConfig, BookieV3Client, BookieV3Pool, client_tls_context
+from scrutiny.connectors.bookies.v3_protocol import encode_frame, listing_request, read_frame
 from scrutiny.core.backoff import Backoff
 from scrutiny.core.listing_codec import encode_listing
 from scrutiny.core.sequence_groups import SequenceGroup, expand

@@ -9,12 +9,8 @@ import pytest
 
 from scrutiny.connectors.bookies.fetch import FetchConfig, FetchConfigError, fetch_config_from_settings
 from scrutiny.connectors.bookies.settings import BookiesSection
-from scrutiny.connectors.bookies.v3_client import (
-    BookieClientConfig,
-    client_tls_context,
-    start_tls_refusal,
-    start_tls_request,
-)
+from scrutiny.connectors.bookies.v3_client import BookieClientConfig, client_tls_context
+from scrutiny.connectors.bookies.v3_protocol import start_tls_refusal, start_tls_request
 from scrutiny.proto import bookkeeper_protocol_pb2 as pb
 
 #: Request field 106 (startTLSRequest), length-delimited: tag (106 << 3) | 2 as a varint, then length 0.
