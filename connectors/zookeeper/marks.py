@@ -1,6 +1,8 @@
-"""The I/O of ``scrutiny scan --fix``: read the recovery state, write under-replication marks, record them.
+"""The ZooKeeper side of ``scrutiny scan --fix``: read the recovery state, write under-replication marks.
 
-The plan itself is pure (:mod:`scrutiny.core.repair_plan`). What this module guarantees:
+The plan itself is pure (:mod:`scrutiny.core.repair_plan`); the record of what was done is the ``repair_actions``
+table (:mod:`scrutiny.connectors.tables.repair_log`); :mod:`scrutiny.streaming.scan.fix` runs the sequence. What this
+module guarantees:
 
 * **Reads only, except marks.** :func:`read_recovery_state` only reads. :func:`apply_repairs` creates
   nothing but the plan's mark nodes and, through kazoo's ``makepath``, their missing parent
@@ -13,74 +15,31 @@ The plan itself is pure (:mod:`scrutiny.core.repair_plan`). What this module gua
   checked again just before the first write; if it exists then, nothing is written.
 * **One ledger's error is not another's.** A ZooKeeper error while marking one ledger is recorded
   as FAILED with its reason and the next ledger is tried.
-* **Records what it did.** :func:`write_repair_log` appends one row per ledger to the Delta table
-  ``repair_actions`` under the data directory (docs/fix.md).
-* :func:`fix_under_replicated` runs the whole sequence; with ``dry_run`` it reads and plans only:
-  no ZooKeeper write and no Delta write.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any, Final
 
-import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError
 
-from scrutiny.connectors.tables.delta import TableError, read_table, table_uri
-from scrutiny.connectors.tables.schemas import REPAIR_ACTIONS, REPAIR_ACTIONS_SCHEMA
 from scrutiny.connectors.zookeeper.tree import mark_leaves
-from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.repair_plan import (
     REASON_MARKED_BEFORE,
     REASON_MARKED_CONCURRENTLY,
     PlanAction,
     PlannedRepair,
     RepairAction,
-    RepairCandidate,
     RepairError,
     RepairOutcome,
     RepairPlan,
-    plan_repairs,
 )
 from scrutiny.core.zk_paths import (
     underreplication_disable_path,
 )
 
-__all__ = [
-    "REPAIR_ACTIONS",
-    "REPAIR_ACTIONS_SCHEMA",
-    "FixResult",
-    "RepairAction",
-    "RepairLogError",
-    "RepairOutcome",
-    "apply_repairs",
-    "epoch_ms",
-    "fix_under_replicated",
-    "read_recovery_state",
-    "read_repair_log",
-    "repair_log_uri",
-    "write_repair_log",
-]
-
 log = logging.getLogger(__name__)
-
-_DESCRIPTION: Final = "Scrutiny: every under-replication mark a fix made or skipped (append-only)"
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-class RepairLogError(ScrutinyError):
-    """The marks were applied but the ``repair_actions`` table could not record them; ``actions`` says what was done."""
-
-    def __init__(self, actions: Sequence[RepairAction], cause: BaseException) -> None:
-        self.actions = tuple(actions)
-        super().__init__(f"{len(self.actions)} repair actions were taken but not recorded: {_describe(cause)}")
 
 
 # --------------------------------------------------------------------------- ZooKeeper
@@ -181,144 +140,3 @@ def _holds(client: KazooClient, path: str, data: bytes) -> bool:
 def _describe(error: BaseException) -> str:
     text = str(error).strip()
     return f"{type(error).__name__}: {text}" if text and text != "((), {})" else type(error).__name__
-
-
-# --------------------------------------------------------------------------- the repair_actions table
-
-
-def repair_log_uri(data_dir: str | Path) -> str:
-    """Where ``repair_actions`` lives under ``data_dir`` (a local path or an object-store URI)."""
-    return table_uri(data_dir, REPAIR_ACTIONS)
-
-
-def _check_time(at: datetime, what: str) -> None:
-    if at.tzinfo is None or at.utcoffset() is None:
-        raise RepairError(f"{what} must be a timezone-aware datetime, got {at!r}")
-
-
-def epoch_ms(at: datetime) -> int:
-    """``at`` (timezone-aware) as milliseconds since the epoch: a mark's ctime."""
-    _check_time(at, "the fix time")
-    return (at - _EPOCH) // timedelta(milliseconds=1)
-
-
-def repair_log_rows(actions: Sequence[RepairAction], *, run_id: str, at: datetime) -> pa.Table:
-    """The rows :func:`write_repair_log` appends, in ``REPAIR_ACTIONS_SCHEMA``."""
-    if not run_id:
-        raise RepairError("run_id must not be empty")
-    _check_time(at, "at")
-    columns: dict[str, list[Any]] = {
-        "run_id": [run_id] * len(actions),
-        "ledger_id": [a.ledger_id for a in actions],
-        "action": [a.action.value for a in actions],
-        "missing_bookies": [list(a.missing_bookies) for a in actions],
-        "path": [a.path for a in actions],
-        "reason": [a.reason for a in actions],
-        "at": [at.astimezone(UTC)] * len(actions),
-    }
-    return pa.Table.from_pydict(columns, schema=REPAIR_ACTIONS_SCHEMA)
-
-
-def _storage(storage_options: Mapping[str, str] | None) -> dict[str, str] | None:
-    return dict(storage_options) if storage_options else None
-
-
-def ensure_repair_log(data_dir: str | Path, *, storage_options: Mapping[str, str] | None = None) -> DeltaTable:
-    """The ``repair_actions`` table, created empty (append-only) if missing; TableError if its schema differs."""
-    uri = repair_log_uri(data_dir)
-    storage = _storage(storage_options)
-    if not DeltaTable.is_deltatable(uri, storage_options=storage):
-        DeltaTable.create(
-            uri,
-            REPAIR_ACTIONS_SCHEMA,
-            mode="ignore",
-            name=REPAIR_ACTIONS,
-            description=_DESCRIPTION,
-            configuration={"delta.appendOnly": "true"},
-            storage_options=storage,
-        )
-    table = DeltaTable(uri, storage_options=storage)
-    actual = pa.schema(table.schema().to_arrow())
-    if actual != REPAIR_ACTIONS_SCHEMA:
-        raise TableError(REPAIR_ACTIONS, f"schema is {actual}, expected {REPAIR_ACTIONS_SCHEMA}")
-    return table
-
-
-def write_repair_log(
-    data_dir: str | Path,
-    actions: Sequence[RepairAction],
-    *,
-    run_id: str,
-    at: datetime,
-    storage_options: Mapping[str, str] | None = None,
-) -> int:
-    """Append one ``repair_actions`` row per action (all with ``run_id`` and time ``at``); the rows written.
-
-    One Delta commit; no actions means no commit (and no table created). Creates the table
-    if missing. Raises RepairError for an empty ``run_id`` or a naive ``at`` (nothing written),
-    TableError if the existing table has another schema, and delta-rs's errors on I/O failure.
-    """
-    rows = repair_log_rows(actions, run_id=run_id, at=at)
-    if not rows.num_rows:
-        return 0
-    table = ensure_repair_log(data_dir, storage_options=storage_options)
-    write_deltalake(table, rows, mode="append")
-    return int(rows.num_rows)
-
-
-def read_repair_log(data_dir: str | Path, *, storage_options: Mapping[str, str] | None = None) -> pa.Table:
-    """The current rows of ``repair_actions`` (live files only), in ``REPAIR_ACTIONS_SCHEMA``.
-
-    Raises TableError if there is no such table.
-    """
-    return read_table(data_dir, REPAIR_ACTIONS, storage_options=storage_options)
-
-
-# --------------------------------------------------------------------------- the whole fix
-
-
-@dataclass(frozen=True, slots=True)
-class FixResult:
-    """The outcome of :func:`fix_under_replicated`: the plan, what was done (nothing on a dry run), rows logged."""
-
-    plan: RepairPlan
-    actions: tuple[RepairAction, ...]
-    logged: int
-    dry_run: bool
-
-
-def fix_under_replicated(
-    client: KazooClient,
-    candidates: Iterable[RepairCandidate],
-    *,
-    root: str,
-    data_dir: str | Path,
-    run_id: str,
-    now: datetime,
-    force: bool = False,
-    dry_run: bool = True,
-    storage_options: Mapping[str, str] | None = None,
-) -> FixResult:
-    """Read the recovery state, plan, and unless ``dry_run`` apply the plan and record it.
-
-    ``now`` (timezone-aware) is the fix time: every mark's ctime and the log's ``at``. A dry run
-    reads ZooKeeper and returns the plan (print it with ``render_plan``): it writes neither
-    ZooKeeper nor the Delta table. Otherwise the table is created/checked *before* the first
-    mark is written (a table that cannot take the record stops the fix early), the plan is
-    applied and the actions appended; if that append fails, RepairLogError carries the actions.
-    """
-    now_ms = epoch_ms(now)
-    if not dry_run:
-        if not run_id:
-            raise RepairError("run_id must not be empty")
-        ensure_repair_log(data_dir, storage_options=storage_options)
-    disabled, marked = read_recovery_state(client, root)
-    plan = plan_repairs(candidates, marked=marked, disabled=disabled, force=force, now_ms=now_ms, root=root)
-    if dry_run:
-        return FixResult(plan, (), 0, dry_run=True)
-    actions = apply_repairs(client, plan)
-    try:
-        logged = write_repair_log(data_dir, actions, run_id=run_id, at=now, storage_options=storage_options)
-    except Exception as error:
-        raise RepairLogError(actions, error) from error
-    return FixResult(plan, tuple(actions), logged, dry_run=False)

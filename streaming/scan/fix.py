@@ -1,25 +1,42 @@
 """``scrutiny scan --fix``: after a complete deep scan, mark the ledgers with missing replicas under-replicated.
 
 The candidates are the scan's ``MISSING_REPLICA`` findings (:func:`scrutiny.core.repair_plan.repair_candidates`);
-:func:`scrutiny.connectors.zookeeper.marks.fix_under_replicated` reads ZooKeeper's marks and ``disable`` node,
-plans, and unless ``--dry-run`` creates the marks (never touching a ledger already marked) and appends what happened
-to the ``repair_actions`` table. docs/fix.md documents the rules and the printed plan.
+:func:`fix_under_replicated` reads ZooKeeper's marks and ``disable`` node
+(:mod:`scrutiny.connectors.zookeeper.marks`), plans, and unless ``--dry-run`` creates the marks (never touching a
+ledger already marked) and appends what happened to the ``repair_actions`` table
+(:mod:`scrutiny.connectors.tables.repair_log`). docs/fix.md documents the rules and the printed plan.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Final
 
+from kazoo.client import KazooClient
+
+from scrutiny.connectors.tables.repair_log import ensure_repair_log, write_repair_log
 from scrutiny.connectors.zookeeper.client import close_zookeeper_client, start_zookeeper_client, zookeeper_target
-from scrutiny.connectors.zookeeper.marks import FixResult, fix_under_replicated
+from scrutiny.connectors.zookeeper.marks import apply_repairs, read_recovery_state
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.ledger_scan import ScanMode
-from scrutiny.core.repair_plan import render_actions, render_plan, repair_candidates
+from scrutiny.core.repair_plan import (
+    RepairAction,
+    RepairCandidate,
+    RepairError,
+    RepairPlan,
+    plan_repairs,
+    render_actions,
+    render_plan,
+    repair_candidates,
+)
 from scrutiny.settings.loader import Settings
 from scrutiny.streaming.scan.job import ScanResult
 
 CONNECT_TIMEOUT_S = 15.0
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class FixError(ScrutinyError):
@@ -94,3 +111,70 @@ def fix_json(fixed: FixResult) -> dict[str, object]:
 
 def _bookie(value: object) -> str | None:
     return None if value is None else str(value)
+
+
+class RepairLogError(ScrutinyError):
+    """The marks were applied but the ``repair_actions`` table could not record them; ``actions`` says what was done."""
+
+    def __init__(self, actions: Sequence[RepairAction], cause: BaseException) -> None:
+        self.actions = tuple(actions)
+        super().__init__(f"{len(self.actions)} repair actions were taken but not recorded: {_one_line(cause)}")
+
+
+@dataclass(frozen=True, slots=True)
+class FixResult:
+    """The outcome of :func:`fix_under_replicated`: the plan, what was done (nothing on a dry run), rows logged."""
+
+    plan: RepairPlan
+    actions: tuple[RepairAction, ...]
+    logged: int
+    dry_run: bool
+
+
+def fix_under_replicated(
+    client: KazooClient,
+    candidates: Iterable[RepairCandidate],
+    *,
+    root: str,
+    data_dir: str | Path,
+    run_id: str,
+    now: datetime,
+    force: bool = False,
+    dry_run: bool = True,
+    storage_options: Mapping[str, str] | None = None,
+) -> FixResult:
+    """Read the recovery state, plan, and unless ``dry_run`` apply the plan and record it.
+
+    ``now`` (timezone-aware) is the fix time: every mark's ctime and the log's ``at``. A dry run
+    reads ZooKeeper and returns the plan (print it with ``render_plan``): it writes neither
+    ZooKeeper nor the Delta table. Otherwise the table is created/checked *before* the first
+    mark is written (a table that cannot take the record stops the fix early), the plan is
+    applied and the actions appended; if that append fails, RepairLogError carries the actions.
+    """
+    now_ms = epoch_ms(now)
+    if not dry_run:
+        if not run_id:
+            raise RepairError("run_id must not be empty")
+        ensure_repair_log(data_dir, storage_options=storage_options)
+    disabled, marked = read_recovery_state(client, root)
+    plan = plan_repairs(candidates, marked=marked, disabled=disabled, force=force, now_ms=now_ms, root=root)
+    if dry_run:
+        return FixResult(plan, (), 0, dry_run=True)
+    actions = apply_repairs(client, plan)
+    try:
+        logged = write_repair_log(data_dir, actions, run_id=run_id, at=now, storage_options=storage_options)
+    except Exception as error:
+        raise RepairLogError(actions, error) from error
+    return FixResult(plan, tuple(actions), logged, dry_run=False)
+
+
+def epoch_ms(at: datetime) -> int:
+    """``at`` (timezone-aware) as milliseconds since the epoch: a mark's ctime."""
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise RepairError(f"the fix time must be a timezone-aware datetime, got {at!r}")
+    return (at - _EPOCH) // timedelta(milliseconds=1)
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -1,4 +1,8 @@
-"""The fix against a real ZooKeeper: marks BookKeeper can read, nothing else written, and the repair_actions log."""
+"""The fix against a real ZooKeeper: marks BookKeeper can read, nothing else written, and the repair_actions log.
+
+The marks (:mod:`scrutiny.connectors.zookeeper.marks`), the log (:mod:`scrutiny.connectors.tables.repair_log`) and
+the fix that joins them (:mod:`scrutiny.streaming.scan.fix`) are tested together here, as the fix uses them.
+"""
 
 from __future__ import annotations
 
@@ -10,16 +14,9 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.security import ACL, Id, Permissions
 
-from scrutiny.connectors.zookeeper.marks import (
-    REPAIR_ACTIONS,
-    REPAIR_ACTIONS_SCHEMA,
-    apply_repairs,
-    epoch_ms,
-    fix_under_replicated,
-    read_recovery_state,
-    read_repair_log,
-    write_repair_log,
-)
+from scrutiny.connectors.tables.repair_log import read_repair_log, write_repair_log
+from scrutiny.connectors.tables.schemas import REPAIR_ACTIONS, REPAIR_ACTIONS_SCHEMA
+from scrutiny.connectors.zookeeper.marks import apply_repairs, read_recovery_state
 from scrutiny.core.repair_plan import (
     PlanAction,
     RepairAction,
@@ -30,6 +27,7 @@ from scrutiny.core.repair_plan import (
     repair_candidates,
 )
 from scrutiny.core.zk_records import UnderReplicationMark, format_underreplication_mark, parse_underreplication_mark
+from scrutiny.streaming.scan.fix import epoch_ms, fix_under_replicated
 
 pytestmark = pytest.mark.integration
 

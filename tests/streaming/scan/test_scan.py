@@ -17,8 +17,9 @@ from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
 
 from scrutiny.cli.main import main
+from scrutiny.connectors.tables.repair_log import read_repair_log
 from scrutiny.connectors.tables.sql import SqlEngine
-from scrutiny.connectors.zookeeper.marks import read_recovery_state, read_repair_log
+from scrutiny.connectors.zookeeper.marks import read_recovery_state
 from scrutiny.core.ledger_scan import FAST_CATEGORIES, ScanMode, parse_ledger_selection
 from scrutiny.core.zk_paths import ledger_path, underreplication_path
 from scrutiny.core.zk_records import parse_underreplication_mark
