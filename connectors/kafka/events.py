@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from scrutiny.core.errors import FormatError
 from scrutiny.core.ledger_metadata import decode_ledger_metadata
-from scrutiny.core.metadata_view import Change, ChangeKind, Node
+from scrutiny.core.metadata_view import ChangeKind, MetadataChange, Node
 from scrutiny.core.zk_records import parse_underreplication_mark
 from scrutiny.proto import ledger_events_pb2 as pb
 
@@ -34,7 +34,7 @@ def ledger_key(ledger_id: int) -> bytes:
     return str(ledger_id).encode("ascii")
 
 
-def event_for_change(change: Change, origin: int, publisher: Publisher, *, observed_ms: int) -> pb.LedgerEvent:
+def event_for_change(change: MetadataChange, origin: int, publisher: Publisher, *, observed_ms: int) -> pb.LedgerEvent:
     """The event describing ``change`` (sequence numbers are stamped when it is sent)."""
     event = _base(pb.EventKind.Value(change.kind.value), origin, publisher, observed_ms)
     if change.ledger_id is not None:

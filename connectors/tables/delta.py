@@ -59,7 +59,7 @@ from scrutiny.core.errors import ConfigError, ScrutinyError
 __all__ = [
     "CheckerTables",
     "Maintenance",
-    "Outcome",
+    "WriteOutcome",
     "RunRecord",
     "TableError",
     "TableWrite",
@@ -103,7 +103,7 @@ class TableError(ScrutinyError):
         super().__init__(f"Delta table {table!r}: {reason}")
 
 
-class Outcome(StrEnum):
+class WriteOutcome(StrEnum):
     """What :meth:`CheckerTables.write_batch` did to one table."""
 
     WRITTEN = "written"
@@ -116,7 +116,7 @@ class TableWrite:
     """One table's part of a batch: ``rows`` appended (or keys merged); ``inserted``/``updated`` for the MERGE."""
 
     table: str
-    outcome: Outcome
+    outcome: WriteOutcome
     rows: int = 0
     inserted: int = 0
     updated: int = 0
@@ -148,12 +148,12 @@ class WriteResult:
     @property
     def written(self) -> tuple[str, ...]:
         """Tables committed by this call."""
-        return tuple(w.table for w in self.tables if w.outcome is Outcome.WRITTEN)
+        return tuple(w.table for w in self.tables if w.outcome is WriteOutcome.WRITTEN)
 
     @property
     def skipped(self) -> tuple[str, ...]:
         """Tables that already held this batch."""
-        return tuple(w.table for w in self.tables if w.outcome is Outcome.SKIPPED)
+        return tuple(w.table for w in self.tables if w.outcome is WriteOutcome.SKIPPED)
 
 
 def table_uri(data_dir: str | Path, name: str) -> str:
@@ -343,7 +343,7 @@ class CheckerTables:
 
     def _write_table(self, name: str, rows: pa.Table, batch_id: int) -> TableWrite:
         if not rows.num_rows and name != CHECKER_RUNS:
-            return TableWrite(name, Outcome.EMPTY)  # a re-run that finds rows here never wrote them before
+            return TableWrite(name, WriteOutcome.EMPTY)  # a re-run that finds rows here never wrote them before
         table = self._table(name)
         done = table.transaction_version(self.app_id)
         if done is not None and done >= batch_id:
@@ -356,11 +356,11 @@ class CheckerTables:
                     self.app_id,
                     batch_id,
                 )
-            return TableWrite(name, Outcome.SKIPPED)
+            return TableWrite(name, WriteOutcome.SKIPPED)
         if name == OPEN_VIOLATIONS:
             return self._merge_open_violations(table, rows, batch_id)
         self._append(table, rows, batch_id)
-        return TableWrite(name, Outcome.WRITTEN, rows=rows.num_rows, inserted=rows.num_rows)
+        return TableWrite(name, WriteOutcome.WRITTEN, rows=rows.num_rows, inserted=rows.num_rows)
 
     def _append(self, table: DeltaTable, rows: pa.Table, batch_id: int) -> None:
         """One commit: ``rows`` (possibly none) plus the app transaction."""
@@ -383,7 +383,7 @@ class CheckerTables:
         )
         return TableWrite(
             OPEN_VIOLATIONS,
-            Outcome.WRITTEN,
+            WriteOutcome.WRITTEN,
             rows=changes.num_rows,
             inserted=int(metrics.get("num_target_rows_inserted", 0)),
             updated=int(metrics.get("num_target_rows_updated", 0)),

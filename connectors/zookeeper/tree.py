@@ -20,7 +20,7 @@ from kazoo.exceptions import EXCEPTIONS, NoNodeError
 
 from scrutiny.connectors.zookeeper.requests import MultiRead
 from scrutiny.core.errors import PathError
-from scrutiny.core.metadata_view import ClusterView, Node, NodeStat
+from scrutiny.core.metadata_view import MetadataView, Node, NodeStat
 from scrutiny.core.zk_paths import (
     LedgerManager,
     available_path,
@@ -133,10 +133,10 @@ def read_nodes(client: KazooClient, paths: Sequence[str], *, window: int = MULTI
     return found
 
 
-def read_cluster(client: KazooClient, layout: TreeLayout, *, progress: Progress | None = None) -> ClusterView:
+def read_cluster(client: KazooClient, layout: TreeLayout, *, progress: Progress | None = None) -> MetadataView:
     """Everything the watcher publishes, read now: ledgers, marks, registrations and racks."""
     report = progress or (lambda phase, count: None)
-    view = ClusterView()
+    view = MetadataView()
     leaves = _ledger_leaves(client, layout, DEFAULT_WINDOW)
     report("ledger nodes found", len(leaves))
     for start in range(0, len(leaves), PROGRESS_EVERY):

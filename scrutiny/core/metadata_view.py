@@ -1,8 +1,8 @@
 """What the watcher knows of the cluster, and what changed: pure state and diffs, no I/O.
 
-A :class:`ClusterView` is one observation of BookKeeper's metadata: every ledger node (data and
+A :class:`MetadataView` is one observation of BookKeeper's metadata: every ledger node (data and
 stat), every under-replication mark, the writable and read-only bookie registrations and
-Pulsar's rack node. :func:`diff` turns two observations into the :class:`Change` list that
+Pulsar's rack node. :func:`diff` turns two observations into the :class:`MetadataChange` list that
 takes a consumer from the first to the second; :class:`KnownState` applies single live
 changes, dropping those older than what was already published (ZooKeeper's ``mzxid`` orders
 the versions of one node), so a late or duplicate notification never moves a ledger backwards.
@@ -40,7 +40,7 @@ def node_stat_lag(node: Node, now_ms: int) -> float:
 
 
 @dataclass
-class ClusterView:
+class MetadataView:
     """One observation of the metadata the checker needs."""
 
     ledgers: dict[int, Node] = field(default_factory=dict)
@@ -66,7 +66,7 @@ class ChangeKind(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Change:
+class MetadataChange:
     """One change: ``node`` for ledgers and marks (the last known one for deletions), ``data`` otherwise."""
 
     kind: ChangeKind
@@ -81,7 +81,7 @@ class Change:
         return self.ledger_id is None
 
 
-def diff(old: ClusterView, new: ClusterView) -> list[Change]:
+def diff(old: MetadataView, new: MetadataView) -> list[MetadataChange]:
     """The changes from ``old`` to ``new``: cluster-wide ones first, then marks, then ledgers, each by id.
 
     Marks come before ledgers so that a checker reading a snapshot in order knows a ledger is
@@ -90,31 +90,31 @@ def diff(old: ClusterView, new: ClusterView) -> list[Change]:
     """
     changes = list(_bookie_changes(old, new))
     if old.racks != new.racks:
-        changes.append(Change(ChangeKind.RACKS_CHANGED, data=new.racks or b""))
+        changes.append(MetadataChange(ChangeKind.RACKS_CHANGED, data=new.racks or b""))
     changes.extend(_node_changes(old.marks, new.marks, ledgers=False))
     changes.extend(_node_changes(old.ledgers, new.ledgers, ledgers=True))
     return changes
 
 
-def _node_changes(old: dict[int, Node], new: dict[int, Node], *, ledgers: bool) -> Iterator[Change]:
+def _node_changes(old: dict[int, Node], new: dict[int, Node], *, ledgers: bool) -> Iterator[MetadataChange]:
     created = ChangeKind.LEDGER_CREATED if ledgers else ChangeKind.UNDER_REPLICATION_MARKED
     changed = ChangeKind.LEDGER_CHANGED if ledgers else ChangeKind.UNDER_REPLICATION_MARKED
     deleted = ChangeKind.LEDGER_DELETED if ledgers else ChangeKind.UNDER_REPLICATION_CLEARED
     for ledger_id in sorted(old.keys() | new.keys()):
         before, after = old.get(ledger_id), new.get(ledger_id)
         if after is None and before is not None:
-            yield Change(deleted, ledger_id, before)
+            yield MetadataChange(deleted, ledger_id, before)
         elif before is None and after is not None:
-            yield Change(created, ledger_id, after)
+            yield MetadataChange(created, ledger_id, after)
         elif before is not None and after is not None and _newer(after, before):
-            yield Change(changed, ledger_id, after)
+            yield MetadataChange(changed, ledger_id, after)
 
 
 def _newer(after: Node, before: Node) -> bool:
     return (after.stat.czxid, after.stat.mzxid) != (before.stat.czxid, before.stat.mzxid)
 
 
-def _bookie_changes(old: ClusterView, new: ClusterView) -> Iterator[Change]:
+def _bookie_changes(old: MetadataView, new: MetadataView) -> Iterator[MetadataChange]:
     for bookie in sorted(old.writable.keys() | old.readonly.keys() | new.writable.keys() | new.readonly.keys()):
         was = _registration(old, bookie)
         now = _registration(new, bookie)
@@ -122,10 +122,10 @@ def _bookie_changes(old: ClusterView, new: ClusterView) -> Iterator[Change]:
         if kind is None and now is not None and _info(new, bookie) != _info(old, bookie):
             kind = ChangeKind.BOOKIE_REGISTERED if now == "writable" else ChangeKind.BOOKIE_READONLY
         if kind is not None:
-            yield Change(kind, bookie_id=bookie, data=_info(new, bookie) or b"")
+            yield MetadataChange(kind, bookie_id=bookie, data=_info(new, bookie) or b"")
 
 
-def _registration(view: ClusterView, bookie: str) -> str | None:
+def _registration(view: MetadataView, bookie: str) -> str | None:
     if bookie in view.readonly:
         return "readonly"
     if bookie in view.writable:
@@ -133,7 +133,7 @@ def _registration(view: ClusterView, bookie: str) -> str | None:
     return None
 
 
-def _info(view: ClusterView, bookie: str) -> bytes | None:
+def _info(view: MetadataView, bookie: str) -> bytes | None:
     if bookie in view.readonly:
         return view.readonly[bookie]
     return view.writable.get(bookie)
@@ -152,24 +152,26 @@ def _bookie_transition(was: str | None, now: str | None) -> ChangeKind | None:
 class KnownState:
     """The last state published, updated change by change; refuses changes that would go backwards."""
 
-    def __init__(self, view: ClusterView | None = None) -> None:
-        self.view = view if view is not None else ClusterView()
+    def __init__(self, view: MetadataView | None = None) -> None:
+        self.view = view if view is not None else MetadataView()
 
-    def resync(self, observed: ClusterView) -> list[Change]:
+    def resync(self, observed: MetadataView) -> list[MetadataChange]:
         """The changes from what was published to ``observed``, which becomes the known state."""
         changes = diff(self.view, observed)
         self.view = observed
         return changes
 
-    def ledger(self, ledger_id: int, node: Node | None) -> Change | None:
+    def ledger(self, ledger_id: int, node: Node | None) -> MetadataChange | None:
         """A ledger node read after a notification (None: it is gone); None when nothing new."""
         return self._node(self.view.ledgers, ledger_id, node, ledgers=True)
 
-    def mark(self, ledger_id: int, node: Node | None) -> Change | None:
+    def mark(self, ledger_id: int, node: Node | None) -> MetadataChange | None:
         """An under-replication node read after a notification (None: it is gone)."""
         return self._node(self.view.marks, ledger_id, node, ledgers=False)
 
-    def _node(self, nodes: dict[int, Node], ledger_id: int, node: Node | None, *, ledgers: bool) -> Change | None:
+    def _node(
+        self, nodes: dict[int, Node], ledger_id: int, node: Node | None, *, ledgers: bool
+    ) -> MetadataChange | None:
         before = nodes.get(ledger_id)
         stale = node is not None and before is not None and node.stat.czxid == before.stat.czxid
         if stale and node is not None and before is not None and node.stat.mzxid <= before.stat.mzxid:
@@ -183,16 +185,16 @@ class KnownState:
             nodes[ledger_id] = node
         return changes[0] if changes else None
 
-    def bookies(self, writable: dict[str, bytes], readonly: dict[str, bytes]) -> list[Change]:
+    def bookies(self, writable: dict[str, bytes], readonly: dict[str, bytes]) -> list[MetadataChange]:
         """New registrations (after a change under ``available``): the bookie changes."""
-        new = ClusterView(self.view.ledgers, self.view.marks, writable, readonly, self.view.racks)
+        new = MetadataView(self.view.ledgers, self.view.marks, writable, readonly, self.view.racks)
         changes = list(_bookie_changes(self.view, new))
         self.view.writable, self.view.readonly = writable, readonly
         return changes
 
-    def racks(self, data: bytes | None) -> Change | None:
+    def racks(self, data: bytes | None) -> MetadataChange | None:
         """Pulsar's rack node read after a notification (None: it is gone)."""
         if data == self.view.racks:
             return None
         self.view.racks = data
-        return Change(ChangeKind.RACKS_CHANGED, data=data or b"")
+        return MetadataChange(ChangeKind.RACKS_CHANGED, data=data or b"")

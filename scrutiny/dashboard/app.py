@@ -26,7 +26,7 @@ from scrutiny.dashboard.data import load_snapshot
 from scrutiny.dashboard.layout import INDEX, OUTPUTS, build_layout
 from scrutiny.dashboard.render import render
 from scrutiny.dashboard.server import DashboardError, install_security_headers, install_token_guard
-from scrutiny.dashboard.snapshot import Snapshot
+from scrutiny.dashboard.snapshot import DashboardSnapshot
 
 __all__ = ["DEFAULT_REFRESH_SECONDS", "SnapshotCache", "create_app"]
 
@@ -42,16 +42,16 @@ class SnapshotCache:
     """
 
     def __init__(
-        self, load: Callable[[], Snapshot], *, max_age_s: float, clock: Callable[[], float] = time.monotonic
+        self, load: Callable[[], DashboardSnapshot], *, max_age_s: float, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._load = load
         self._max_age_s = max_age_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._snapshot: Snapshot | None = None
+        self._snapshot: DashboardSnapshot | None = None
         self._loaded_at = 0.0
 
-    def get(self) -> Snapshot:
+    def get(self) -> DashboardSnapshot:
         """The cached snapshot, or a fresh one when it is missing or stale."""
         with self._lock:
             if self._snapshot is None or self._clock() - self._loaded_at >= self._max_age_s:
@@ -93,7 +93,7 @@ def create_app(
     )
     app.layout = build_layout(refresh_seconds, str(data_dir))
 
-    def load() -> Snapshot:
+    def load() -> DashboardSnapshot:
         now = None if clock is None else clock()  # None: load_snapshot takes the current time
         return load_snapshot(data_dir, now=now, worst=worst, stall_after_ms=stall_after_ms)
 
@@ -104,7 +104,9 @@ def create_app(
             values = render(cache.get())
         except Exception:  # a refresh must never break the page: log it, show "no data yet"
             log.exception("dashboard refresh failed")
-            values = render(Snapshot(str(data_dir), datetime.now(UTC), problems=("refresh failed (see the log)",)))
+            values = render(
+                DashboardSnapshot(str(data_dir), datetime.now(UTC), problems=("refresh failed (see the log)",))
+            )
         return [values[key] for key in OUTPUTS]
 
     app.callback([Output(name, prop) for name, prop in OUTPUTS], Input("refresh", "n_intervals"))(update)

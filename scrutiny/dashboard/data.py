@@ -57,12 +57,12 @@ from scrutiny.dashboard.snapshot import (
     CategoryCount,
     CheckerHealth,
     Coverage,
+    DashboardSnapshot,
     Latency,
     MissingReplica,
     Overview,
     RunPoint,
     Segment,
-    Snapshot,
     StuckLedger,
     Timeline,
     WorstLedger,
@@ -130,7 +130,7 @@ def load_snapshot(
     now: datetime | None = None,
     worst: int = DEFAULT_WORST,
     stall_after_ms: int = DEFAULT_STALL_AFTER_MS,
-) -> Snapshot:
+) -> DashboardSnapshot:
     """Every section read from the tables of ``data_dir`` as of ``now`` (default: the current time).
 
     Runs on each refresh of the page. Never raises on the tables' state: a section that cannot be read is None and,
@@ -141,7 +141,7 @@ def load_snapshot(
     try:
         engine = SqlEngine(str(data_dir), now=moment)
     except _READ_ERRORS as error:
-        return Snapshot(str(data_dir), moment, problems=(_one_line(str(error)),))
+        return DashboardSnapshot(str(data_dir), moment, problems=(_one_line(str(error)),))
 
     def section(name: str, read: Callable[[], _T]) -> _T | None:
         try:
@@ -166,7 +166,7 @@ def load_snapshot(
         checker = section("checker health", lambda: _checker(engine, stall_after_ms))
         runs = section("recent batches", lambda: _runs(engine))
         missing = engine.missing_tables
-    return Snapshot(
+    return DashboardSnapshot(
         data_dir=str(data_dir),
         generated_at=moment,
         missing_tables=missing,

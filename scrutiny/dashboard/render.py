@@ -31,9 +31,9 @@ from scrutiny.dashboard.snapshot import (
     BookieHealth,
     CheckerHealth,
     Coverage,
+    DashboardSnapshot,
     Latency,
     Overview,
-    Snapshot,
     StuckLedger,
     WorstLedger,
 )
@@ -187,7 +187,7 @@ def _stuck_table(stuck: Sequence[StuckLedger] | None) -> Component:
     return _table(("ledger", "bookie", "hours", "first seen", "Pulsar topic", "details"), rows)
 
 
-def _notes(snapshot: Snapshot) -> list[Component]:
+def _notes(snapshot: DashboardSnapshot) -> list[Component]:
     notes: list[Component] = []
     if snapshot.missing_tables:
         notes.append(html.Div(f"not created yet: {', '.join(snapshot.missing_tables)} (no data yet)"))
@@ -195,7 +195,7 @@ def _notes(snapshot: Snapshot) -> list[Component]:
     return notes
 
 
-def render(snapshot: Snapshot) -> dict[tuple[str, str], object]:
+def render(snapshot: DashboardSnapshot) -> dict[tuple[str, str], object]:
     """The value of every output of the page for ``snapshot``, keyed by (element id, property)."""
     overview, checker = snapshot.overview, snapshot.checker
     texts = dict.fromkeys(NUMBER_IDS, NO_DATA)  # the figures of the sections that are None

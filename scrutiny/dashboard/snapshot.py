@@ -1,6 +1,6 @@
 """The dashboard's snapshot: what one refresh of the page shows, as plain frozen dataclasses.
 
-A :class:`Snapshot` holds one section per panel of the page (:mod:`.dashboard_data` reads them from the tables);
+A :class:`DashboardSnapshot` holds one section per panel of the page (:mod:`.data` reads them);
 a section that is ``None`` has no data yet and the page shows :data:`NO_DATA` for it. Nothing here reads or draws.
 """
 
@@ -25,7 +25,7 @@ __all__ = [
     "Overview",
     "RunPoint",
     "Segment",
-    "Snapshot",
+    "DashboardSnapshot",
     "StuckLedger",
     "Timeline",
     "WorstLedger",
@@ -182,7 +182,7 @@ class RunPoint:
 
 
 @dataclass(frozen=True, slots=True)
-class Snapshot:
+class DashboardSnapshot:
     """Everything the page shows, as of ``generated_at``; a section that is None has no data yet."""
 
     data_dir: str

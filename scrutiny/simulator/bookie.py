@@ -58,7 +58,6 @@ from scrutiny.simulator.v3_server import (
     Slow,
     Unresponsive,
 )
-from scrutiny.simulator.v3_server import GarbageKind as V3GarbageKind
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +192,7 @@ def v3_fault(fault: FaultSpec) -> Fault:
         return Slow(fault.delay_s)
     if fault.kind is FaultKind.STATUS:
         return ReplyStatus(fault.status_code)
-    return Garbage(V3GarbageKind(fault.garbage.value))
+    return Garbage(fault.garbage)
 
 
 class SimBookie:

@@ -66,7 +66,7 @@ from scrutiny.core.zk_records import (
 )
 from scrutiny.simulator.bookie import EntryStore, SimBookie
 from scrutiny.simulator.model import BookieMode, CorruptKind, Event, LedgerSpec, Scenario
-from scrutiny.simulator.state import Change, ClusterState
+from scrutiny.simulator.state import ClusterState, ScheduledChange
 from scrutiny.simulator.v3_server import ListingEncoding
 
 log = logging.getLogger(__name__)
@@ -354,7 +354,7 @@ class SimCluster:
         for callback in self._on_change:
             callback(applied)
 
-    async def _carry_out(self, change: Change) -> None:
+    async def _carry_out(self, change: ScheduledChange) -> None:
         for bookie_id, ledgers in change.data.items():
             self.bookies[bookie_id].store.invalidate(ledgers)
         await asyncio.to_thread(self._write_changes, change)
@@ -478,7 +478,7 @@ class SimCluster:
         self._pipeline.create_tree(nodes, self._known_dirs)
         self.stats.marks += len(nodes)
 
-    def _write_changes(self, change: Change) -> None:
+    def _write_changes(self, change: ScheduledChange) -> None:
         client, root = self.client, self.root
         for ledger_id in sorted(change.metadata):
             spec = self.state.ledgers[ledger_id]

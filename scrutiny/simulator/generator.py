@@ -39,10 +39,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final, cast
 
+from scrutiny.core.placement import PlacementPolicy
 from scrutiny.simulator.model import (
     AutoPlacement,
     CheckerSpec,
-    PlacementPolicy,
     ScenarioError,
     auto_ensemble,
 )

@@ -22,6 +22,7 @@ from typing import Final
 
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.ledger_metadata import LedgerState
+from scrutiny.core.placement import PlacementPolicy, PlacementResult
 from scrutiny.core.sequence_groups import MAX_ENTRY_ID
 from scrutiny.proto import bookkeeper_protocol_pb2 as bk_pb
 
@@ -58,11 +59,11 @@ class FaultKind(StrEnum):
 
 
 class GarbageKind(StrEnum):
-    """The broken v3 frame of a ``garbage`` fault (the names of bookie_v3_server.GarbageKind)."""
+    """The broken v3 frame of a ``garbage`` fault, as the simulated v3 bookie writes it."""
 
-    RANDOM_PAYLOAD = "random_payload"
-    NEGATIVE_LENGTH = "negative_length"
-    HUGE_LENGTH = "huge_length"
+    RANDOM_PAYLOAD = "random_payload"  # a well-formed length, then bytes that are never a protobuf message
+    NEGATIVE_LENGTH = "negative_length"  # a length of -1
+    HUGE_LENGTH = "huge_length"  # a length of 2^31 - 1, above any frame limit
 
 
 class CorruptKind(StrEnum):
@@ -71,22 +72,6 @@ class CorruptKind(StrEnum):
     GARBAGE = "garbage"  # random bytes, no header
     TRUNCATED = "truncated"  # valid v3 bytes cut in the middle of the message
     BAD_VERSION = "bad_version"  # header with format version 9
-
-
-class PlacementPolicy(StrEnum):
-    """The placement policy the cluster's clients use (what the checker is configured with)."""
-
-    NONE = "none"
-    RACKAWARE = "rackaware"
-    ZONEAWARE = "zoneaware"
-
-
-class PlacementOutcome(StrEnum):
-    """How a segment meets the placement policy."""
-
-    FAIL = "FAIL"
-    SOFT = "MEETS_SOFT"
-    STRICT = "MEETS_STRICT"
 
 
 class AutoPlacement(StrEnum):
@@ -378,7 +363,7 @@ def intersect_ranges(ranges: Sequence[Range], lo: int, hi: int) -> tuple[Range, 
 
 def placement_outcome(
     ensemble: Sequence[str], write_quorum: int, racks: Mapping[str, str], checker: CheckerSpec
-) -> tuple[PlacementOutcome, str]:
+) -> tuple[PlacementResult, str]:
     """How a segment with ``ensemble`` meets the checker's policy, and why not (facts, section 7).
 
     Rack-aware: every write set (``WQ`` consecutive members, wrapping) spans at least
@@ -395,25 +380,25 @@ def placement_outcome(
         if checker.enforce_min_racks:
             on_default = [b for b in ensemble if rack_of[b] == checker.default_rack]
             if on_default:
-                return PlacementOutcome.FAIL, f"on the default rack: {', '.join(on_default)}"
+                return PlacementResult.FAIL, f"on the default rack: {', '.join(on_default)}"
         needed = min(write_quorum, checker.min_racks_per_write_quorum)
         for members in sets:
             if len({rack_of[b] for b in members}) < needed:
-                return PlacementOutcome.FAIL, f"write set {members} spans fewer than {needed} racks"
-        return PlacementOutcome.STRICT, ""
+                return PlacementResult.FAIL, f"write set {members} spans fewer than {needed} racks"
+        return PlacementResult.MEETS_STRICT, ""
     if checker.placement is PlacementPolicy.ZONEAWARE:
         zone_of = {b: _zone(racks.get(b), checker.default_rack) for b in ensemble}
         unknown = [b for b in ensemble if zone_of[b] is None]
         if unknown:
-            return PlacementOutcome.FAIL, f"no known zone: {', '.join(unknown)}"
+            return PlacementResult.FAIL, f"no known zone: {', '.join(unknown)}"
         minimum = min(write_quorum, checker.min_zones_per_write_quorum)
         desired = min(write_quorum, checker.desired_zones_per_write_quorum)
         spans = [len({zone_of[b] for b in members}) for members in sets]
         if min(spans) < minimum:
-            return PlacementOutcome.FAIL, f"a write set spans fewer than {minimum} zones"
+            return PlacementResult.FAIL, f"a write set spans fewer than {minimum} zones"
         if min(spans) < desired:
-            return PlacementOutcome.SOFT, f"a write set spans fewer than {desired} zones"
-    return PlacementOutcome.STRICT, ""
+            return PlacementResult.MEETS_SOFT, f"a write set spans fewer than {desired} zones"
+    return PlacementResult.MEETS_STRICT, ""
 
 
 def _zone(location: str | None, default_rack: str) -> str | None:
@@ -432,7 +417,7 @@ def auto_ensemble(
     checker: CheckerSpec,
     want: AutoPlacement,
     rng: random.Random,
-    cache: dict[tuple[tuple[str, ...], int], PlacementOutcome] | None = None,
+    cache: dict[tuple[tuple[str, ...], int], PlacementResult] | None = None,
 ) -> tuple[str, ...] | None:
     """A random ensemble of ``size`` bookies of ``pool`` meeting ``want`` (None if none was found).
 
@@ -453,7 +438,7 @@ def auto_ensemble(
         if outcome is None:
             outcome, _ = placement_outcome(candidate, write_quorum, racks, checker)
             outcomes[(candidate, write_quorum)] = outcome
-        if (outcome is PlacementOutcome.FAIL) == (want is AutoPlacement.VIOLATE):
+        if (outcome is PlacementResult.FAIL) == (want is AutoPlacement.VIOLATE):
             return candidate
     return None
 

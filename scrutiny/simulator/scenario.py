@@ -22,6 +22,7 @@ from typing import Any, Final, TypeVar
 
 from scrutiny.core.errors import PathError
 from scrutiny.core.ledger_metadata import LedgerState
+from scrutiny.core.placement import PlacementPolicy, PlacementResult
 from scrutiny.core.zk_paths import check_root
 from scrutiny.proto import bookkeeper_protocol_pb2 as bk_pb
 from scrutiny.simulator.model import (
@@ -44,8 +45,6 @@ from scrutiny.simulator.model import (
     Holding,
     LedgerSpec,
     MarkSpec,
-    PlacementOutcome,
-    PlacementPolicy,
     Range,
     Scenario,
     ScenarioError,
@@ -392,7 +391,7 @@ class _LedgerContext:
     checker: CheckerSpec
     seed: int
     defaults: dict[str, Any] = field(default_factory=dict)
-    placements: dict[tuple[tuple[str, ...], int], PlacementOutcome] = field(default_factory=dict)
+    placements: dict[tuple[tuple[str, ...], int], PlacementResult] = field(default_factory=dict)
     tables: dict[tuple[int, int, AutoPlacement], list[tuple[str, ...]]] = field(default_factory=dict)
 
     def auto(
@@ -431,7 +430,7 @@ class _LedgerContext:
                     out.append(candidate)
                 continue
             outcome, _ = placement_outcome(candidate, write_quorum, self.racks, self.checker)
-            if (outcome is PlacementOutcome.FAIL) == (want is AutoPlacement.VIOLATE):
+            if (outcome is PlacementResult.FAIL) == (want is AutoPlacement.VIOLATE):
                 out.append(candidate)
         return out
 

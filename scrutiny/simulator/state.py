@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from scrutiny.core.ledger_metadata import LedgerState
+from scrutiny.core.placement import PlacementResult
 from scrutiny.core.sequence_groups import SequenceGroup, clip
 from scrutiny.core.striping import expected_groups
 from scrutiny.simulator.model import (
@@ -32,7 +33,6 @@ from scrutiny.simulator.model import (
     Holding,
     LedgerSpec,
     MarkSpec,
-    PlacementOutcome,
     Scenario,
     SegmentSpec,
     Where,
@@ -72,7 +72,7 @@ class BookieState:
 
 
 @dataclass
-class Change:
+class ScheduledChange:
     """What one scheduled change touched, for the simulated cluster to carry out."""
 
     metadata: set[int] = field(default_factory=set)  # ledger znodes to (re)write
@@ -104,7 +104,7 @@ class ClusterState:
         self.now_s = now_s
         self._auto_rng = random.Random(f"schedule:{scenario.seed}")
         self._index: dict[str, set[int]] = {}
-        self._placement: dict[tuple[tuple[str, ...], int], PlacementOutcome] = {}
+        self._placement: dict[tuple[tuple[str, ...], int], PlacementResult] = {}
         for spec in ledgers.values():
             self._index_ledger(spec)
 
@@ -133,7 +133,7 @@ class ClusterState:
         """Bookie id -> rack for bookies with one."""
         return {b: s.rack for b, s in self.bookies.items() if s.rack is not None}
 
-    def placement(self, ensemble: tuple[str, ...], write_quorum: int) -> PlacementOutcome:
+    def placement(self, ensemble: tuple[str, ...], write_quorum: int) -> PlacementResult:
         """:func:`placement_outcome` of a segment under the checker's policy (cached: racks never change)."""
         key = (ensemble, write_quorum)
         outcome = self._placement.get(key)
@@ -187,11 +187,11 @@ class ClusterState:
 
     # ------------------------------------------------------------------- changes
 
-    def apply(self, event: Event) -> Change:
+    def apply(self, event: Event) -> ScheduledChange:
         """Carry out one scheduled change; ScenarioError (naming the event) when it cannot apply."""
         where = Where("schedule").at(event.index)
         self.now_s = event.at_s
-        change = Change()
+        change = ScheduledChange()
         handler = _HANDLERS[event.action]
         handler(self, event, change, where)
         return change
@@ -207,7 +207,7 @@ class ClusterState:
         assert event.bookie is not None
         return self.bookies[event.bookie]
 
-    def _close(self, event: Event, change: Change, where: Where) -> None:
+    def _close(self, event: Event, change: ScheduledChange, where: Where) -> None:
         spec = self._ledger(event, where)
         if spec.closed:
             raise where.fail(f"ledger {spec.ledger_id} is already closed")
@@ -219,7 +219,7 @@ class ClusterState:
         self._put(closed)
         change.metadata.add(spec.ledger_id)
 
-    def _append(self, event: Event, change: Change, where: Where) -> None:
+    def _append(self, event: Event, change: ScheduledChange, where: Where) -> None:
         spec = self._ledger(event, where)
         assert event.last_entry is not None
         if spec.closed:
@@ -228,7 +228,7 @@ class ClusterState:
             raise where.fail(f"last_entry {event.last_entry} is not after the last written {spec.written}")
         self._put(self._written_to(spec, event.last_entry, change))
 
-    def _written_to(self, spec: LedgerSpec, last: int, change: Change) -> LedgerSpec:
+    def _written_to(self, spec: LedgerSpec, last: int, change: ScheduledChange) -> LedgerSpec:
         """The open ledger with entries up to ``last`` written: no bookie misses the new ones."""
         fresh = ((spec.written + 1, last),)
         holdings = {b: replace(h, missing=subtract_ranges(h.missing, fresh)) for b, h in spec.holdings.items()}
@@ -237,7 +237,7 @@ class ClusterState:
         change.touch(spec.holdings, spec.ledger_id)
         return grown
 
-    def _change_ensemble(self, event: Event, change: Change, where: Where) -> None:
+    def _change_ensemble(self, event: Event, change: ScheduledChange, where: Where) -> None:
         spec = self._ledger(event, where)
         assert event.first is not None
         ensemble = event.ensemble or self._auto(spec, where)
@@ -287,21 +287,21 @@ class ClusterState:
             raise where.fail(f"no ensemble of {spec.ensemble_size} writable bookies for ledger {spec.ledger_id}")
         return chosen
 
-    def _kill(self, event: Event, change: Change, where: Where) -> None:
+    def _kill(self, event: Event, change: ScheduledChange, where: Where) -> None:
         bookie = self._bookie(event)
         if bookie.mode is BookieMode.STOPPED:
             raise where.fail(f"bookie {bookie.bookie_id} is already stopped")
         bookie.revive_mode, bookie.mode = bookie.mode, BookieMode.STOPPED
         change.stopped.add(bookie.bookie_id)
 
-    def _revive(self, event: Event, change: Change, where: Where) -> None:
+    def _revive(self, event: Event, change: ScheduledChange, where: Where) -> None:
         bookie = self._bookie(event)
         if bookie.mode is not BookieMode.STOPPED:
             raise where.fail(f"bookie {bookie.bookie_id} is not stopped")
         bookie.mode = bookie.revive_mode
         change.started.add(bookie.bookie_id)
 
-    def _wipe(self, event: Event, change: Change, where: Where) -> None:
+    def _wipe(self, event: Event, change: ScheduledChange, where: Where) -> None:
         bookie = self._bookie(event)
         touched = self._lose_everything(bookie.bookie_id)
         change.wiped.add(bookie.bookie_id)
@@ -316,7 +316,7 @@ class ClusterState:
             self._put(replace(spec, holdings=holdings))
         return touched
 
-    def _set_mode(self, event: Event, change: Change, where: Where) -> None:
+    def _set_mode(self, event: Event, change: ScheduledChange, where: Where) -> None:
         bookie = self._bookie(event)
         mode = BookieMode.READONLY if event.action is Action.READONLY else BookieMode.WRITABLE
         if bookie.mode is BookieMode.STOPPED:
@@ -326,17 +326,17 @@ class ClusterState:
             bookie.mode = mode
             change.registration.add(bookie.bookie_id)
 
-    def _fault(self, event: Event, change: Change, where: Where) -> None:
+    def _fault(self, event: Event, change: ScheduledChange, where: Where) -> None:
         bookie = self._bookie(event)
         bookie.fault = event.fault
         change.faults.add(bookie.bookie_id)
 
-    def _limbo(self, event: Event, change: Change, where: Where) -> None:
+    def _limbo(self, event: Event, change: ScheduledChange, where: Where) -> None:
         bookie = self._bookie(event)
         bookie.limbo = event.ledgers
         change.faults.add(bookie.bookie_id)
 
-    def _mark(self, event: Event, change: Change, where: Where) -> None:
+    def _mark(self, event: Event, change: ScheduledChange, where: Where) -> None:
         spec = self._ledger(event, where)
         ctime = event.at_s - event.age_s if event.with_ctime else None
         replicas = list(spec.mark.replicas) if spec.mark is not None else []
@@ -344,28 +344,28 @@ class ClusterState:
         self._put(replace(spec, mark=MarkSpec(tuple(replicas), ctime, event.at_s)))
         change.marks.add(spec.ledger_id)
 
-    def _unmark(self, event: Event, change: Change, where: Where) -> None:
+    def _unmark(self, event: Event, change: ScheduledChange, where: Where) -> None:
         spec = self._ledger(event, where)
         if spec.mark is None:
             raise where.fail(f"ledger {spec.ledger_id} is not marked under-replicated")
         self._put(replace(spec, mark=None))
         change.marks.add(spec.ledger_id)
 
-    def _delete(self, event: Event, change: Change, where: Where) -> None:
+    def _delete(self, event: Event, change: ScheduledChange, where: Where) -> None:
         spec = self._ledger(event, where)
         self._unindex_ledger(spec)
         del self.ledgers[spec.ledger_id]
         change.deleted.add(spec.ledger_id)
         change.touch(spec.bookies(), spec.ledger_id)
 
-    def _repair(self, event: Event, change: Change, where: Where) -> None:
+    def _repair(self, event: Event, change: ScheduledChange, where: Where) -> None:
         spec = self._ledger(event, where)
         bookies = [event.bookie] if event.bookie is not None else list(spec.holdings)
         holdings = {b: h for b, h in spec.holdings.items() if b not in bookies}
         self._put(replace(spec, holdings=holdings))
         change.touch(bookies, spec.ledger_id)
 
-    def _create(self, event: Event, change: Change, where: Where) -> None:
+    def _create(self, event: Event, change: ScheduledChange, where: Where) -> None:
         assert event.spec is not None
         if event.spec.ledger_id in self.ledgers:
             raise where.fail(f"ledger {event.spec.ledger_id} already exists")

@@ -36,19 +36,19 @@ from pathlib import Path
 from typing import Final
 
 from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.placement import PlacementResult
 from scrutiny.core.sequence_groups import SequenceGroup
 from scrutiny.core.vocabulary import Category, Severity
 from scrutiny.simulator.model import (
     MAX_ENTRY,
     LedgerSpec,
-    PlacementOutcome,
     Range,
     Scenario,
     intersect_ranges,
     normalize_ranges,
     subtract_ranges,
 )
-from scrutiny.simulator.state import Change, ClusterState
+from scrutiny.simulator.state import ClusterState, ScheduledChange
 
 TRUTH_FORMAT: Final = "scrutiny-simulator-truth"
 TRUTH_VERSION: Final = 1
@@ -455,9 +455,9 @@ def _metadata_truth(state: ClusterState, spec: LedgerSpec, checked: Sequence[_Sp
         out.append(TruthViolation(lid, Category.ACK_QUORUM_ONE, Severity.INFO))
     for span in checked:
         outcome = state.placement(span.ensemble, spec.write_quorum)
-        if outcome is PlacementOutcome.FAIL:
+        if outcome is PlacementResult.FAIL:
             out.append(TruthViolation(lid, Category.PLACEMENT_FAIL, Severity.WARNING, segment_first_entry=span.first))
-        elif outcome is PlacementOutcome.SOFT:
+        elif outcome is PlacementResult.MEETS_SOFT:
             out.append(TruthViolation(lid, Category.PLACEMENT_SOFT, Severity.INFO, segment_first_entry=span.first))
     if spec.closed:
         reported: set[str] = set()
@@ -536,7 +536,7 @@ def _wait_for_grace(waiting: list[tuple[float, int]], lid: int, spec: LedgerSpec
             heapq.heappush(waiting, (due, lid))
 
 
-def _touched(state: ClusterState, change: Change) -> set[int]:
+def _touched(state: ClusterState, change: ScheduledChange) -> set[int]:
     """The ledgers whose truth a change may alter."""
     out = change.metadata | change.deleted | change.marks
     for ledgers in change.data.values():

@@ -64,6 +64,7 @@ from scrutiny.connectors.bookies.v3_protocol import (
 from scrutiny.core.listing_codec import encode_listing, encode_listing_per_run
 from scrutiny.core.sequence_groups import SequenceGroup
 from scrutiny.proto import bookkeeper_protocol_pb2 as pb
+from scrutiny.simulator.model import GarbageKind
 
 logger = logging.getLogger(__name__)
 
@@ -101,14 +102,6 @@ class ReplyStatus:
 
     def __post_init__(self) -> None:
         pb.StatusCode.Name(self.status)
-
-
-class GarbageKind(StrEnum):
-    """What kind of broken frame :class:`Garbage` writes."""
-
-    RANDOM_PAYLOAD = "random_payload"  # a well-formed length, then bytes that are never a protobuf message
-    NEGATIVE_LENGTH = "negative_length"  # a length of -1
-    HUGE_LENGTH = "huge_length"  # a length of 2^31 - 1, above any frame limit
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,7 @@ from scrutiny.connectors.zookeeper.tree import (
 from scrutiny.connectors.zookeeper.watch import PersistentWatchClient
 from scrutiny.core.backoff import Backoff
 from scrutiny.core.errors import FormatError, PathError, ScrutinyError
-from scrutiny.core.metadata_view import Change, KnownState, Node, node_stat_lag
+from scrutiny.core.metadata_view import KnownState, MetadataChange, Node, node_stat_lag
 from scrutiny.core.zk_paths import (
     available_path,
     layout_path,
@@ -317,7 +317,7 @@ class Watcher:
                     self.metrics.change_lag.observe(node_stat_lag(change.node, now["observed_ms"]))
                 self._publish(publisher, event_for_change(change, pb.Origin.LIVE, self._me(), **now))
 
-    def _changes(self, kind: str, ident: int, node: Node | None, layout: TreeLayout) -> list[Change]:
+    def _changes(self, kind: str, ident: int, node: Node | None, layout: TreeLayout) -> list[MetadataChange]:
         assert self.known is not None
         if kind == "ledger":
             change = self.known.ledger(ident, node)

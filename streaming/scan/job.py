@@ -40,7 +40,7 @@ from scrutiny.core.ledger_scan import (
     involves_bookie,
 )
 from scrutiny.core.ledger_tracker import ViolationKey
-from scrutiny.core.metadata_view import ClusterView as ObservedCluster
+from scrutiny.core.metadata_view import MetadataView
 from scrutiny.core.verdict import ClusterView
 from scrutiny.core.zk_records import parse_pulsar_racks, parse_underreplication_mark
 from scrutiny.settings.loader import Settings
@@ -74,7 +74,7 @@ class ScanOptions:
 
 
 @dataclass
-class Snapshot:
+class ScanSnapshot:
     """The scan's view of the cluster, read once."""
 
     items: list[ScanItem]
@@ -162,7 +162,7 @@ class ScanRun:
         result.check_seconds = time.monotonic() - clock
         return result
 
-    def _config(self, snapshot: Snapshot) -> ScanConfig:
+    def _config(self, snapshot: ScanSnapshot) -> ScanConfig:
         job = job_config(self.settings, source=SOURCE)
         return ScanConfig(
             mode=self.options.mode,
@@ -256,7 +256,7 @@ def probe_zookeeper(settings: Settings, *, timeout_s: float = 15.0) -> None:
 
 def read_snapshot(
     settings: Settings, options: ScanOptions, prior: dict[int, list[ViolationKey]], progress: Progress
-) -> Snapshot:
+) -> ScanSnapshot:
     """ZooKeeper read once: the selected ledgers with their marks and open keys, the cluster, the ledgers gone."""
     clock = time.monotonic()
     target = zookeeper_target(settings.zookeeper)
@@ -271,7 +271,7 @@ def read_snapshot(
     return snapshot
 
 
-def _select(observed: ObservedCluster, options: ScanOptions, prior: dict[int, list[ViolationKey]]) -> Snapshot:
+def _select(observed: MetadataView, options: ScanOptions, prior: dict[int, list[ViolationKey]]) -> ScanSnapshot:
     warnings: list[str] = []
     marks = {}
     unreadable_marks = 0
@@ -302,7 +302,7 @@ def _select(observed: ObservedCluster, options: ScanOptions, prior: dict[int, li
         except FormatError as error:
             warnings.append(f"the rack node does not parse ({error}); placement is judged with the default rack")
     cluster = ClusterView(racks=racks, writable=frozenset(observed.writable), readonly=frozenset(observed.readonly))
-    return Snapshot(
+    return ScanSnapshot(
         items=items,
         ledgers_in_zookeeper=len(observed.ledgers),
         gone=gone_ids if every_ledger else {lid: k for lid, k in gone_ids.items() if lid in options.selection},

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from scrutiny.core.metadata_view import ChangeKind, ClusterView, KnownState, Node, NodeStat, diff, node_stat_lag
+from scrutiny.core.metadata_view import ChangeKind, KnownState, MetadataView, Node, NodeStat, diff, node_stat_lag
 
 
 def node(mzxid: int, data: bytes = b"x", czxid: int = 1, version: int = 0) -> Node:
@@ -12,14 +12,14 @@ def kinds(changes: list) -> list[tuple[str, object]]:  # type: ignore[type-arg]
 
 
 def test_first_snapshot_creates_everything() -> None:
-    view = ClusterView(
+    view = MetadataView(
         ledgers={2: node(5), 1: node(3)},
         marks={1: node(7)},
         writable={"b1:3181": b""},
         readonly={"b2:3181": b""},
         racks=b"{}",
     )
-    assert kinds(diff(ClusterView(), view)) == [
+    assert kinds(diff(MetadataView(), view)) == [
         ("BOOKIE_REGISTERED", "b1:3181"),
         ("BOOKIE_READONLY", "b2:3181"),
         ("RACKS_CHANGED", None),
@@ -30,8 +30,10 @@ def test_first_snapshot_creates_everything() -> None:
 
 
 def test_resync_publishes_only_differences() -> None:
-    old = ClusterView(ledgers={1: node(3), 2: node(4), 3: node(5)}, marks={2: node(6)}, writable={"a": b"", "b": b""})
-    new = ClusterView(ledgers={1: node(3), 2: node(9), 4: node(10)}, marks={}, writable={"a": b""}, readonly={"b": b""})
+    old = MetadataView(ledgers={1: node(3), 2: node(4), 3: node(5)}, marks={2: node(6)}, writable={"a": b"", "b": b""})
+    new = MetadataView(
+        ledgers={1: node(3), 2: node(9), 4: node(10)}, marks={}, writable={"a": b""}, readonly={"b": b""}
+    )
     assert kinds(diff(old, new)) == [
         ("BOOKIE_READONLY", "b"),
         ("UNDER_REPLICATION_CLEARED", 2),
@@ -44,7 +46,7 @@ def test_resync_publishes_only_differences() -> None:
 
 
 def test_bookie_transitions() -> None:
-    state = KnownState(ClusterView(writable={"a": b"", "b": b""}, readonly={"c": b""}))
+    state = KnownState(MetadataView(writable={"a": b"", "b": b""}, readonly={"c": b""}))
     changes = state.bookies({"a": b"info", "c": b""}, {})
     assert kinds(changes) == [("BOOKIE_REGISTERED", "a"), ("BOOKIE_UNREGISTERED", "b"), ("BOOKIE_WRITABLE", "c")]
     assert state.bookies({"a": b"info", "c": b""}, {}) == []

@@ -14,7 +14,7 @@ import pytest
 from scrutiny.dashboard.app import SnapshotCache, create_app
 from scrutiny.dashboard.layout import NUMBER_IDS
 from scrutiny.dashboard.render import render
-from scrutiny.dashboard.snapshot import Snapshot
+from scrutiny.dashboard.snapshot import DashboardSnapshot
 from tests.support.dashboard_tables import (
     EXPECTED_COVERAGE_TEXT,
     EXPECTED_LAST_BATCH,
@@ -67,9 +67,9 @@ def test_snapshot_cache_reloads_only_when_stale() -> None:
     loads: list[int] = []
     moment = [0.0]
 
-    def load() -> Snapshot:
+    def load() -> DashboardSnapshot:
         loads.append(1)
-        return Snapshot("d", NOW)
+        return DashboardSnapshot("d", NOW)
 
     cache = SnapshotCache(load, max_age_s=1.0, clock=lambda: moment[0])
     cache.get()

@@ -12,16 +12,16 @@ from scrutiny.dashboard.charts import (
     timeline_chart,
     under_replication_chart,
 )
-from scrutiny.dashboard.snapshot import NO_DATA, Snapshot
+from scrutiny.dashboard.snapshot import NO_DATA, DashboardSnapshot
 from tests.support.dashboard_tables import B1, B2, B3, known_snapshot, known_tables
 
 
 @pytest.fixture(scope="module")
-def snapshot(tmp_path_factory: pytest.TempPathFactory) -> Snapshot:
+def snapshot(tmp_path_factory: pytest.TempPathFactory) -> DashboardSnapshot:
     return known_snapshot(known_tables(tmp_path_factory))
 
 
-def test_category_chart_stacks_severities_worst_first(snapshot: Snapshot) -> None:
+def test_category_chart_stacks_severities_worst_first(snapshot: DashboardSnapshot) -> None:
     figure = category_chart(snapshot.categories)
     traces = figure["data"]
     assert isinstance(traces, list)
@@ -32,7 +32,7 @@ def test_category_chart_stacks_severities_worst_first(snapshot: Snapshot) -> Non
     assert sum(sum(t["x"]) for t in traces) == 10
 
 
-def test_other_charts_carry_the_figures(snapshot: Snapshot) -> None:
+def test_other_charts_carry_the_figures(snapshot: DashboardSnapshot) -> None:
     timeline = timeline_chart(snapshot.timeline)["data"]
     assert isinstance(timeline, list)
     assert [t["name"] for t in timeline] == ["detected", "resolved"]

@@ -28,9 +28,9 @@ from scrutiny.dashboard.snapshot import (
     NO_DATA,
     BookieHealth,
     CategoryCount,
+    DashboardSnapshot,
     MissingReplica,
     Segment,
-    Snapshot,
 )
 from tests.support.dashboard_tables import (
     B1,
@@ -54,14 +54,14 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def snapshot(data_dir: Path) -> Snapshot:
+def snapshot(data_dir: Path) -> DashboardSnapshot:
     return known_snapshot(data_dir)
 
 
 # --- the snapshot
 
 
-def test_overview_counts_open_violations_by_severity(snapshot: Snapshot) -> None:
+def test_overview_counts_open_violations_by_severity(snapshot: DashboardSnapshot) -> None:
     assert snapshot.problems == ()
     assert snapshot.missing_tables == ()
     overview = snapshot.overview
@@ -73,7 +73,7 @@ def test_overview_counts_open_violations_by_severity(snapshot: Snapshot) -> None
     assert overview.status == "UNHEALTHY"
 
 
-def test_categories_are_the_view_rows(snapshot: Snapshot) -> None:
+def test_categories_are_the_view_rows(snapshot: DashboardSnapshot) -> None:
     assert snapshot.categories == (
         CategoryCount("MISSING_REPLICA", "critical", 3, 2),
         CategoryCount("BELOW_ACK_QUORUM", "critical", 1, 1),
@@ -86,7 +86,7 @@ def test_categories_are_the_view_rows(snapshot: Snapshot) -> None:
     )
 
 
-def test_numbers_match_scrutiny_sql(data_dir: Path, snapshot: Snapshot) -> None:
+def test_numbers_match_scrutiny_sql(data_dir: Path, snapshot: DashboardSnapshot) -> None:
     with SqlEngine(data_dir, now=NOW) as engine:
         rows = engine.query("SELECT severity, sum(open_count) FROM open_violations_by_category GROUP BY 1").rows
         (bpm,) = engine.query("SELECT batches_per_minute FROM checker_health").rows[0]
@@ -96,7 +96,7 @@ def test_numbers_match_scrutiny_sql(data_dir: Path, snapshot: Snapshot) -> None:
     assert snapshot.checker.batches_per_minute == pytest.approx(float(bpm))  # type: ignore[arg-type]
 
 
-def test_worst_ledgers_are_ranked_like_the_report_with_their_evidence(snapshot: Snapshot) -> None:
+def test_worst_ledgers_are_ranked_like_the_report_with_their_evidence(snapshot: DashboardSnapshot) -> None:
     worst = snapshot.worst
     assert worst is not None
     assert [ledger.ledger_id for ledger in worst] == EXPECTED_WORST_ORDER
@@ -128,7 +128,7 @@ def test_worst_ledgers_without_the_violations_table_keep_bookie_and_count(data_d
     assert snapshot.worst[0].ensemble == ()
 
 
-def test_bookies_under_replication_coverage_latency(snapshot: Snapshot) -> None:
+def test_bookies_under_replication_coverage_latency(snapshot: DashboardSnapshot) -> None:
     assert snapshot.bookies == (
         BookieHealth(B3, open_count=2, ledgers=2, critical=2, warning=0, info=0, entries=6),
         BookieHealth(B1, open_count=2, ledgers=2, critical=1, warning=1, info=0, entries=8),
@@ -147,7 +147,7 @@ def test_bookies_under_replication_coverage_latency(snapshot: Snapshot) -> None:
     assert (latency.checks, latency.p50_ms, latency.max_ms) == (7, 1500, 4000)
 
 
-def test_checker_health_is_the_streaming_job_s(snapshot: Snapshot, data_dir: Path) -> None:
+def test_checker_health_is_the_streaming_job_s(snapshot: DashboardSnapshot, data_dir: Path) -> None:
     checker = snapshot.checker
     assert checker is not None
     assert (checker.last_batch_id, checker.last_run_id) == (EXPECTED_LAST_BATCH, "run-a")  # not the later scan
@@ -162,7 +162,7 @@ def test_checker_health_is_the_streaming_job_s(snapshot: Snapshot, data_dir: Pat
     assert [(r.batch_id, r.lag_records) for r in snapshot.runs] == [(0, 40), (1, 5), (2, 3), (3, 0)]
 
 
-def test_timeline_counts_first_detections_and_resolutions(snapshot: Snapshot) -> None:
+def test_timeline_counts_first_detections_and_resolutions(snapshot: DashboardSnapshot) -> None:
     timeline = snapshot.timeline
     assert timeline is not None
     assert timeline.source == OPEN_VIOLATIONS

@@ -11,6 +11,7 @@ import pytest
 
 from scrutiny.cli.main import main
 from scrutiny.core.ledger_metadata import LedgerState
+from scrutiny.core.placement import PlacementPolicy, PlacementResult
 from scrutiny.core.sequence_groups import expand
 from scrutiny.core.striping import expected_groups
 from scrutiny.paths import PROJECT_ROOT
@@ -22,15 +23,13 @@ from scrutiny.simulator.model import (
     CheckerSpec,
     FaultKind,
     Holding,
-    PlacementOutcome,
-    PlacementPolicy,
     ScenarioError,
     normalize_ranges,
     placement_outcome,
     subtract_ranges,
 )
 from scrutiny.simulator.scenario import load_scenario, parse_scenario
-from scrutiny.simulator.state import Change, ClusterState
+from scrutiny.simulator.state import ClusterState, ScheduledChange
 
 REPO = PROJECT_ROOT
 SCENARIOS = REPO / "conf" / "scenarios"
@@ -143,21 +142,21 @@ def test_auto_ensembles_are_reproducible_and_meet_or_violate_placement() -> None
     racks = first.racks()
     for spec in first.ledgers:
         outcome, _ = placement_outcome(spec.segments[0].ensemble, spec.write_quorum, racks, first.checker)
-        assert (outcome is PlacementOutcome.FAIL) == (spec.ledger_id > 40)
+        assert (outcome is PlacementResult.FAIL) == (spec.ledger_id > 40)
 
 
 def test_placement_rule() -> None:
     racks = {"a": "/r1", "b": "/r1", "c": "/r2", "z1": "/east/ud1", "z2": "/west/ud1", "z3": "/east/ud2"}
     rack_aware = CheckerSpec(placement=PlacementPolicy.RACKAWARE)
-    assert placement_outcome(("a", "c", "b"), 2, racks, rack_aware)[0] is PlacementOutcome.FAIL  # b,a wrap
-    assert placement_outcome(("a", "c"), 2, racks, rack_aware)[0] is PlacementOutcome.STRICT
+    assert placement_outcome(("a", "c", "b"), 2, racks, rack_aware)[0] is PlacementResult.FAIL  # b,a wrap
+    assert placement_outcome(("a", "c"), 2, racks, rack_aware)[0] is PlacementResult.MEETS_STRICT
     strict_default = CheckerSpec(placement=PlacementPolicy.RACKAWARE, enforce_min_racks=True)
-    assert placement_outcome(("a", "c", "x"), 1, racks, strict_default)[0] is PlacementOutcome.FAIL
+    assert placement_outcome(("a", "c", "x"), 1, racks, strict_default)[0] is PlacementResult.FAIL
     zones = CheckerSpec(placement=PlacementPolicy.ZONEAWARE)
-    assert placement_outcome(("z1", "z2"), 2, racks, zones)[0] is PlacementOutcome.STRICT
-    assert placement_outcome(("z1", "z2", "a"), 3, racks, zones)[0] is PlacementOutcome.STRICT
-    assert placement_outcome(("z1", "z2", "z3"), 3, racks, zones)[0] is PlacementOutcome.SOFT
-    assert placement_outcome(("z1", "x"), 2, racks, zones)[0] is PlacementOutcome.FAIL
+    assert placement_outcome(("z1", "z2"), 2, racks, zones)[0] is PlacementResult.MEETS_STRICT
+    assert placement_outcome(("z1", "z2", "a"), 3, racks, zones)[0] is PlacementResult.MEETS_STRICT
+    assert placement_outcome(("z1", "z2", "z3"), 3, racks, zones)[0] is PlacementResult.MEETS_SOFT
+    assert placement_outcome(("z1", "x"), 2, racks, zones)[0] is PlacementResult.FAIL
 
 
 def test_ranges() -> None:
@@ -277,7 +276,7 @@ ledger = 2
     state = ClusterState.from_scenario(parsed)
     events = iter(parsed.schedule)
 
-    def step() -> Change:
+    def step() -> ScheduledChange:
         return state.apply(next(events))
 
     step()  # append 10..19, written after bookie-2 lost everything: it holds its part of them

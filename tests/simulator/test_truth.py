@@ -19,7 +19,7 @@ from scrutiny.paths import PROJECT_ROOT
 from scrutiny.simulator.generator import generate, parse_fault_mix
 from scrutiny.simulator.model import BookieMode, Scenario
 from scrutiny.simulator.scenario import load_scenario, parse_scenario
-from scrutiny.simulator.state import Change, ClusterState
+from scrutiny.simulator.state import ClusterState, ScheduledChange
 from scrutiny.simulator.truth import (
     TruthViolation,
     cluster_truth,
@@ -443,7 +443,7 @@ def assert_agree(state: ClusterState, now_s: float, only: set[int] | None = None
     return compared
 
 
-def touched(state: ClusterState, change: Change) -> set[int]:
+def touched(state: ClusterState, change: ScheduledChange) -> set[int]:
     """The ledgers a change may affect."""
     out = change.metadata | change.marks | {lid for lids in change.data.values() for lid in lids}
     for bookie in change.stopped | change.started | change.wiped | change.registration | change.faults:

@@ -28,7 +28,7 @@ from scrutiny.connectors.tables.delta import CheckerTables
 from scrutiny.connectors.tables.schemas import RunRecord, output_table
 from scrutiny.core.sequence_groups import SequenceGroup
 from scrutiny.dashboard.data import load_snapshot
-from scrutiny.dashboard.snapshot import Snapshot
+from scrutiny.dashboard.snapshot import DashboardSnapshot
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 NOW = T0 + timedelta(hours=2)
@@ -164,6 +164,6 @@ def _known_tables_under(base: Path) -> Path:
 
 
 @functools.cache
-def known_snapshot(data_dir: Path) -> Snapshot:
-    """The snapshot of the tables of ``data_dir`` at NOW, read once (a Snapshot is frozen)."""
+def known_snapshot(data_dir: Path) -> DashboardSnapshot:
+    """The snapshot of the tables of ``data_dir`` at NOW, read once (a DashboardSnapshot is frozen)."""
     return load_snapshot(data_dir, now=NOW)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from kafka import KafkaConsumer, TopicPartition
 
 from scrutiny.connectors.kafka.events import parse_event
-from scrutiny.core.metadata_view import ClusterView
+from scrutiny.core.metadata_view import MetadataView
 from scrutiny.proto import ledger_events_pb2 as pb
 
 LEDGER_KINDS = (pb.EventKind.LEDGER_CREATED, pb.EventKind.LEDGER_CHANGED)
@@ -121,7 +121,7 @@ def _fold_cluster(out: Folded, event: pb.LedgerEvent) -> None:
         out.racks = event.racks or None
 
 
-def expected_from(view: ClusterView) -> Folded:
+def expected_from(view: MetadataView) -> Folded:
     """What the events should fold into for this ZooKeeper state."""
     return Folded(
         ledgers={i: (n.stat.mzxid, n.data) for i, n in view.ledgers.items()},

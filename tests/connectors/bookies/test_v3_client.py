@@ -31,11 +31,11 @@ from scrutiny.core.striping import expected_groups
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
 from scrutiny.core.zk_records import BookieServiceInfo, Endpoint, format_bookie_service_info
 from scrutiny.proto import bookkeeper_protocol_pb2 as pb
+from scrutiny.simulator.model import GarbageKind
 from scrutiny.simulator.v3_server import (
     BookieV3Server,
     Disconnect,
     Garbage,
-    GarbageKind,
     ListingEncoding,
     MalformedListing,
     ReplyStatus,

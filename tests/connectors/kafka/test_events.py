@@ -5,7 +5,7 @@ import pytest
 from scrutiny.connectors.kafka.events import Publisher, event_for_change, ledger_key, marker_event, parse_event
 from scrutiny.core.errors import FormatError
 from scrutiny.core.ledger_metadata import Segment, build_ledger_metadata, encode_ledger_metadata_v3
-from scrutiny.core.metadata_view import Change, ChangeKind, Node, NodeStat
+from scrutiny.core.metadata_view import ChangeKind, MetadataChange, Node, NodeStat
 from scrutiny.core.zk_records import UnderReplicationMark, format_underreplication_mark
 from scrutiny.proto import ledger_events_pb2 as pb
 
@@ -20,7 +20,9 @@ def test_ledger_key_is_decimal_ascii() -> None:
 def test_ledger_event_carries_bytes_stat_and_publisher() -> None:
     metadata = build_ledger_metadata(ensemble_size=1, write_quorum=1, ack_quorum=1, segments=[Segment(0, ("a:1",))])
     data = encode_ledger_metadata_v3(metadata)
-    event = event_for_change(Change(ChangeKind.LEDGER_CREATED, 42, Node(data, STAT)), pb.Origin.LIVE, ME, observed_ms=9)
+    event = event_for_change(
+        MetadataChange(ChangeKind.LEDGER_CREATED, 42, Node(data, STAT)), pb.Origin.LIVE, ME, observed_ms=9
+    )
     back = parse_event(event.SerializeToString())
     assert back.kind == pb.EventKind.LEDGER_CREATED and back.origin == pb.Origin.LIVE
     assert (back.ledger_id, back.metadata, back.decode_error) == (42, data, "")
@@ -30,7 +32,7 @@ def test_ledger_event_carries_bytes_stat_and_publisher() -> None:
 
 def test_undecodable_metadata_travels_with_its_error() -> None:
     event = event_for_change(
-        Change(ChangeKind.LEDGER_CHANGED, 5, Node(b"\x00junk", STAT)), pb.Origin.LIVE, ME, observed_ms=0
+        MetadataChange(ChangeKind.LEDGER_CHANGED, 5, Node(b"\x00junk", STAT)), pb.Origin.LIVE, ME, observed_ms=0
     )
     assert event.metadata == b"\x00junk" and "missing header" in event.decode_error
 
@@ -38,19 +40,22 @@ def test_undecodable_metadata_travels_with_its_error() -> None:
 def test_under_replication_mark_is_parsed() -> None:
     raw = format_underreplication_mark(UnderReplicationMark(("b1:3181",), 1234))
     event = event_for_change(
-        Change(ChangeKind.UNDER_REPLICATION_MARKED, 5, Node(raw, STAT)), pb.Origin.RESYNC, ME, observed_ms=0
+        MetadataChange(ChangeKind.UNDER_REPLICATION_MARKED, 5, Node(raw, STAT)), pb.Origin.RESYNC, ME, observed_ms=0
     )
     mark = event.under_replication
     assert list(mark.replicas) == ["b1:3181"] and mark.has_ctime and mark.ctime_ms == 1234 and mark.raw == raw
     bad = event_for_change(
-        Change(ChangeKind.UNDER_REPLICATION_MARKED, 5, Node(b"replica: ", STAT)), pb.Origin.RESYNC, ME, observed_ms=0
+        MetadataChange(ChangeKind.UNDER_REPLICATION_MARKED, 5, Node(b"replica: ", STAT)),
+        pb.Origin.RESYNC,
+        ME,
+        observed_ms=0,
     )
     assert bad.under_replication.decode_error and not bad.under_replication.replicas
 
 
 def test_bookie_and_marker_events() -> None:
     event = event_for_change(
-        Change(ChangeKind.BOOKIE_READONLY, bookie_id="b:1", data=b"i"), pb.Origin.LIVE, ME, observed_ms=0
+        MetadataChange(ChangeKind.BOOKIE_READONLY, bookie_id="b:1", data=b"i"), pb.Origin.LIVE, ME, observed_ms=0
     )
     assert (event.kind, event.bookie_id, event.bookie_info) == (pb.EventKind.BOOKIE_READONLY, "b:1", b"i")
     tick = marker_event(pb.EventKind.TICK, pb.Origin.LIVE, ME, observed_ms=5)

@@ -15,7 +15,7 @@ from deltalake import DeltaTable, write_deltalake
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scrutiny.connectors.tables.delta import CheckerTables, Outcome, TableError, read_table
+from scrutiny.connectors.tables.delta import CheckerTables, TableError, WriteOutcome, read_table
 from scrutiny.connectors.tables.schemas import (
     CHECKER_RUNS,
     LEDGER_CHECKS,
@@ -173,7 +173,7 @@ def test_an_empty_batch_creates_all_tables_and_commits_only_its_run(tables: Chec
     assert not Path(str(tables.data_dir)).exists()  # asking does not create anything
     result = tables.write_batch(0, empty_output(), run_record())
     assert result.written == (CHECKER_RUNS,)
-    assert tuple(w.table for w in result.tables if w.outcome is Outcome.EMPTY) == TABLE_NAMES[:-1]
+    assert tuple(w.table for w in result.tables if w.outcome is WriteOutcome.EMPTY) == TABLE_NAMES[:-1]
     for name in TABLE_NAMES:
         table = read_table(tables.data_dir, name)
         assert table.schema.equals(TABLE_SCHEMAS[name])
@@ -269,7 +269,7 @@ def test_records_of_one_key_in_one_batch_apply_in_order(tables: CheckerTables) -
 def test_resolved_for_an_unknown_key_does_nothing(tables: CheckerTables) -> None:
     write(tables, 0, [violation(1, 0)])
     result = tables.write_batch(1, output_table([resolved(99, 1), resolved(1, 1, "ACK_QUORUM_ONE")]), run_record())
-    assert result[OPEN_VIOLATIONS].outcome is Outcome.WRITTEN
+    assert result[OPEN_VIOLATIONS].outcome is WriteOutcome.WRITTEN
     assert (result[OPEN_VIOLATIONS].inserted, result[OPEN_VIOLATIONS].updated) == (0, 0)
     assert set(open_rows(Path(str(tables.data_dir)))) == {(1, "NO_REPLICA", None, None)}
     again = tables.write_batch(1, output_table([resolved(99, 1)]), run_record())
