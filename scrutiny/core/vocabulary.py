@@ -25,7 +25,7 @@ _RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
 
 
 class Category(StrEnum):
-    """What was violated (DESIGN.md, "The checks")."""
+    """What was violated (docs/architecture.md, "The findings")."""
 
     NO_REPLICA = "NO_REPLICA"
     BELOW_ACK_QUORUM = "BELOW_ACK_QUORUM"
