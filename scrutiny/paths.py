@@ -18,3 +18,5 @@ CONF_DIR: Final = PROJECT_ROOT / "conf"
 SQL_VIEWS_DIR: Final = CONF_DIR / "sql"
 #: The simulator's scenarios, among them the embedded default's demo.
 SCENARIOS_DIR: Final = CONF_DIR / "scenarios"
+#: Spark's log configuration when ``scrutiny run`` sends the JVM's log lines to a file.
+SPARK_FILE_LOGGING = CONF_DIR / "spark-log4j2.properties"

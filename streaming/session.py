@@ -11,6 +11,9 @@ runs ``local[*]``. What it always sets:
 * unless ``PYSPARK_PYTHON`` says otherwise, the driver's own Python for the Python workers (which
   must import this package) when the master is local or named here (not by ``spark-submit``);
 * Arrow for pandas conversions, and a session time zone of UTC (every time in the tables is UTC).
+
+With ``log_file``, the JVM's log lines (Spark and its libraries) go to that file instead of the terminal
+(``conf/spark-log4j2.properties``); this takes effect only when this call starts the JVM.
 """
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 from pyspark.sql import SparkSession
+
+from scrutiny.paths import SPARK_FILE_LOGGING
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -43,6 +49,7 @@ def build_spark_session(
     master: str | None = None,
     ui: bool = False,
     conf: Mapping[str, str] | None = None,
+    log_file: str | Path | None = None,
 ) -> SparkSession:
     """A started (or the running) Spark session with :data:`BASE_CONF`, ``conf`` on top.
 
@@ -66,6 +73,14 @@ def build_spark_session(
         # the executors' machines have it elsewhere.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     settings = {**BASE_CONF, "spark.ui.enabled": "true" if ui else "false", **(conf or {})}
+    if log_file is not None:
+        settings["spark.driver.extraJavaOptions"] = " ".join(
+            (
+                settings["spark.driver.extraJavaOptions"],
+                f"-Dlog4j2.configurationFile=file:{SPARK_FILE_LOGGING}",
+                f"-Dscrutiny.log.file={Path(log_file).resolve()}",
+            )
+        )
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

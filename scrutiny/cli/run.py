@@ -6,8 +6,11 @@ bookies for listings; tables go to ``checker.data_dir``. Without one it is the e
 local ZooKeeper and Kafka-protocol broker, a simulated cluster with faults (``--scenario``,
 default conf/scenarios/demo.toml), the watcher and the checker, all stopped again on exit.
 
-It prints what it is doing, then a line per micro-batch and a summary of the open violations
-every ``--summary-every`` seconds. ``--duration S`` stops after S seconds; ``--until-idle S`` once
+It prints what it is doing, then a line per micro-batch that checked, found or resolved something (idle batches,
+which only carry the watcher's ticks, are not shown) and a summary of the open violations every
+``--summary-every`` seconds. The log lines of Spark's JVM and of the libraries (Kafka, ZooKeeper clients) go to a
+log file under the data directory, named at start; the terminal gets Scrutiny's own messages and every warning.
+``--duration S`` stops after S seconds; ``--until-idle S`` once
 S seconds pass with no event, no check and no retry pending. Ctrl-C (or SIGTERM) stops cleanly.
 """
 
@@ -61,10 +64,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
     configured = args.config or os.environ.get(CONFIG_ENV)
     settings = load_settings(args.config)
+    log_file = _route_logs(settings.checker.data_dir)
     metrics = JobMetrics()
     port = args.metrics_port if args.metrics_port is not None else settings.checker.metrics_port
     if port:
@@ -76,6 +78,7 @@ def _run(args: argparse.Namespace) -> int:
             master=settings.checker.spark_master or None,
             ui=settings.checker.spark_ui,
             conf={"spark.sql.shuffle.partitions": str(settings.checker.shuffle_partitions)},
+            log_file=log_file,
         )
         checker = start_checker(spark, settings, metrics=metrics)
         try:
@@ -85,7 +88,7 @@ def _run(args: argparse.Namespace) -> int:
             checker.stop()
         return 0
     scenario = load_scenario(args.scenario or DEMO_SCENARIO)
-    stack = EmbeddedStack(settings, scenario, metrics=metrics)
+    stack = EmbeddedStack(settings, scenario, metrics=metrics, log_file=log_file)
     try:
         embedded = stack.start()
         assert stack.checker is not None
@@ -100,6 +103,33 @@ def _run(args: argparse.Namespace) -> int:
         print("stopping: checker, watcher, simulated cluster, services", flush=True)
         stack.close()
     return 0
+
+
+#: Loggers whose lines are chatter for the terminal (connection churn, library internals): to the log file only.
+_CHATTER = ("py4j", "kafka", "kazoo", "scrutiny.zookeeper", "grpc", "urllib3")
+_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def _route_logs(data_dir: str) -> Path:
+    """Send every log line to ``<data_dir>/logs/run-<time>.log``; the terminal gets Scrutiny's own and warnings.
+
+    Returns the file, whose name is printed at once. Spark's JVM writes to the same file (``build_spark_session``).
+    A data directory in an object store (``s3://...``) keeps its logs in ``./logs`` instead.
+    """
+    logs = Path("logs") if "://" in data_dir else Path(data_dir) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_file = logs / f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    to_file = logging.FileHandler(log_file, encoding="utf-8")
+    to_file.setFormatter(logging.Formatter(_FORMAT))
+    to_terminal = logging.StreamHandler()
+    to_terminal.setFormatter(logging.Formatter(_FORMAT))
+    to_terminal.addFilter(lambda record: record.levelno >= logging.WARNING or not record.name.startswith(_CHATTER))
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    root.handlers[:] = [to_file, to_terminal]
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    print(f"logs: {log_file.resolve()}", flush=True)
+    return log_file
 
 
 def _follow(checker: RunningChecker, settings: Settings, args: argparse.Namespace, stop: threading.Event) -> None:
@@ -134,8 +164,8 @@ def _chain(
 
 
 def _print_batch(s: BatchSummary) -> None:
-    if not (s.events or s.checks or s.violations or s.resolved):
-        return
+    if not (s.checks or s.violations or s.resolved):
+        return  # idle: only the watcher's ticks, or events that needed no check
     found = ", ".join(f"{c} {n}" for c, n in sorted(s.violations.items())) or "none"
     print(
         f"batch {s.batch_id}: {s.events} events, {s.checks} checks, {s.rpcs} RPCs, violations: {found}, "

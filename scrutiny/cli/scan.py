@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from pyspark.sql import SparkSession
+
 from scrutiny.cli.commands import COMMAND_HELP
 from scrutiny.cli.common import add_config_argument, add_summary_arguments, count_argument, print_json, stop_on_signals
 from scrutiny.core.health_summary import (
@@ -83,6 +85,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     started = time.monotonic()
     probe_zookeeper(settings)  # before the JVM starts: a wrong address fails in seconds
+    running = SparkSession.getActiveSession()  # a session of the caller's (in-process use) is not ours to stop
     spark = build_spark_session(
         "scrutiny-scan",
         master=settings.checker.spark_master or None,
@@ -97,7 +100,8 @@ def _run(args: argparse.Namespace) -> int:
     with stop_on_signals(_stop_safely(run.stop, progress)):
         result = run.run(progress.update)
         # Spark stops before the summary: what its cancelled tasks log must not follow the last line.
-        spark.stop()
+        if running is None:
+            spark.stop()
     progress.done()
     fixed = run_fix(settings, result, fix, data_dir=run.data_dir) if fix.enabled and not result.interrupted else None
     summary = summarize(

@@ -71,9 +71,16 @@ class EmbeddedStack:
     """Services, simulated cluster, watcher and checker (see the module docstring)."""
 
     def __init__(
-        self, base: Settings, scenario: Scenario, *, services_dir: Path | None = None, metrics: JobMetrics | None = None
+        self,
+        base: Settings,
+        scenario: Scenario,
+        *,
+        services_dir: Path | None = None,
+        metrics: JobMetrics | None = None,
+        log_file: Path | None = None,
     ) -> None:
         self.base = base
+        self.log_file = log_file
         self.metrics = metrics
         self.scenario = scenario
         self.services = EmbeddedServices(services_dir or Path(base.services.state_dir or default_state_dir()))
@@ -104,6 +111,7 @@ class EmbeddedStack:
             master=checker_settings.spark_master or "local[2]",
             ui=checker_settings.spark_ui,
             conf={"spark.sql.shuffle.partitions": str(checker_settings.shuffle_partitions)},
+            log_file=self.log_file,
         )
         log.info("starting the embedded ZooKeeper and Kafka-protocol broker under %s", self.services.state_dir)
         endpoints = self.services.up(progress=lambda line: log.info("%s", line)).endpoints

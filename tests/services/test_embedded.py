@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +19,11 @@ from scrutiny.simulator.state import ClusterState
 from scrutiny.simulator.truth import cluster_truth
 
 pytestmark = pytest.mark.integration
+
+BATCH_LINE = re.compile(r"^batch \d+: ")
+IDLE_BATCH = re.compile(r": \d+ events, 0 checks, .*violations: none, resolved 0,")
+#: A line of the JVM's log4j output (Spark's console format: "25/11/25 03:50:00 WARN ProcessingTimeExecutor: ...").
+JVM_LOG_LINE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (WARN|INFO|ERROR) ")
 
 SCENARIO = """
 [scenario]
@@ -65,8 +71,8 @@ def test_the_embedded_default_runs_reports_and_stops_cleanly_on_ctrl_c(tmp_path:
             if not line:
                 break
             lines.append(line.rstrip())
-            if line.startswith("open violations:") and any(seen.startswith("batch 0: ") for seen in lines):
-                break  # the first batch is written and a summary of it printed
+            if line.startswith("open violations:") and any(BATCH_LINE.match(seen) for seen in lines):
+                break  # a batch is written and a summary of it printed
         process.send_signal(signal.SIGINT)
         rest, _ = process.communicate(timeout=120)
         lines += rest.splitlines()
@@ -78,8 +84,16 @@ def test_the_embedded_default_runs_reports_and_stops_cleanly_on_ctrl_c(tmp_path:
     assert process.returncode == 0, (
         text + "\n--- stderr (last lines) ---\n" + "\n".join(log.read_text().splitlines()[-30:])
     )
-    assert lines[0].startswith("embedded default: ZooKeeper 127.0.0.1:"), text
-    assert any(line.startswith("batch 0: ") for line in lines), text
+    assert lines[0].startswith(f"logs: {tmp_path / 'data' / 'logs'}/run-"), text
+    assert lines[1].startswith("embedded default: ZooKeeper 127.0.0.1:"), text
+    batches = [line for line in lines if BATCH_LINE.match(line)]
+    assert batches, text
+    assert not [line for line in batches if IDLE_BATCH.search(line)], text  # idle batches are not shown
+    # A quiet terminal: Spark's and the libraries' chatter went to the log file named at start.
+    terminal = text + "\n" + log.read_text()
+    assert not [line for line in terminal.splitlines() if JVM_LOG_LINE.search(line)], terminal
+    log_file = Path(lines[0].removeprefix("logs: "))
+    assert log_file.is_file() and "scrutiny" in log_file.read_text()
     assert "stopping: checker, watcher, simulated cluster, services" in text
     services = EmbeddedServices(state_dir / "scrutiny" / "services").status()
     assert services and all(s.state is ServiceState.STOPPED for s in services.values()), services
