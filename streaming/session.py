@@ -12,17 +12,20 @@ runs ``local[*]``. What it always sets:
   must import this package) when the master is local or named here (not by ``spark-submit``);
 * Arrow for pandas conversions, and a session time zone of UTC (every time in the tables is UTC).
 
-With ``log_file``, the JVM's log lines (Spark and its libraries) go to that file instead of the terminal
-(``conf/spark-log4j2.properties``); this takes effect only when this call starts the JVM.
+With ``log_file``, everything the JVM writes goes to that file instead of the terminal: its log lines
+(``conf/spark-log4j2.properties``), what it and the Python workers it starts write to standard error, and no console
+progress bar. This takes effect only when this call starts the JVM.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from scrutiny.paths import SPARK_FILE_LOGGING
@@ -74,6 +77,7 @@ def build_spark_session(
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     settings = {**BASE_CONF, "spark.ui.enabled": "true" if ui else "false", **(conf or {})}
     if log_file is not None:
+        settings["spark.ui.showConsoleProgress"] = "false"
         settings["spark.driver.extraJavaOptions"] = " ".join(
             (
                 settings["spark.driver.extraJavaOptions"],
@@ -83,9 +87,27 @@ def build_spark_session(
         )
     for key, value in settings.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    with _jvm_stderr_to(log_file):
+        session = builder.getOrCreate()
     _quiet_state_server(session)
     return session
+
+
+@contextmanager
+def _jvm_stderr_to(log_file: str | Path | None) -> Iterator[None]:
+    """While the JVM starts, file descriptor 2 is ``log_file``: the JVM and its children inherit it, we do not."""
+    if log_file is None or SparkContext._gateway is not None:  # no file, or the JVM runs already
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(log_file, "ab") as target:
+        os.dup2(target.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 #: Logs a WARN for every key whose state is read before it was ever written: every new ledger.

@@ -9,7 +9,7 @@ default conf/scenarios/demo.toml), the watcher and the checker, all stopped agai
 It prints what it is doing, then a line per micro-batch that checked, found or resolved something (idle batches,
 which only carry the watcher's ticks, are not shown) and a summary of the open violations every
 ``--summary-every`` seconds. The log lines of Spark's JVM and of the libraries (Kafka, ZooKeeper clients) go to a
-log file under the data directory, named at start; the terminal gets Scrutiny's own messages and every warning.
+log file under the data directory, named at start; the terminal gets the command's progress and the warnings.
 ``--duration S`` stops after S seconds; ``--until-idle S`` once
 S seconds pass with no event, no check and no retry pending. Ctrl-C (or SIGTERM) stops cleanly.
 """
@@ -105,13 +105,21 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-#: Loggers whose lines are chatter for the terminal (connection churn, library internals): to the log file only.
+#: The loggers whose information lines the terminal shows: what the command itself is doing.
+_PROGRESS = ("scrutiny.run", "scrutiny.services.embedded", "scrutiny.streaming.checker.job")
+#: Loggers of connection churn and library internals: to the log file only, unless it is an error.
 _CHATTER = ("py4j", "kafka", "kazoo", "scrutiny.zookeeper", "grpc", "urllib3")
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+def _for_the_terminal(record: logging.LogRecord) -> bool:
+    if record.name.startswith(_CHATTER):
+        return record.levelno >= logging.ERROR
+    return record.levelno >= logging.WARNING or record.name.startswith(_PROGRESS)
+
+
 def _route_logs(data_dir: str) -> Path:
-    """Send every log line to ``<data_dir>/logs/run-<time>.log``; the terminal gets Scrutiny's own and warnings.
+    """Send every log line to ``<data_dir>/logs/run-<time>.log``; the terminal gets progress and warnings.
 
     Returns the file, whose name is printed at once. Spark's JVM writes to the same file (``build_spark_session``).
     A data directory in an object store (``s3://...``) keeps its logs in ``./logs`` instead.
@@ -123,7 +131,7 @@ def _route_logs(data_dir: str) -> Path:
     to_file.setFormatter(logging.Formatter(_FORMAT))
     to_terminal = logging.StreamHandler()
     to_terminal.setFormatter(logging.Formatter(_FORMAT))
-    to_terminal.addFilter(lambda record: record.levelno >= logging.WARNING or not record.name.startswith(_CHATTER))
+    to_terminal.addFilter(_for_the_terminal)
     root = logging.getLogger()
     root.setLevel(logging.INFO)
     root.handlers[:] = [to_file, to_terminal]

@@ -23,6 +23,8 @@ pytestmark = pytest.mark.integration
 BATCH_LINE = re.compile(r"^batch \d+: ")
 IDLE_BATCH = re.compile(r": \d+ events, 0 checks, .*violations: none, resolved 0,")
 #: A line of the JVM's log4j output (Spark's console format: "25/11/25 03:50:00 WARN ProcessingTimeExecutor: ...").
+#: Spark's console progress bar, and what its Python workers write to standard error.
+SPARK_CONSOLE = re.compile(r"\[Stage \d+:|Python worker|^WARNING: Using incubator modules")
 JVM_LOG_LINE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (WARN|INFO|ERROR) ")
 
 SCENARIO = """
@@ -91,7 +93,8 @@ def test_the_embedded_default_runs_reports_and_stops_cleanly_on_ctrl_c(tmp_path:
     assert not [line for line in batches if IDLE_BATCH.search(line)], text  # idle batches are not shown
     # A quiet terminal: Spark's and the libraries' chatter went to the log file named at start.
     terminal = text + "\n" + log.read_text()
-    assert not [line for line in terminal.splitlines() if JVM_LOG_LINE.search(line)], terminal
+    noise = [line for line in terminal.splitlines() if JVM_LOG_LINE.search(line) or SPARK_CONSOLE.search(line)]
+    assert noise == [], terminal
     log_file = Path(lines[0].removeprefix("logs: "))
     assert log_file.is_file() and "scrutiny" in log_file.read_text()
     assert "stopping: checker, watcher, simulated cluster, services" in text
