@@ -5,7 +5,7 @@ Run from the repository root::
     .venv/bin/python -m bench.checker_bench            # 20k-ledger backlog, 100 closes/s for 30 s
     .venv/bin/python -m bench.checker_bench --quick    # 5k backlog, 100 closes/s for 10 s
 
-It starts its own ZooKeeper and Tansu in a temporary directory, a simulated cluster of 9 bookies
+It starts its own ZooKeeper and Kafka broker in a temporary directory, a simulated cluster of 9 bookies
 (healthy ledgers, E=3/WQ=2/AQ=2, 100 entries, "auto" ensembles) in a process of its own
 (``scrutiny simulate``: bookies are other machines in real life, so they do not share this
 process's interpreter), the watcher and the checker on ``local[2]`` (tables and checkpoint in the
@@ -50,7 +50,7 @@ from scrutiny.core.ledger_metadata import LedgerState, decode_ledger_metadata, e
 from scrutiny.core.ledger_tracker import TrackedLedger
 from scrutiny.core.zk_paths import ledger_path
 from scrutiny.services.embedded import embedded_settings
-from scrutiny.services.servers import start_tansu, start_zookeeper
+from scrutiny.services.servers import start_kafka, start_zookeeper
 from scrutiny.settings.loader import load_settings
 from scrutiny.simulator.scenario import parse_scenario
 from scrutiny.streaming.checker.job import start_checker
@@ -110,7 +110,7 @@ def main() -> int:
 def running_servers(tmp: Path) -> Iterator[tuple[str, str]]:
     zookeeper = start_zookeeper(tmp / "zookeeper", die_with_parent=True)
     try:
-        kafka = start_tansu(tmp / "kafka", die_with_parent=True)
+        kafka = start_kafka(tmp / "kafka", die_with_parent=True)
         try:
             yield zookeeper.address, kafka.address
         finally:
@@ -175,7 +175,7 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
     )
     print(
         f"CPU during the backlog: {cpu[0]:.1f} s in this process tree (Spark driver and workers, the watcher, "
-        f"the ZooKeeper and Tansu servers: all but the bookies) = {1000 * cpu[0] / backlog_rate[0]:.2f} ms per check, "
+        f"the ZooKeeper and Kafka servers: all but the bookies) = {1000 * cpu[0] / backlog_rate[0]:.2f} ms per check, "
         f"{cpu[1]:.1f} s in the simulated bookies' process"
     )
     print(

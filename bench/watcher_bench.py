@@ -1,4 +1,4 @@
-"""The watcher against a real ZooKeeper and the Tansu broker: snapshot walk speed and live change latency.
+"""The watcher against a real ZooKeeper and Apache Kafka: snapshot walk speed and live change latency.
 
 Run from the repository root::
 
@@ -6,7 +6,7 @@ Run from the repository root::
     .venv/bin/python -m bench.watcher_bench --quick            # 20k ledgers, short live phase (~15 s)
     .venv/bin/python -m bench.watcher_bench --ledgers 1000000  # the 1M-ledger walk (see bench/README.md)
 
-It starts its own ZooKeeper and Tansu (:mod:`scrutiny.services.servers`) in a temporary
+It starts its own ZooKeeper and Kafka broker (:mod:`scrutiny.services.servers`) in a temporary
 directory and always stops them at the end, on error, on Ctrl-C and on SIGTERM. Then, in one run:
 
 1. **tree**: N ledgers of BookKeeper's real v3 metadata bytes (OPEN, E=3/WQ=2/AQ=2, a Pulsar
@@ -24,8 +24,7 @@ directory and always stops them at the end, on error, on Ctrl-C and on SIGTERM. 
    ``--quick``: 100/s for 3 s), each a ``set`` of the ledger's CLOSED metadata; for each, the time
    from the ``set`` returning to the LEDGER_CHANGED event with the same mzxid being returned by a
    consumer's fetch (a KafkaConsumer in a process of its own, assigned to every partition,
-   placed at each partition's high watermark as seen in fetch responses: Tansu's ListOffsets is
-   not relied on). The total is split at the moment the watcher hands the event to its producer
+   placed at each partition's end offset). The total is split at the moment the watcher hands the event to its producer
    (and the producer's acks are shown). Before it, the broker's own floor: records produced to a
    small topic of their own, then fetched, by the same broker and consumer.
 
@@ -77,7 +76,7 @@ from scrutiny.core.ledger_metadata import LedgerState, Segment, build_ledger_met
 from scrutiny.core.zk_paths import layout_path, ledger_path
 from scrutiny.core.zk_records import format_layout, parse_layout
 from scrutiny.proto import ledger_events_pb2 as pb
-from scrutiny.services.servers import RunningServer, start_tansu, start_zookeeper
+from scrutiny.services.servers import RunningServer, start_kafka, start_zookeeper
 from scrutiny.watcher.daemon import Watcher, WatcherConfig
 
 ROOT = "/ledgers"
@@ -86,8 +85,7 @@ TOPIC = "scrutiny.ledger-events"
 PROBE_TOPIC = "scrutiny.bench-probe"
 PARTITIONS = 8
 WINDOWS = (1, 2, MULTI_READ_WINDOW)
-#: How long the consumer's fetch may wait at the broker. Tansu answers a fetch only when this
-#: runs out (new records do not wake it), so it bounds the measurement's granularity.
+#: How long the consumer's fetch may wait at the broker before it answers with nothing.
 FETCH_WAIT_MS = 5
 PROBES = 200
 PROBE_RATE = 100.0
@@ -383,7 +381,7 @@ def _consume(kafka: str, topics: list[str], out: Any, ready: ProcessEvent, stop:
     try:
         partitions = [TopicPartition(t, p) for t in topics for p in sorted(consumer.partitions_for_topic(t) or ())]
         consumer.assign(partitions)
-        _start_at_highwater(consumer, partitions)
+        _start_at_end(consumer, partitions)
         ready.set()
         while not stop.is_set():
             batch = consumer.poll(timeout_ms=100)
@@ -395,17 +393,10 @@ def _consume(kafka: str, topics: list[str], out: Any, ready: ProcessEvent, stop:
         consumer.close()
 
 
-def _start_at_highwater(consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
-    """Fetch from offset 0 until every partition's high watermark is known, then continue from there."""
-    for tp in partitions:
-        consumer.seek(tp, 0)
-    deadline = time.monotonic() + 60
-    while any(consumer.highwater(tp) is None for tp in partitions):
-        if time.monotonic() > deadline:
-            raise RuntimeError("no fetch response gave every partition's high watermark within 60 s")
-        consumer.poll(timeout_ms=100, max_records=1)
-    for tp in partitions:
-        consumer.seek(tp, consumer.highwater(tp))
+def _start_at_end(consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
+    """Continue from every partition's end offset: only what is produced from now on is read."""
+    for tp, end in consumer.end_offsets(partitions).items():
+        consumer.seek(tp, end)
 
 
 def _item(tp: TopicPartition, record: Any, seen: float) -> tuple[str, int, int, float]:
@@ -740,9 +731,7 @@ def _live_table(results: Results) -> list[str]:
         lines += ["", f"Live phase, where the events went: {live.diagnosis}."]
     lines += [
         "",
-        f"Consumer: a process of its own, fetch_max_wait_ms={FETCH_WAIT_MS} (Tansu answers a waiting fetch "
-        f"only when that runs out, so up to {FETCH_WAIT_MS} ms of each figure is the fetch's wait). "
-        f"Total run time {results.total_s:.1f} s.",
+        f"Consumer: a process of its own, fetch_max_wait_ms={FETCH_WAIT_MS}. Total run time {results.total_s:.1f} s.",
     ]
     return lines
 
@@ -786,7 +775,7 @@ def _positive_float(text: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Start ZooKeeper and Tansu, run every phase, stop both (whatever happens), print the tables."""
+    """Start ZooKeeper and Kafka, run every phase, stop both (whatever happens), print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="20k ledgers, 2k window subset, 100 closes/s for 3 s")
     parser.add_argument("--ledgers", type=_positive_int, help="ledgers in the tree (default 100000)")
@@ -804,8 +793,8 @@ def main(argv: list[str] | None = None) -> int:
         servers: list[RunningServer] = []
         try:
             servers.append(start_zookeeper(Path(scratch) / "zookeeper", die_with_parent=True))
-            servers.append(start_tansu(Path(scratch) / "kafka", die_with_parent=True))
-            _stderr(f"ZooKeeper on {servers[0].address}, Tansu on {servers[1].address}")
+            servers.append(start_kafka(Path(scratch) / "kafka", die_with_parent=True))
+            _stderr(f"ZooKeeper on {servers[0].address}, Kafka on {servers[1].address}")
             _make_probe_topic(servers[1])
             _run(plan, servers[0], servers[1], results)
         finally:

@@ -20,3 +20,7 @@ SQL_VIEWS_DIR: Final = CONF_DIR / "sql"
 SCENARIOS_DIR: Final = CONF_DIR / "scenarios"
 #: Spark's log configuration when ``scrutiny run`` sends the JVM's log lines to a file.
 SPARK_FILE_LOGGING = CONF_DIR / "spark-log4j2.properties"
+#: The embedded Kafka broker's log configuration.
+KAFKA_LOGGING = CONF_DIR / "kafka-log4j2.properties"
+#: Where ``scripts/setup`` puts the JVM programs' jars (``jvm/pom.xml``), one folder per program.
+JVM_DIR: Final = PROJECT_ROOT / ".jvm"

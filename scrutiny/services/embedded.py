@@ -1,12 +1,13 @@
 """The embedded default of ``scrutiny run``: everything on this machine, in one process tree.
 
 :class:`EmbeddedStack` brings up, in order, a local Spark session (first, so that its JVM starts
-before any gRPC thread of the simulated bookies exists), the embedded ZooKeeper and Kafka-protocol
+before any gRPC thread of the simulated bookies exists), the embedded ZooKeeper and Kafka
 broker (``scrutiny services``, reused when already running), a simulated BookKeeper cluster from a
 scenario (the demo by default: faults that change over time), the watcher, and the checker on the
 Spark session; :meth:`EmbeddedStack.close` takes them down in reverse order and stops only
-what it started. The broker keeps events in memory, so each run starts from a fresh checkpoint
-(``<checkpoint_dir>``, emptied first) while the Delta tables accumulate across runs.
+what it started. Each run simulates a new cluster, so it starts with an empty event topic (a broker that was
+already running keeps the topic of an earlier run: it is deleted first) and a fresh checkpoint (``<checkpoint_dir>``,
+emptied first), while the Delta tables accumulate across runs.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
+from scrutiny.connectors.kafka.config import admin_kwargs
+from scrutiny.connectors.kafka.publisher import delete_topic
 from scrutiny.connectors.zookeeper.client import start_zookeeper_client
 from scrutiny.paths import SCENARIOS_DIR
 from scrutiny.services.servers import EmbeddedServices, default_state_dir
@@ -113,10 +116,12 @@ class EmbeddedStack:
             conf={"spark.sql.shuffle.partitions": str(checker_settings.shuffle_partitions)},
             log_file=self.log_file,
         )
-        log.info("starting the embedded ZooKeeper and Kafka-protocol broker under %s", self.services.state_dir)
+        log.info("starting the embedded ZooKeeper and Kafka broker under %s", self.services.state_dir)
         endpoints = self.services.up(progress=lambda line: log.info("%s", line)).endpoints
         settings = embedded_settings(self.base, self.scenario, endpoints.zookeeper, endpoints.kafka)
         self.settings = settings
+        if delete_topic(admin_kwargs(settings.kafka), settings.kafka.topic):
+            log.info("deleted the events of an earlier run (topic %s)", settings.kafka.topic)
         self._client = start_zookeeper_client(settings.zookeeper, timeout_s=30, hosts=endpoints.zookeeper)
         self._loop_thread.start()
         self.cluster = SimCluster(self.scenario, self._client, replace=True)
@@ -130,7 +135,7 @@ class EmbeddedStack:
         self._watcher_thread.start()
         checkpoint = Path(settings.checker.checkpoint_dir)
         if checkpoint.exists():
-            shutil.rmtree(checkpoint)  # the embedded broker forgot its events: old offsets mean nothing
+            shutil.rmtree(checkpoint)  # the topic is new: old offsets mean nothing
         log.info("starting the checker (Spark %s)", spark.version)
         self.checker = start_checker(spark, settings, metrics=self.metrics)
         return settings

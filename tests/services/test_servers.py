@@ -1,4 +1,4 @@
-"""``scrutiny services`` and the services module against the real ZooKeeper and Tansu processes."""
+"""``scrutiny services`` and the services module against real ZooKeeper and Apache Kafka processes."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.security import make_digest_acl
@@ -37,7 +38,7 @@ from scrutiny.services.servers import (
     owns_listener,
     process_identity,
     read_record,
-    start_tansu,
+    start_kafka,
     start_zookeeper,
     stop_process,
     zookeeper_answers,
@@ -202,7 +203,7 @@ def test_a_taken_port_is_retried_on_another(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        with start_tansu(tmp_path, port=port) as server:
+        with start_kafka(tmp_path, port=port) as server:
             assert server.record.port != port and owns_listener(server.pid, server.record.port)
             assert not owns_listener(server.pid, port) and server.answers()
         assert not is_same_process(server.record) and stop_process(server.record) is StopResult.GONE
@@ -272,3 +273,31 @@ def _wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not reached in time"
         time.sleep(0.02)
+
+
+def test_a_restarted_kafka_broker_keeps_its_topics_and_records(tmp_path: Path) -> None:
+    """The broker's data lives in its directory: stopped and started again there, nothing is lost."""
+    with start_kafka(tmp_path) as first:
+        admin = KafkaAdminClient(bootstrap_servers=first.address)
+        admin.create_topics([NewTopic("kept", num_partitions=1, replication_factor=1)])
+        admin.close()
+        producer = KafkaProducer(bootstrap_servers=first.address, acks="all", linger_ms=5)
+        for index in range(50):
+            producer.send("kept", key=str(index).encode(), value=f"record {index}".encode())
+        producer.flush()
+        producer.close()
+    assert (tmp_path / "data" / "meta.properties").is_file()
+    with start_kafka(tmp_path) as second:
+        consumer = KafkaConsumer(bootstrap_servers=second.address, enable_auto_commit=False)
+        try:
+            partition = TopicPartition("kept", 0)
+            consumer.assign([partition])
+            consumer.seek_to_beginning()
+            assert consumer.end_offsets([partition]) == {partition: 50}
+            values: list[bytes] = []
+            deadline = time.monotonic() + 20
+            while len(values) < 50 and time.monotonic() < deadline:
+                values += [r.value for records in consumer.poll(timeout_ms=200).values() for r in records]
+        finally:
+            consumer.close()
+    assert values == [f"record {index}".encode() for index in range(50)]

@@ -24,32 +24,28 @@ class Record:
 
 
 def read_topic(consumer_options: dict[str, object], topic: str, *, timeout_s: float = 20.0) -> list[Record]:
-    """Every record of every partition up to the high watermark seen by the first fetch, in offset order.
-
-    The high watermark comes from fetch responses (Tansu's ListOffsets(LATEST) is unreliable),
-    so records produced while reading may or may not be included.
-    """
+    """Every record of every partition up to its end offset when the read starts, in offset order."""
     consumer = KafkaConsumer(**consumer_options, enable_auto_commit=False, fetch_max_wait_ms=100)
     try:
         partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
         consumer.assign(partitions)
         consumer.seek_to_beginning()
-        targets: dict[TopicPartition, int] = {}
+        targets: dict[TopicPartition, int] = consumer.end_offsets(partitions)
         records: list[Record] = []
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        while not all(consumer.position(tp) >= targets[tp] for tp in partitions):
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"could not read {topic} to its end within {timeout_s} s")
             batch = consumer.poll(timeout_ms=200)
             for tp, items in batch.items():
                 records.extend(Record(tp.partition, r.offset, r.key, parse_event(r.value)) for r in items)
-            for tp in partitions:
-                highwater = consumer.highwater(tp)
-                if tp not in targets and highwater is not None:
-                    targets[tp] = highwater
-            if len(targets) == len(partitions) and all(consumer.position(tp) >= targets[tp] for tp in partitions):
-                return sorted(records, key=lambda r: (r.partition, r.offset))
-        raise AssertionError(f"could not read {topic} to its end within {timeout_s} s")
+        return sorted((r for r in records if r.offset < targets[TopicPartition(topic, r.partition)]), key=_order)
     finally:
         consumer.close()
+
+
+def _order(record: Record) -> tuple[int, int]:
+    return record.partition, record.offset
 
 
 @dataclass

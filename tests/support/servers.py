@@ -1,7 +1,7 @@
-"""Fixtures for tests against a real ZooKeeper and a Kafka-protocol broker.
+"""Fixtures for tests against a real ZooKeeper and a Kafka broker.
 
 Session scope: ``zookeeper_server``, ``kafka_server`` (:class:`ServerEndpoint`) and ``services``
-(both, as :class:`Endpoints`) start Debian's ZooKeeper and the Tansu broker once per session with
+(both, as :class:`Endpoints`) start Debian's ZooKeeper and an Apache Kafka broker once per session with
 ``scrutiny.services.servers`` in a temporary directory, and always stop them: at the end of
 the session, on failure, on Ctrl-C and on SIGTERM (both become KeyboardInterrupt; pytest tears
 fixtures down then), at interpreter exit as a last resort, and even when pytest is killed
@@ -41,7 +41,7 @@ from pyspark.sql import SparkSession
 
 from scrutiny.connectors.kafka.config import admin_kwargs
 from scrutiny.connectors.zookeeper.client import build_zookeeper_client
-from scrutiny.services.servers import Endpoints, RunningServer, start_tansu, start_zookeeper
+from scrutiny.services.servers import Endpoints, RunningServer, start_kafka, start_zookeeper
 from scrutiny.settings.loader import Settings, load_settings
 from scrutiny.streaming.session import build_spark_session
 
@@ -112,8 +112,8 @@ def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve
 
 @pytest.fixture(scope="session")
 def kafka_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerEndpoint]:
-    """A Kafka-protocol broker for the whole session (or the external one of SCRUTINY_TEST_KAFKA)."""
-    yield from _serve("kafka", EXTERNAL_KAFKA_ENV, start_tansu, tmp_path_factory.mktemp("kafka"))
+    """A Kafka broker for the whole session (or the external one of SCRUTINY_TEST_KAFKA)."""
+    yield from _serve("kafka", EXTERNAL_KAFKA_ENV, start_kafka, tmp_path_factory.mktemp("kafka"))
 
 
 @pytest.fixture(scope="session")
@@ -216,8 +216,9 @@ def kafka_topic_factory(
     try:
         yield make
     finally:
-        if created:
-            kafka_admin.delete_topics(created)
+        remaining = set(created) & set(kafka_admin.list_topics())  # a test may have deleted its own
+        if remaining:
+            kafka_admin.delete_topics(sorted(remaining))
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The watcher against a real ZooKeeper and a real Kafka-protocol broker."""
+"""The watcher against a real ZooKeeper and a real Kafka broker."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from scrutiny.core.zk_records import (
     parse_layout,
 )
 from scrutiny.proto import ledger_events_pb2 as pb
-from scrutiny.services.servers import start_tansu
+from scrutiny.services.servers import start_kafka
 from scrutiny.settings.loader import Settings
 from scrutiny.watcher.daemon import Watcher, WatcherConfig
 from tests.support.event_log import Folded, Record, expected_from, fold, read_topic, wait_until
@@ -230,7 +230,7 @@ def test_standby_takes_over_without_gaps(
 
 
 def test_kafka_unavailable_for_a_while(service_settings: Settings, zk_client: KazooClient, tmp_path: Path) -> None:
-    broker = start_tansu(tmp_path / "tansu")
+    broker = start_kafka(tmp_path / "kafka")
     try:
         seed(zk_client)
         with running_watcher(service_settings, zk_client.chroot, "events", "w1", kafka=broker.address) as watcher:
