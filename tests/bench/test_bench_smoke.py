@@ -49,3 +49,10 @@ def test_scan_bench_runs_a_fast_a_deep_and_a_fast_scan() -> None:
     assert len(checked) == 1 and 0 < checked.pop() <= 2000  # the same ledgers checked by every scan
     assert int(rows[1][6]) > 0 and int(rows[0][6]) == int(rows[2][6]) == 0  # only the deep scan asks bookies
     assert "deep / fast:" in done.stdout
+
+
+def test_startup_bench_measures_every_command_and_judges_the_light_ones() -> None:
+    done = run_bench("bench.startup_bench", "--runs", "1")
+    rows = [line for line in done.stdout.splitlines() if line.startswith(("python -c", "scrutiny ", "inspect path"))]
+    assert len(rows) == 7
+    assert sum(1 for row in rows if row.rstrip().endswith(("PASS", "MISS"))) == 4  # the four light commands
