@@ -344,6 +344,8 @@ def kill_mid_batch(
     Polls the checkpoint and the Delta logs every 10 ms and kills at the first moment some table
     already holds the running batch and ``checker_runs`` does not (a crash between two table
     commits); if no such moment comes within ``prefer_s``, at the next moment a batch is running.
+    That is only the aim: the job goes on between the last look and the kill. The returned point is read from the
+    files after the whole process tree is dead, so it says what the crash really interrupted.
     """
     deadline = time.monotonic() + timeout_s
     prefer_until: float | None = None
