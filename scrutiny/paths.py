@@ -24,3 +24,5 @@ SPARK_FILE_LOGGING = CONF_DIR / "spark-log4j2.properties"
 KAFKA_LOGGING = CONF_DIR / "kafka-log4j2.properties"
 #: Where ``scripts/setup`` puts the JVM programs' jars (``jvm/pom.xml``), one folder per program.
 JVM_DIR: Final = PROJECT_ROOT / ".jvm"
+#: Spark's Kafka source and Delta Lake's Spark writer with what they need (``jvm/spark/pom.xml``).
+SPARK_JARS: Final = JVM_DIR / "spark"

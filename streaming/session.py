@@ -10,7 +10,9 @@ runs ``local[*]``. What it always sets:
 * the driver's thread stack at 16 MB (``query.stop()`` can overflow the default one);
 * unless ``PYSPARK_PYTHON`` says otherwise, the driver's own Python for the Python workers (which
   must import this package) when the master is local or named here (not by ``spark-submit``);
-* Arrow for pandas conversions, and a session time zone of UTC (every time in the tables is UTC).
+* Arrow for pandas conversions, and a session time zone of UTC (every time in the tables is UTC);
+* the jars of Spark's Kafka source and of Delta Lake (:func:`extra_jars`) by path in ``spark.jars``, so starting a
+  session never resolves anything and never needs the network.
 
 With ``log_file``, everything the JVM writes goes to that file instead of the terminal: its log lines
 (``conf/spark-log4j2.properties``), what it and the Python workers it starts write to standard error, and no console
@@ -25,10 +27,11 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+import pyspark
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from scrutiny.paths import SPARK_FILE_LOGGING
+from scrutiny.paths import SPARK_FILE_LOGGING, SPARK_JARS
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -76,6 +79,9 @@ def build_spark_session(
         # the executors' machines have it elsewhere.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     settings = {**BASE_CONF, "spark.ui.enabled": "true" if ui else "false", **(conf or {})}
+    jars = [str(jar) for jar in extra_jars()]
+    if jars:
+        settings["spark.jars"] = ",".join([*jars, *filter(None, [settings.get("spark.jars", "")])])
     if log_file is not None:
         settings["spark.ui.showConsoleProgress"] = "false"
         settings["spark.driver.extraJavaOptions"] = " ".join(
@@ -108,6 +114,27 @@ def _jvm_stderr_to(log_file: str | Path | None) -> Iterator[None]:
     finally:
         os.dup2(saved, 2)
         os.close(saved)
+
+
+def extra_jars(directory: Path = SPARK_JARS) -> list[Path]:
+    """The jars of ``directory`` (``.jvm/spark``, named ``artifactId.jar``) that pyspark does not ship already.
+
+    pyspark's own jars are the versions its Spark was built with, so a library both have (Scala, Hadoop, Jackson,
+    Parquet, logging) stays pyspark's; what remains is what Spark lacks: the Kafka source, Delta Lake, kafka-clients.
+    Empty when ``scripts/setup`` has not resolved them.
+    """
+    shipped = _artifacts_of(Path(pyspark.__file__).parent / "jars")
+    return sorted(jar for jar in directory.glob("*.jar") if jar.stem not in shipped)
+
+
+def _artifacts_of(jars_dir: Path) -> set[str]:
+    """The artifact names of ``name-1.2.3.jar`` files (the name ends before the first ``-<digit>`` after it)."""
+    names: set[str] = set()
+    for jar in jars_dir.glob("*.jar"):
+        parts = jar.stem.split("-")
+        cut = next((i for i in range(1, len(parts)) if parts[i][:1].isdigit()), len(parts))
+        names.add("-".join(parts[:cut]))
+    return names
 
 
 #: Logs a WARN for every key whose state is read before it was ever written: every new ledger.

@@ -58,6 +58,38 @@ class KafkaClientConfig:
             arguments["ssl_cafile"] = self.ssl_cafile
         return arguments
 
+    def java_properties(self) -> dict[str, str]:
+        """The same connection as Apache Kafka's Java client properties (for Spark's Kafka source).
+
+        SASL PLAIN and SCRAM logins become ``sasl.jaas.config`` (the password revealed into it: Spark redacts
+        ``sasl.jaas.config`` in plans and its UI); the CA file is a PEM trust store.
+        """
+        properties = {
+            "bootstrap.servers": ",".join(self.bootstrap_servers),
+            "security.protocol": self.security_protocol,
+        }
+        if self.sasl_mechanism is not None:
+            module = _JAAS_MODULES["PLAIN" if self.sasl_mechanism == "PLAIN" else "SCRAM"]
+            username, password = _jaas_quoted(self.sasl_username or ""), _jaas_quoted(self.sasl_password or "")
+            properties["sasl.mechanism"] = self.sasl_mechanism
+            properties["sasl.jaas.config"] = f'{module} required username="{username}" password="{password}";'
+        if self.ssl_cafile is not None:
+            properties["ssl.truststore.type"] = "PEM"
+            properties["ssl.truststore.location"] = self.ssl_cafile
+        return properties
+
+
+#: The JAAS login module of each SASL mechanism family in Kafka's Java client.
+_JAAS_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+def _jaas_quoted(value: str) -> str:
+    """A value inside a JAAS option's double quotes: backslashes and quotes escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
 
 def kafka_client_config(settings: KafkaSection) -> KafkaClientConfig:
     """Validate the ``[kafka]`` connection keys; ConfigError naming the key on any problem."""

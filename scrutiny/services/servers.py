@@ -522,7 +522,7 @@ def _sasl_files(directory: Path, users: Mapping[str, str]) -> tuple[str, Path]:
 
 def kafka_classpath() -> str:
     """The broker's class path (``.jvm/kafka/*``); ServicesError when ``scripts/setup`` has not resolved it."""
-    if not any(KAFKA_JARS.glob("kafka_2.13-*.jar")):
+    if not (KAFKA_JARS / "kafka_2.13.jar").is_file():
         raise ServicesError(f"Apache Kafka's jars are not in {KAFKA_JARS}: run scripts/setup (it resolves jvm/pom.xml)")
     return str(KAFKA_JARS / "*")
 

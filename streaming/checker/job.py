@@ -36,7 +36,7 @@ from scrutiny.streaming.checker.prepare import PREPARED_DDL, PrepareEvents
 from scrutiny.streaming.checker.processor import LedgerProcessor
 from scrutiny.streaming.checker.records import NARROW_DDL
 from scrutiny.streaming.checker.sink import BatchSink, BatchSummary
-from scrutiny.streaming.kafka_source import ScrutinyKafkaSource, source_options
+from scrutiny.streaming.kafka_source import FORMAT, check_checkpoint_source, kafka_source_options
 
 log = logging.getLogger(__name__)
 
@@ -150,10 +150,10 @@ def lag_records(progress: Mapping[str, Any] | None) -> int | None:
 
 
 def _partition_offsets(document: object) -> dict[str, int] | None:
-    """Partition -> offset of the source's offset JSON (``{"topic": t, "partitions": {...}}``)."""
-    if not isinstance(document, dict):
+    """Partition -> offset of the Kafka source's offset JSON (``{"topic": {"0": 42, ...}}``, one topic)."""
+    if not isinstance(document, dict) or len(document) != 1:
         return None
-    inner = document.get("partitions", document)
+    inner = next(iter(document.values()))
     return {str(k): int(v) for k, v in inner.items()} if isinstance(inner, dict) else None
 
 
@@ -168,15 +168,13 @@ def start_checker(
     """Build and start the streaming query; returns at once (the query runs in Spark's threads)."""
     checker = settings.checker
     config = job_config(settings, fetch)
-    spark.dataSource.register(ScrutinyKafkaSource)
-    options = source_options(
+    options = kafka_source_options(
         settings.kafka,
-        settings.kafka.topic,
-        startingOffsets=checker.starting_offsets,
-        failOnDataLoss=str(checker.fail_on_data_loss).lower(),
-        **({"maxOffsetsPerTrigger": str(checker.max_offsets_per_trigger)} if checker.max_offsets_per_trigger else {}),
+        starting_offsets=checker.starting_offsets,
+        fail_on_data_loss=checker.fail_on_data_loss,
+        max_offsets_per_trigger=checker.max_offsets_per_trigger,
     )
-    raw = spark.readStream.format(ScrutinyKafkaSource.name()).options(**options).load()
+    raw = spark.readStream.format(FORMAT).options(**options).load()
     prepared = raw.select("offset", "value").mapInArrow(PrepareEvents(config), PREPARED_DDL)
     checked = (
         prepared.withColumn("bucket", expr(BUCKET_EXPRESSION))
@@ -186,6 +184,7 @@ def start_checker(
     checkpoint = (
         checker.checkpoint_dir if "://" in checker.checkpoint_dir else str(Path(checker.checkpoint_dir).resolve())
     )
+    check_checkpoint_source(checkpoint, settings.kafka.topic)
     stream_id = checkpoint_stream_id(spark, checkpoint)
     tables = CheckerTables(checker.data_dir, app_id=f"{APP_ID}-{stream_id}")
     sink = BatchSink(tables, run_id=run_id or stream_id, metrics=metrics)

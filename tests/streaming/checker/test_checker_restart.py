@@ -9,6 +9,7 @@ missing and none is there twice afterwards, and the open violations are the scen
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -92,6 +93,9 @@ def test_sigkill_mid_batch_and_restart_writes_every_row_exactly_once(
             assert second.stop() == 0, second.tail()
 
     assert probe.stream_id() == stream_id
+    # The offsets in the checkpoint are Spark's Kafka source's: one line {"<topic>": {"<partition>": next offset}}.
+    source_line = json.loads((checkpoint / "offsets" / "0").read_text(encoding="utf-8").splitlines()[2])
+    assert set(source_line) == {topic} and set(source_line[topic]) == {"0", "1"}
     query_ids = [_QUERY_ID.findall(log.text()) for log in (first, second)]
     assert query_ids[0] and query_ids[0] == query_ids[1]  # the same query, restarted from its checkpoint
     runs = table_rows(data, "checker_runs")
