@@ -618,11 +618,29 @@ def test_valid_metadata_round_trips_exactly(md: LedgerMetadata) -> None:
 
 
 def decodes_or_rejects(blob: bytes) -> None:
+    """A blob either raises MetadataFormatError or decodes to metadata that holds the format's invariants and
+    survives re-encoding (as v3) unchanged but for its format version."""
     try:
         md = decode_ledger_metadata(blob)
     except MetadataFormatError:
         return
-    assert isinstance(md, LedgerMetadata)
+    assert_metadata_invariants(md)
+    again = decode_ledger_metadata(encode_ledger_metadata_v3(md))
+    assert dataclasses.replace(again, format_version=md.format_version) == md
+
+
+def assert_metadata_invariants(md: LedgerMetadata) -> None:
+    """What any ledger's metadata must satisfy, checked without the decoder's own code."""
+    assert md.format_version in (1, 2, 3)
+    assert 1 <= md.ack_quorum <= md.write_quorum <= md.ensemble_size
+    assert md.segments and md.segments[0].first_entry_id == 0
+    firsts = [segment.first_entry_id for segment in md.segments]
+    assert firsts == sorted(firsts)
+    assert all(len(segment.ensemble) == md.ensemble_size for segment in md.segments)
+    if md.state is LedgerState.CLOSED:
+        assert md.last_entry_id is not None and md.last_entry_id >= -1 and md.length is not None and md.length >= 0
+    else:
+        assert md.last_entry_id is None and md.length is None
 
 
 @FAST

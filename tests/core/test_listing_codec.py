@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import contextlib
 import struct
 from collections.abc import Sequence
 
@@ -17,7 +16,7 @@ from scrutiny.core.listing_codec import (
     encode_listing,
     encode_listing_per_run,
 )
-from scrutiny.core.sequence_groups import SequenceGroup, from_entries
+from scrutiny.core.sequence_groups import SequenceGroup, count_of, expand, from_entries
 from tests.support.strategies import expand_set, sequence_groups
 
 
@@ -209,8 +208,7 @@ def test_both_encodings_round_trip(entries: set[int]) -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=200))
 def test_arbitrary_bytes_decode_or_raise_listing_format_error(data: bytes) -> None:
-    with contextlib.suppress(ListingFormatError):
-        decode_listing(data)
+    decodes_or_rejects(data)
 
 
 @settings(max_examples=200, deadline=None)
@@ -219,5 +217,26 @@ def test_arbitrary_bytes_decode_or_raise_listing_format_error(data: bytes) -> No
 )
 def test_random_groups_behind_a_valid_header_never_crash(raw: list[tuple[int, int, int, int]]) -> None:
     data = struct.pack(">ii", 0, len(raw)) + bytes(56) + b"".join(struct.pack(">qqii", *g) for g in raw)
-    with contextlib.suppress(ListingFormatError):
-        decode_listing(data)
+    decodes_or_rejects(data)
+
+
+def decodes_or_rejects(data: bytes) -> None:
+    """Bytes either raise ListingFormatError or decode to ordered, disjoint, consistent groups that re-encode to
+    exactly these bytes; the compact decoding holds the same entries."""
+    try:
+        groups = decode_listing(data)
+    except ListingFormatError:
+        return
+    previous_end = -1
+    for group in groups:
+        assert group.first_start > previous_end and group.size >= 1 and group.last_start >= group.first_start
+        if group.period == 0:
+            assert group.last_start == group.first_start
+        else:
+            assert group.period >= group.size and (group.last_start - group.first_start) % group.period == 0
+        previous_end = group.last_start + group.size - 1
+    assert encode_groups(list(groups)) == data
+    compact = decode_listing_compact(data)
+    assert count_of(compact) == count_of(groups)
+    if count_of(groups) <= 10_000:
+        assert list(expand(compact)) == list(expand(groups))

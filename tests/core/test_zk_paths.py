@@ -239,13 +239,34 @@ def test_hierarchical_form_depends_on_id(ledger_id: int) -> None:
         assert ledger_path(ledger_id) == ledger_path(ledger_id, manager=LH)
 
 
-@given(path=st.text(alphabet="/L0123456789ab", max_size=40), manager=st.sampled_from(list(LedgerManager)))
-def test_reverse_accepts_only_canonical_paths(path: str, manager: LedgerManager) -> None:
+@st.composite
+def one_mutation(draw: st.DrawFn, text: str, alphabet: str) -> str:
+    """``text`` with one character deleted, replaced or inserted (characters from ``alphabet``)."""
+    kind = draw(st.sampled_from(["delete", "replace", "insert"]))
+    at = draw(st.integers(0, len(text) - (0 if kind == "insert" else 1)))
+    char = draw(st.sampled_from(alphabet))
+    if kind == "delete":
+        return text[:at] + text[at + 1 :]
+    if kind == "replace":
+        return text[:at] + char + text[at + 1 :]
+    return text[:at] + char + text[at:]
+
+
+@given(ledger_id=ledger_ids, manager=st.sampled_from(list(LedgerManager)), mutate=st.booleans(), data=st.data())
+def test_reverse_accepts_only_canonical_paths(
+    ledger_id: int, manager: LedgerManager, mutate: bool, data: st.DataObject
+) -> None:
+    """A ledger's own path maps back to it; the same path with one character changed is either refused or is the
+    canonical path of the id it names (half the examples are unchanged paths, so the assertions are reached)."""
+    canonical = ledger_path(ledger_id, manager=manager)
+    path = data.draw(one_mutation(canonical, "/L0123456789ab")) if mutate else canonical
     try:
-        ledger_id = ledger_id_from_path("/ledgers" + path, manager=manager)
+        back = ledger_id_from_path(path, manager=manager)
     except PathError:
+        assert mutate, f"the canonical path {path} was refused"
         return
-    assert ledger_path(ledger_id, manager=manager) == "/ledgers" + path
+    assert ledger_path(back, manager=manager) == path
+    assert mutate or back == ledger_id
 
 
 # --------------------------------------------------------------------------- under-replication
@@ -397,10 +418,23 @@ def test_parse_metadata_uri_rejects(uri: str, message: str) -> None:
         parse_metadata_uri(uri)
 
 
-@given(uri=st.text(max_size=60))
-def test_parse_metadata_uri_never_crashes(uri: str) -> None:
+VALID_URIS = st.builds(
+    lambda scheme, hosts, root: f"{scheme}://{';'.join(hosts)}{root}",
+    st.sampled_from(["zk", "zk+hierarchical", "zk+longhierarchical", "zk+flat", "ZK+Flat"]),
+    st.lists(st.sampled_from(["h1:2181", "zk", "10.0.0.1:2181", "[::1]:2181", "zk-3.example:2182"]), min_size=1),
+    st.sampled_from(["/ledgers", "/pulsar/ledgers", "/", "/ledgers/"]),
+)
+
+
+@given(uri=VALID_URIS, mutate=st.booleans(), data=st.data())
+def test_parse_metadata_uri_never_crashes(uri: str, mutate: bool, data: st.DataObject) -> None:
+    """A valid URI parses; with one character changed it parses to a consistent value or raises PathError (half
+    the examples are valid URIs, so the assertions are reached)."""
+    text = data.draw(one_mutation(uri, "zk+:/;,[]@?#.h1lf0")) if mutate else uri
     try:
-        hosts, root, manager = parse_metadata_uri(uri)
+        hosts, root, manager = parse_metadata_uri(text)
     except PathError:
+        assert mutate, f"the valid URI {text} was refused"
         return
-    assert hosts and root.startswith("/") and manager in LedgerManager
+    assert hosts and all(hosts) and root.startswith("/") and manager in LedgerManager
+    assert root == "/" or not root.endswith("/")
