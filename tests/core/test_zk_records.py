@@ -466,15 +466,6 @@ def test_racks_round_trip(groups: dict[str, dict[str, str]]) -> None:
 
 # --------------------------------------------------------------------------- fuzz: value or FormatError
 
-PARSERS: list[Callable[[bytes], object]] = [
-    parse_underreplication_mark,
-    parse_lock_data,
-    parse_auditor_vote,
-    parse_layout,
-    parse_bookie_service_info,
-    parse_pulsar_racks,
-]
-
 
 def _mark_holds(value: object) -> None:
     assert isinstance(value, UnderReplicationMark)
