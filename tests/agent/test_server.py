@@ -210,12 +210,9 @@ def test_two_thousand_ledgers_in_one_call(bookie: FakeBookie, tmp_path: Path) ->
         bookie.put_entries(ledger_id, range(ledger_id % 7, ledger_id % 7 + 5))
     backend = CountingBackend(DbLedgerStorageBackend(bookie.dirs, state_dir=tmp_path))
     with serving(backend) as server, AgentClient(target(server), chunk_size=5000) as client:
-        started = time.perf_counter()
         answers = client.get_listings(ledgers)
-        elapsed = time.perf_counter() - started
-    assert backend.batches == [2000]
+    assert backend.batches == [2000]  # one read of the index for the whole call (its speed: bench/agent_bench.py)
     assert answers == {i: listing_of(range(i % 7, i % 7 + 5)) for i in ledgers}
-    assert elapsed < 5.0
 
 
 def test_calls_without_the_right_token_are_never_served(
