@@ -35,8 +35,9 @@ pytestmark = pytest.mark.integration
 
 T = TypeVar("T")
 TIMEOUT_S = 0.8
-#: Slack on top of a deadline for the answers to come back on a loaded 2-core machine.
-SLACK_S = 0.7
+#: A bound on calls that end at a deadline of a second or less: far above any busy machine's delay, and still a
+#: failure for a call that waits on a bookie that never answers (speed is measured in bench/, not here).
+HANG_S = 20.0
 
 FAULTS = """
 [scenario]
@@ -254,7 +255,7 @@ def test_answers_match_the_scenario_over_each_protocol(
     result = fetcher.fetch(wanted, snapshot.registrations)
     elapsed = time.monotonic() - started
     assert_truth(cluster, result, wanted)
-    assert elapsed < TIMEOUT_S + SLACK_S, elapsed  # the unresponsive bookie does not hold the rest up
+    assert elapsed < HANG_S, elapsed  # the fetch ends at its deadline: the unresponsive bookie never answers
     # The not-so-obvious unknowns, for the record: stopped (no registration), unresponsive, garbage.
     assert "bookie-4" in result.answers[7]["bookie-4"].reason  # not registered: no address
     assert result.answers[2]["bookie-7"].kind is AnswerKind.NO_LEDGER
@@ -277,10 +278,10 @@ def test_overall_deadline_and_refused_connections(
     registrations = readers().get().registrations
     assert not cluster.bookies["bookie-4"].running
     overrides = {f"{protocol}_overrides": {"bookie-4": f"127.0.0.1:{closed_port()}"}}
-    fetcher = fetchers(protocol=protocol, request_timeout_s=5.0, **overrides)
+    fetcher = fetchers(protocol=protocol, request_timeout_s=60.0, **overrides)
     started = time.monotonic()
     result = fetcher.fetch({7: ["bookie-2", "bookie-4"], 1: ["bookie-1"]}, registrations, timeout_s=0.3)
-    assert time.monotonic() - started < 0.3 + SLACK_S  # the fetch's deadline, not the 5 s request timeout
+    assert time.monotonic() - started < HANG_S  # the fetch's 0.3 s deadline, not the 60 s request timeout
     assert result.answers[7]["bookie-2"].kind is AnswerKind.UNKNOWN
     refused = result.answers[7]["bookie-4"]
     assert refused.kind is AnswerKind.UNKNOWN and "refused" in refused.reason.lower(), refused
