@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -148,14 +148,20 @@ def test_retries_marks_deletions_and_closes_over_time(
         harness.wait(lambda: 2 in harness.checker.sink.pending, 60, "ledger 2 waiting for bookie-4")
         harness.run(harness.cluster.apply(recover))  # bookie-4 answers again before the retries run out
         harness.run(harness.cluster.apply(unmark))  # ledger 5's mark goes within its grace period
-        seen_at = time.monotonic()
+        # When ledger 5's grace would end, had it stayed marked (the scenario's grace is under 10 s).
+        due = datetime.now(UTC) + timedelta(seconds=10)
         harness.wait(lambda: (3, "MISSING_REPLICA", "bookie-3") in harness.open_ids(), 30, "ledger 3's loss")
         harness.run(harness.cluster.apply(delete))
         harness.run(harness.cluster.apply(close))
         harness.wait(lambda: (3, "MISSING_REPLICA", "bookie-3") in harness.resolved_ids(), 30, "ledger 3 resolved")
         harness.wait(lambda: 6 in {c["ledger_id"] for c in harness.table("ledger_checks")}, 30, "ledger 6 checked")
         harness.wait(lambda: not harness.checker.sink.pending, 30, "no retry pending")
-        time.sleep(max(0.0, seen_at + 10 - time.monotonic()))  # past ledger 5's grace, had it stayed marked
+        # Timers fire in the batches that run after their time: two batches begun after it have seen it.
+        harness.wait(
+            lambda: sum(r["started_at"] >= due for r in harness.table("checker_runs")) >= 2,
+            60,
+            "two batches after ledger 5's grace would have ended",
+        )
         assert harness.open_ids() == {(4, "UNDER_REPLICATION_STUCK", None)}
         found = {(v["ledger_id"], v["category"]) for v in harness.table("violations")}
         assert not any(ledger in (2, 5) for ledger, _ in found), found
