@@ -21,17 +21,22 @@ progress bar. This takes effect only when this call starts the JVM.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 import pyspark
 from pyspark import SparkContext
+from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
 from scrutiny.paths import SPARK_FILE_LOGGING, SPARK_JARS
+
+log = logging.getLogger(__name__)
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -93,10 +98,36 @@ def build_spark_session(
         )
     for key, value in settings.items():
         builder = builder.config(key, value)
-    with _jvm_stderr_to(log_file):
-        session = builder.getOrCreate()
+    session = _launch(builder, log_file)
     _quiet_state_server(session)
     return session
+
+
+#: Starts of the JVM tried before giving up (see :func:`_launch`).
+JVM_START_ATTEMPTS = 3
+
+
+def _launch(builder: SparkSession.Builder, log_file: str | Path | None) -> SparkSession:
+    """``builder.getOrCreate()``, trying the JVM's start again when it exited before it began.
+
+    PySpark starts its JVM from a forked child that runs Python before ``exec``; on a loaded machine, with other
+    threads of the process busy (gRPC's, say), that child was seen to die before starting the JVM
+    (``JAVA_GATEWAY_EXITED``). Nothing had started then, so starting again is safe; any other error is raised at once.
+    """
+    for attempt in range(1, JVM_START_ATTEMPTS + 1):
+        try:
+            with _jvm_stderr_to(log_file):
+                return builder.getOrCreate()
+        except PySparkRuntimeError as error:
+            if error.getCondition() != "JAVA_GATEWAY_EXITED" or attempt == JVM_START_ATTEMPTS:
+                raise
+            log.warning(
+                "Spark's JVM exited before it started (attempt %d of %d); starting it again",
+                attempt,
+                JVM_START_ATTEMPTS,
+            )
+            time.sleep(attempt)
+    raise AssertionError("unreachable")
 
 
 @contextmanager

@@ -1,0 +1,50 @@
+"""Starting Spark's JVM again when it exited before it began, and only then."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pyspark.errors import PySparkRuntimeError
+
+from scrutiny.streaming import session as session_module
+
+pytestmark = pytest.mark.unit
+
+
+class FlakyBuilder:
+    """A builder whose first ``failures`` starts raise ``error``."""
+
+    def __init__(self, failures: int, error: Exception) -> None:
+        self.failures, self.error, self.calls = failures, error, 0
+
+    def getOrCreate(self) -> Any:  # noqa: N802 - PySpark's name
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise self.error
+        return "session"
+
+
+EXITED = PySparkRuntimeError(errorClass="JAVA_GATEWAY_EXITED", messageParameters={})
+
+
+@pytest.fixture(autouse=True)
+def no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("scrutiny.streaming.session.time.sleep", lambda _: None)
+
+
+def test_a_jvm_that_exited_before_it_began_is_started_again() -> None:
+    builder = FlakyBuilder(2, EXITED)
+    started: object = session_module._launch(builder, None)  # type: ignore[arg-type]
+    assert started == "session" and builder.calls == 3
+
+
+def test_it_gives_up_after_the_last_attempt_and_other_errors_are_raised_at_once() -> None:
+    builder = FlakyBuilder(session_module.JVM_START_ATTEMPTS, EXITED)
+    with pytest.raises(PySparkRuntimeError):
+        session_module._launch(builder, None)  # type: ignore[arg-type]
+    assert builder.calls == session_module.JVM_START_ATTEMPTS
+    other = FlakyBuilder(1, PySparkRuntimeError(errorClass="CANNOT_OPEN_SOCKET", messageParameters={"errors": "x"}))
+    with pytest.raises(PySparkRuntimeError):
+        session_module._launch(other, None)  # type: ignore[arg-type]
+    assert other.calls == 1
