@@ -5,7 +5,8 @@
 * :func:`child_process` starts a command in its own process group with its output in a log file and
   always ends that group (by the child's PID) when the block is left; :meth:`Child.kill` is the crash;
 * :class:`CheckpointProbe` tells from the checkpoint and the Delta logs which batch is in progress
-  and which tables already hold it (files only: cheap enough to poll every few milliseconds);
+  and which tables already hold it (files only: cheap enough to poll every few milliseconds), and
+  :meth:`CheckpointProbe.disk_state` reads all of it at once for a job that is no longer running;
 * :func:`spark_standalone` starts a Spark standalone Master and one Worker from the pyspark wheel's
   own ``bin/spark-class`` and stops them afterwards.
 """
@@ -122,8 +123,14 @@ class Child:
         return self.popen.poll() is None
 
     def kill(self) -> None:
-        """SIGKILL the whole process tree (a crash: nothing gets to clean up) and reap the child."""
-        self._end_group()
+        """SIGKILL the whole process tree (a crash: nothing gets to clean up) and reap the child.
+
+        Returns once every process of the tree is dead (the JVM too, which writes the checkpoint): the files are
+        then what the crash left, and no longer change.
+        """
+        survivors = self._end_group()
+        if survivors:
+            raise AssertionError(f"{self.name}: still alive 30 s after SIGKILL: {survivors}")
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         """SIGTERM the child, wait up to ``timeout_s``, then SIGKILL whatever is left of its process tree.
@@ -154,21 +161,29 @@ class Child:
         """The last lines of the log (for failure messages)."""
         return "\n".join(self.text().splitlines()[-lines:])
 
-    def _end_group(self, known: list[Process] | None = None) -> None:
+    def _end_group(self, known: list[Process] | None = None, timeout_s: float = 30.0) -> list[Process]:
         """SIGKILL the group and every descendant (once: afterwards the ids may be reused); reap the child.
 
         Descendants are looked up first (pyspark's worker daemons put themselves in groups of their
-        own); ``known`` adds those seen earlier, killed only if still the same process.
+        own); ``known`` adds those seen earlier, killed only if still the same process. Waits up to
+        ``timeout_s`` for all of them to be dead (a signalled process may still run for a moment);
+        returns those that are not.
         """
         if self.ended:
-            return
+            return []
         tree = {*descendants(self.pid), *(known or [])}
         with suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
         for process in tree:
             process.kill()
-        self.popen.wait(timeout=30)
+        self.popen.wait(timeout=timeout_s)
         self.ended = True
+        deadline = time.monotonic() + timeout_s
+        survivors = [p for p in tree if not p.dead()]
+        while survivors and time.monotonic() < deadline:
+            time.sleep(0.01)
+            survivors = [p for p in survivors if not p.dead()]
+        return survivors
 
 
 @dataclass(frozen=True)
@@ -185,15 +200,20 @@ class Process:
             with suppress(ProcessLookupError, PermissionError):
                 os.kill(self.pid, signal.SIGKILL)
 
+    def dead(self) -> bool:
+        """True once this process runs no more: gone, a zombie, or its PID taken by a later process."""
+        current = _proc_stat(self.pid)
+        return current is None or current[1] != self.started or current[2] in ("Z", "X", "x")
 
-def _proc_stat(pid: int) -> tuple[int, int] | None:
-    """(parent PID, start time) of ``pid`` from /proc, or None when it is gone."""
+
+def _proc_stat(pid: int) -> tuple[int, int, str] | None:
+    """(parent PID, start time, state letter) of ``pid`` from /proc, or None when it is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
     except OSError:
         return None
     fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ..., starttime is 20th
-    return int(fields[1]), int(fields[19])
+    return int(fields[1]), int(fields[19]), fields[0]
 
 
 def descendants(pid: int) -> list[Process]:
@@ -260,11 +280,76 @@ def table_rows(data_dir: str | Path, name: str) -> list[dict[str, Any]]:
         return []
 
 
-def _numbered(directory: Path) -> list[int]:
+def _numbered(directory: Path, suffix: str = "") -> list[int]:
+    """The numbers naming files ``<number><suffix>`` in ``directory``, sorted (none when it is missing)."""
     try:
-        return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+        names = [p.name.removesuffix(suffix) for p in directory.iterdir() if p.name.endswith(suffix)]
     except FileNotFoundError:
         return []
+    return sorted(int(n) for n in names if n.isdigit())
+
+
+TABLES_IN_ORDER = ("violations", "ledger_checks", "open_violations", "checker_runs")
+
+
+@dataclass(frozen=True)
+class BatchCommit:
+    """A commit in a table's Delta log carrying the stream's app transaction, whose version is the batch id."""
+
+    version: int  #: the commit's number in the log
+    batch: int
+    rows: int | None  #: rows of the data files it adds (their ``numRecords``; None when a file has no statistics)
+
+
+def batch_commits(table_dir: Path, app_id: str) -> tuple[BatchCommit, ...]:
+    """Every commit of the table's Delta log that records a batch of ``app_id``, in commit order.
+
+    Reads every commit file, not only the newest: a commit without the transaction (a compaction) may follow.
+    """
+    log_dir = table_dir / "_delta_log"
+    found: list[BatchCommit] = []
+    for version in _numbered(log_dir, ".json"):
+        batch: int | None = None
+        rows: int | None = 0
+        for line in (log_dir / f"{version:020d}.json").read_text(encoding="utf-8").splitlines():
+            action = json.loads(line) if line.strip() else {}
+            txn, add = action.get("txn"), action.get("add")
+            if txn and txn.get("appId") == app_id:
+                batch = int(txn["version"])
+            if add and add.get("dataChange", True):
+                records = json.loads(add.get("stats") or "{}").get("numRecords")
+                rows = None if records is None or rows is None else rows + int(records)
+        if batch is not None:
+            found.append(BatchCommit(version, batch, rows))
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class DiskState:
+    """A stream's batches as the checkpoint and the tables record them (see :meth:`CheckpointProbe.disk_state`)."""
+
+    planned: int | None  #: the last batch whose offsets Spark logged
+    committed: int | None  #: the last batch Spark recorded as done
+    tables: Mapping[str, tuple[BatchCommit, ...]]  #: per table, the commits recording a batch of the stream
+
+    @property
+    def interrupted(self) -> int | None:
+        """The batch Spark planned and had not recorded as done (a restart runs it again), or None."""
+        if self.planned is None or (self.committed is not None and self.committed >= self.planned):
+            return None
+        return self.planned
+
+    def batches(self, table: str) -> list[int]:
+        """The batches ``table``'s commits record, in commit order."""
+        return [c.batch for c in self.tables[table]]
+
+    def commits(self, table: str, batch: int) -> tuple[BatchCommit, ...]:
+        """The commits of ``table`` recording ``batch`` (more than one: the batch was written twice)."""
+        return tuple(c for c in self.tables[table] if c.batch == batch)
+
+    def holding(self, batch: int) -> tuple[str, ...]:
+        """The tables with a commit recording ``batch``."""
+        return tuple(t for t in TABLES_IN_ORDER if self.commits(t, batch))
 
 
 @dataclass(frozen=True)
@@ -296,14 +381,24 @@ class CheckpointProbe:
             return None
         return planned
 
+    def offsets(self, batch: int) -> str | None:
+        """The offset log entry of ``batch`` as Spark wrote it (None: not there)."""
+        try:
+            return (self.checkpoint / "offsets" / str(batch)).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+
     def table_batch(self, table: str, app_id: str) -> int | None:
-        """The batch id of ``app_id`` in the newest commit of ``table``'s Delta log (None: none there)."""
+        """The batch id of ``app_id`` in the newest commit of ``table``'s Delta log (None: none there).
+
+        Only the newest commit is read (cheap enough to poll); :func:`batch_commits` reads them all.
+        """
         log_dir = self.data_dir / table / "_delta_log"
-        commits = sorted(log_dir.glob("[0-9]*.json"))
+        commits = _numbered(log_dir, ".json")
         if not commits:
             return None
         try:
-            text = commits[-1].read_text(encoding="utf-8")
+            text = (log_dir / f"{commits[-1]:020d}.json").read_text(encoding="utf-8")
         except FileNotFoundError:
             return None
         for line in text.splitlines():
@@ -312,17 +407,26 @@ class CheckpointProbe:
                 return int(txn["version"])
         return None
 
+    def disk_state(self, app_id: str) -> DiskState:
+        """The checkpoint's last planned and committed batches and every table's batch commits.
 
-TABLES_IN_ORDER = ("violations", "ledger_checks", "open_violations", "checker_runs")
+        Meant for a job that is not running (killed and dead, or stopped): the files then hold still, and this is
+        what a restart finds.
+        """
+        tables = {t: batch_commits(self.data_dir / t, app_id) for t in TABLES_IN_ORDER}
+        return DiskState(self.planned(), self.committed(), tables)
 
 
 @dataclass(frozen=True)
-class KillPoint:
-    """Where a crash landed: the batch running, the tables already holding it, whether Spark had finished it."""
+class Aim:
+    """Where :func:`kill_mid_batch` aimed: the batch running and the tables holding it at its last look.
+
+    The job goes on between that look and the kill (on a loaded machine, for a while): this is for the test's
+    output only. What the crash really interrupted is :meth:`CheckpointProbe.disk_state` once the job is dead.
+    """
 
     batch: int
     tables: tuple[str, ...]
-    spark_committed: bool
 
 
 def holding(probe: CheckpointProbe, app_id: str, batch: int) -> tuple[str, ...]:
@@ -338,14 +442,15 @@ def kill_mid_batch(
     after: int = 2,
     prefer_s: float = 20.0,
     timeout_s: float = 90.0,
-) -> KillPoint:
-    """SIGKILL ``child`` while a batch runs, once ``after`` batches are fully written.
+) -> Aim:
+    """SIGKILL ``child`` while a batch runs, once ``after`` batches are fully written; returns when it is dead.
 
     Polls the checkpoint and the Delta logs every 10 ms and kills at the first moment some table
     already holds the running batch and ``checker_runs`` does not (a crash between two table
     commits); if no such moment comes within ``prefer_s``, at the next moment a batch is running.
-    That is only the aim: the job goes on between the last look and the kill. The returned point is read from the
-    files after the whole process tree is dead, so it says what the crash really interrupted.
+    That is only the aim: the job goes on between the last look and the kill, so the kill may land
+    anywhere from there to some batches later. Read what it interrupted with
+    :meth:`CheckpointProbe.disk_state` afterwards.
     """
     deadline = time.monotonic() + timeout_s
     prefer_until: float | None = None
@@ -355,12 +460,10 @@ def kill_mid_batch(
         running, written = probe.in_progress(), probe.table_batch("checker_runs", app_id)
         if running is not None and written is not None and written >= after - 1 and running > written:
             prefer_until = prefer_until or time.monotonic() + prefer_s
-            if holding(probe, app_id, running) or time.monotonic() >= prefer_until:
+            tables = holding(probe, app_id, running)
+            if tables or time.monotonic() >= prefer_until:
                 child.kill()
-                committed = probe.committed()
-                return KillPoint(
-                    running, holding(probe, app_id, running), committed is not None and committed >= running
-                )
+                return Aim(running, tables)
         time.sleep(0.01)
     raise AssertionError(f"no batch to kill within {timeout_s} s:\n{child.tail()}")
 

@@ -1,10 +1,17 @@
 """``scrutiny run --config`` killed with SIGKILL in the middle of a batch, then started again: exactly once.
 
-The kill aims between two table commits of a batch, but the guarantee is checked wherever it lands (a loaded
-machine moves it): what the crash interrupted is read from the checkpoint and the Delta logs after the process
-tree is dead. If Spark had not recorded the batch, it runs it again (its offsets are in the checkpoint, its commit
-is not) and the writer skips the tables that already hold it; if it had, nothing runs again. Either way no row is
-missing and none is there twice afterwards, and the open violations are the scenario's ground truth.
+The kill aims between two table commits of a batch, but a loaded machine moves it anywhere from there to some
+batches later, so the test asserts nothing it saw before the kill. Once the process tree is dead, the checkpoint
+(offsets/ and commits/) and every table's Delta log (the commits carrying the stream's app transaction, whose
+version is the batch id) say what the crash interrupted:
+
+* Spark had not recorded the last planned batch: the restart runs it again with the same offsets, and the writer
+  skips every table that already recorded it (its commit and its rows for that batch stay as they are); the others
+  get it once;
+* Spark had recorded it: nothing runs again, and no table gets another commit for it.
+
+Either way every table records each batch in at most one commit, the rows of a batch are those of its commit,
+``checker_runs`` holds each batch once with none missing, and the open violations are the scenario's ground truth.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from tests.support.checker_harness import ViolationId, harness_settings, simulat
 from tests.support.checker_process import (
     TABLES_IN_ORDER,
     CheckpointProbe,
+    DiskState,
     child_env,
     kill_mid_batch,
     run_checker,
@@ -83,29 +91,52 @@ def test_sigkill_mid_batch_and_restart_writes_every_row_exactly_once(
             wait_for(lambda: probe.stream_id() is not None, 90, "the checker to start", child=first)
             stream_id = probe.stream_id()
             app_id = f"{APP_ID}-{stream_id}"
-            kill = kill_mid_batch(first, probe, app_id, after=2)
-            print(f"killed: {kill}")
-        # What the crash interrupted is read from the files once the process tree is dead, whatever the moment it
-        # landed: the tables that hold the batch already, and whether Spark had recorded the batch as done.
-        before = {t: _batch_rows(data, t, kill.batch) for t in kill.tables if t in APPEND_ONLY}
+            aim = kill_mid_batch(first, probe, app_id, after=2)
+        # The whole process tree is dead: the files are what the crash left, wherever it landed.
+        crash = probe.disk_state(app_id)
+        batch, interrupted = crash.planned, crash.interrupted is not None
+        assert batch is not None
+        held = crash.holding(batch)
+        print(f"aimed at {aim}; the crash left batch {batch} planned, committed by Spark: {not interrupted}, in {held}")
+        _assert_each_batch_once(crash, data)
+        # Spark plans a batch only once the one before is recorded, and records it only after the sink wrote it all
+        # (checker_runs last); no table is ahead of the checkpoint.
+        last_run = max(crash.batches("checker_runs"), default=None)
+        if interrupted:
+            assert crash.committed == (batch - 1 if batch else None), crash
+            assert last_run in (batch - 1, batch), crash
+        else:
+            assert crash.committed == batch and last_run == batch, crash
+        assert all(b <= batch for t in TABLES_IN_ORDER for b in crash.batches(t)), crash
+        offsets = probe.offsets(batch)
+        rows_before = {t: _batch_rows(data, t, batch) for t in APPEND_ONLY}
         with run_checker(config, env, tmp_path / "second.log") as second:
             wait_for(settled, 110, "every closed ledger checked, the truth open, no retry pending", child=second)
             assert second.stop() == 0, second.tail()
 
+    final = probe.disk_state(app_id)
+    _assert_each_batch_once(final, data)
+    for table in TABLES_IN_ORDER:  # the logs only grew: nothing committed before the crash was undone
+        assert final.tables[table][: len(crash.tables[table])] == crash.tables[table], table
+    assert final.committed is not None and final.committed >= batch  # Spark ran the batch to its end, once
+    assert max(final.batches("checker_runs")) >= final.committed  # every batch Spark recorded is written
+    assert probe.offsets(batch) == offsets  # with the offsets planned before the crash
+    for table in TABLES_IN_ORDER:
+        if table in held or not interrupted:  # already written (or not re-run at all): not written again
+            assert final.commits(table, batch) == crash.commits(table, batch), table
+            if table in APPEND_ONLY:
+                assert _batch_rows(data, table, batch) == rows_before[table], table
+    assert len(final.commits("checker_runs", batch)) == 1  # written once, by the first run or by the re-run
+
     assert probe.stream_id() == stream_id
     # The offsets in the checkpoint are Spark's Kafka source's: one line {"<topic>": {"<partition>": next offset}}.
-    source_line = json.loads((checkpoint / "offsets" / "0").read_text(encoding="utf-8").splitlines()[2])
+    assert offsets is not None
+    source_line = json.loads(offsets.splitlines()[2])
     assert set(source_line) == {topic} and set(source_line[topic]) == {"0", "1"}
     query_ids = [_QUERY_ID.findall(log.text()) for log in (first, second)]
     assert query_ids[0] and query_ids[0] == query_ids[1]  # the same query, restarted from its checkpoint
     runs = table_rows(data, "checker_runs")
     assert {r["run_id"] for r in runs} == {stream_id}
-    batch_ids = sorted(r["batch_id"] for r in runs)
-    assert batch_ids == list(range(len(runs))) and kill.batch in batch_ids  # each batch once, none lost
-    for table, rows in before.items():  # a table that held the interrupted batch was not written again
-        assert _batch_rows(data, table, kill.batch) == rows, table
-    if not kill.spark_committed:  # Spark ran the batch again: every table holds it now, each exactly once
-        assert all(probe.table_batch(t, app_id) is not None for t in TABLES_IN_ORDER)
     violations = table_rows(data, "violations")
     keys = Counter((v["ledger_id"], v["category"], v["bookie"], v["segment_first_entry"]) for v in violations)
     assert [k for k, n in keys.items() if n > 1] == []
@@ -116,6 +147,22 @@ def test_sigkill_mid_batch_and_restart_writes_every_row_exactly_once(
     assert closed <= {c["ledger_id"] for c in checks}
     assert open_ids() == expected
     assert sum(r["events"] for r in runs) >= len(scenario.ledgers)
+
+
+def _assert_each_batch_once(state: DiskState, data: Path) -> None:
+    """Every table records each batch in at most one commit, in batch order; an append-only table's rows of a batch
+    are exactly those its commit added (none written twice, none written without the batch's transaction);
+    ``checker_runs`` records the batches 0, 1, 2, ... (none twice, none missing)."""
+    for table in TABLES_IN_ORDER:
+        batches = state.batches(table)
+        assert batches == sorted(set(batches)), (table, batches)
+    for table in (*APPEND_ONLY, "checker_runs"):
+        commits = state.tables[table]
+        assert all(c.rows is not None for c in commits), (table, commits)
+        rows = Counter(r["batch_id"] for r in table_rows(data, table))
+        assert rows == Counter({c.batch: c.rows for c in commits if c.rows}), table
+    runs = state.batches("checker_runs")
+    assert runs == list(range(len(runs))), runs
 
 
 def _batch_rows(data: Path, table: str, batch: int) -> int:
