@@ -46,7 +46,7 @@ ENTRY_POINT = "import sys; from scrutiny.cli.main import main; sys.exit(main())"
 #: Every command's module imported to build the parser, then one command runs: the command line as it was before.
 EAGER_ENTRY_POINT = (
     "import sys; from scrutiny.cli.main import build_parser; "
-    "args = build_parser(None).parse_args(sys.argv[1:]); sys.exit(args.handler(args))"
+    "args = build_parser().parse_args(sys.argv[1:]); sys.exit(args.handler(args))"
 )
 #: The launcher: reads one JSON argv a line, forks and execs it (standard streams on /dev/null), reaps it
 #: with ``os.wait4`` and answers one JSON line ``[wall seconds, ru_maxrss in KiB, exit code]``.

@@ -80,7 +80,7 @@ def apply_repairs(client: KazooClient, plan: RepairPlan) -> list[RepairAction]:
             if client.retry(client.exists, plan.disable_path) is not None:
                 blocked = _disabled_reason(plan.disable_path, after_plan=True)
         except KazooException as error:
-            failure = f"could not check {plan.disable_path}: {_describe(error)}"
+            failure = f"could not check {plan.disable_path}: {describe_error(error)}"
             return [
                 _planned_outcome(item, plan.disable_path) or _action(item, RepairOutcome.FAILED, failure)
                 for item in plan.items
@@ -123,8 +123,10 @@ def _create_mark(client: KazooClient, item: PlannedRepair) -> RepairAction:
             return _action(item, RepairOutcome.MARKED)
         return _action(item, RepairOutcome.ALREADY_MARKED, REASON_MARKED_CONCURRENTLY)
     except KazooException as error:
-        log.warning("could not mark ledger %d under-replicated at %s: %s", item.ledger_id, item.path, _describe(error))
-        return _action(item, RepairOutcome.FAILED, _describe(error))
+        log.warning(
+            "could not mark ledger %d under-replicated at %s: %s", item.ledger_id, item.path, describe_error(error)
+        )
+        return _action(item, RepairOutcome.FAILED, describe_error(error))
     return _action(item, RepairOutcome.MARKED)
 
 
@@ -137,6 +139,7 @@ def _holds(client: KazooClient, path: str, data: bytes) -> bool:
     return bytes(found) == data
 
 
-def _describe(error: BaseException) -> str:
+def describe_error(error: BaseException) -> str:
+    """An error on one line for a record or a log: its type, and its message when it has one."""
     text = str(error).strip()
     return f"{type(error).__name__}: {text}" if text and text != "((), {})" else type(error).__name__

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import NoReturn
 
 from scrutiny import __version__
@@ -33,15 +33,15 @@ class OneLineErrorParser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {_one_line(message)}\n")
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The argument parser: every command listed, the options of ``command`` (None: of every command)."""
+def build_parser(loaded: Collection[str] = tuple(COMMAND_HELP)) -> argparse.ArgumentParser:
+    """The argument parser: every command listed, with the options of the commands in ``loaded`` (default: all)."""
     parser = OneLineErrorParser(
         prog="scrutiny", description="Continuous durability checking for Apache BookKeeper and Pulsar clusters."
     )
     parser.add_argument("--version", action="version", version=f"scrutiny {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_text in COMMAND_HELP.items():
-        if command is None or name == command:
+        if name in loaded:
             importlib.import_module(f"scrutiny.cli.{name}").add_parser(commands)
         else:
             commands.add_parser(name, help=help_text)
@@ -58,8 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     command = chosen_command(argv)
-    parser = build_parser(command) if command is not None else build_parser("")
-    args = parser.parse_args(argv)
+    args = build_parser([command] if command is not None else []).parse_args(argv)
     try:
         code: int = args.handler(args)
     except ScrutinyError as error:

@@ -212,10 +212,6 @@ def _optional(convert: Callable[[object], _T]) -> Callable[[object], _T | None]:
 _opt_str: Final = _optional(str)
 
 
-def _epoch_ms(moment: datetime) -> int:
-    return (moment - _EPOCH) // timedelta(milliseconds=1)
-
-
 def _from_epoch_ms(epoch_ms: int) -> datetime:
     return _EPOCH + timedelta(milliseconds=epoch_ms)
 

@@ -95,8 +95,9 @@ KAFKA_JVM_OPTIONS = (
     "-XX:+UseSerialGC",
     "-XX:TieredStopAtLevel=1",
     "-Djava.awt.headless=true",
-    f"-Dlog4j2.configurationFile=file:{KAFKA_LOGGING}",
 )
+#: The broker's and its storage tool's log configuration.
+KAFKA_LOGGING_OPTION = f"-Dlog4j2.configurationFile=file:{KAFKA_LOGGING}"
 #: A one-node KRaft cluster (broker and controller in one process) on loopback; everything replicated once, no
 #: rebalance delay. Its data (log.dirs) stays in the service's directory, so a restarted broker keeps its topics.
 KAFKA_CONFIG = """\
@@ -539,7 +540,7 @@ def _format_kafka_storage(directory: Path, config: Path) -> None:
     """Format the broker's data directory once (KRaft needs it); a formatted one is kept as it is."""
     if (directory / "data" / "meta.properties").is_file():
         return
-    command = [java_binary(), "-Xmx256m", *KAFKA_JVM_OPTIONS[-1:], "-cp", kafka_classpath(), KAFKA_STORAGE_TOOL]
+    command = [java_binary(), "-Xmx256m", KAFKA_LOGGING_OPTION, "-cp", kafka_classpath(), KAFKA_STORAGE_TOOL]
     command += ["format", "--ignore-formatted", "-t", kafka_cluster_id(), "-c", str(config)]
     with (directory / LOG_FILE).open("ab") as log:
         done = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, check=False)
@@ -554,7 +555,7 @@ def kafka_command(directory: Path, port: int, host: str = LOOPBACK) -> list[str]
     text = KAFKA_CONFIG.format(host=host, port=port, controller_port=free_port(host), data_dir=data_dir)
     config.write_text(text)
     _format_kafka_storage(directory, config)
-    return [java_binary(), *KAFKA_JVM_OPTIONS, "-cp", kafka_classpath(), KAFKA_MAIN, str(config)]
+    return [java_binary(), *KAFKA_JVM_OPTIONS, KAFKA_LOGGING_OPTION, "-cp", kafka_classpath(), KAFKA_MAIN, str(config)]
 
 
 def start_zookeeper(

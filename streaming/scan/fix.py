@@ -19,7 +19,7 @@ from kazoo.client import KazooClient
 
 from scrutiny.connectors.tables.repair_log import ensure_repair_log, write_repair_log
 from scrutiny.connectors.zookeeper.client import close_zookeeper_client, start_zookeeper_client, zookeeper_target
-from scrutiny.connectors.zookeeper.marks import apply_repairs, read_recovery_state
+from scrutiny.connectors.zookeeper.marks import apply_repairs, describe_error, read_recovery_state
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.ledger_scan import ScanMode
 from scrutiny.core.repair_plan import (
@@ -118,7 +118,7 @@ class RepairLogError(ScrutinyError):
 
     def __init__(self, actions: Sequence[RepairAction], cause: BaseException) -> None:
         self.actions = tuple(actions)
-        super().__init__(f"{len(self.actions)} repair actions were taken but not recorded: {_one_line(cause)}")
+        super().__init__(f"{len(self.actions)} repair actions were taken but not recorded: {describe_error(cause)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,8 +173,3 @@ def epoch_ms(at: datetime) -> int:
     if at.tzinfo is None or at.utcoffset() is None:
         raise RepairError(f"the fix time must be a timezone-aware datetime, got {at!r}")
     return (at - _EPOCH) // timedelta(milliseconds=1)
-
-
-def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__

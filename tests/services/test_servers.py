@@ -301,3 +301,9 @@ def test_a_restarted_kafka_broker_keeps_its_topics_and_records(tmp_path: Path) -
         finally:
             consumer.close()
     assert values == [f"record {index}".encode() for index in range(50)]
+
+
+def test_kafka_cluster_ids_are_what_kraft_accepts() -> None:
+    ids = {services_module.kafka_cluster_id() for _ in range(200)}
+    assert len(ids) == 200  # random
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{22}", text) and not text.startswith("-") for text in ids)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,3 +49,17 @@ def test_it_gives_up_after_the_last_attempt_and_other_errors_are_raised_at_once(
     with pytest.raises(PySparkRuntimeError):
         session_module._launch(other, None)  # type: ignore[arg-type]
     assert other.calls == 1
+
+
+def test_extra_jars_leave_out_what_pyspark_ships(tmp_path: Path) -> None:
+    for name in ("scala-library.jar", "jackson-databind.jar", "kafka-clients.jar", "delta-spark_2.13.jar"):
+        (tmp_path / name).write_bytes(b"")
+    assert [jar.name for jar in session_module.extra_jars(tmp_path)] == ["delta-spark_2.13.jar", "kafka-clients.jar"]
+    assert session_module.extra_jars(tmp_path / "missing") == []  # set-up not run yet: nothing to add
+
+
+def test_artifact_names_end_before_the_version(tmp_path: Path) -> None:
+    names = ("spark-sql-kafka-0-10_2.13-4.2.0.jar", "zstd-jni-1.5.7-7.jar", "jackson-databind-2.21.2.jar", "shims.jar")
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    assert session_module._artifacts_of(tmp_path) == {"spark-sql-kafka", "zstd-jni", "jackson-databind", "shims"}
