@@ -108,11 +108,16 @@ def _run(args: argparse.Namespace) -> int:
 #: The loggers whose information lines the terminal shows: what the command itself is doing.
 _PROGRESS = ("scrutiny.run", "scrutiny.services.embedded", "scrutiny.streaming.checker.job")
 #: Loggers of connection churn and library internals: to the log file only, unless it is an error.
-_CHATTER = ("py4j", "kafka", "kazoo", "scrutiny.zookeeper", "grpc", "urllib3")
+_CHATTER = ("kafka", "kazoo", "scrutiny.zookeeper", "grpc", "urllib3")
+#: Spark's Python bridge: a stop that cancels a running batch makes it log that batch's traceback as an error.
+#: What matters of it reaches the terminal as the query's own error (``the checker query failed: ...``).
+_FILE_ONLY = ("py4j",)
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def _for_the_terminal(record: logging.LogRecord) -> bool:
+    if record.name.startswith(_FILE_ONLY):
+        return False
     if record.name.startswith(_CHATTER):
         return record.levelno >= logging.ERROR
     return record.levelno >= logging.WARNING or record.name.startswith(_PROGRESS)

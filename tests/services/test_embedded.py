@@ -95,6 +95,7 @@ def test_the_embedded_default_runs_reports_and_stops_cleanly_on_ctrl_c(tmp_path:
     terminal = text + "\n" + log.read_text()
     noise = [line for line in terminal.splitlines() if JVM_LOG_LINE.search(line) or SPARK_CONSOLE.search(line)]
     assert noise == [], terminal
+    assert "Traceback" not in terminal  # stopping cancels a running batch; its traceback belongs in the log file
     log_file = Path(lines[0].removeprefix("logs: "))
     assert log_file.is_file() and "scrutiny" in log_file.read_text()
     assert "stopping: checker, watcher, simulated cluster, services" in text
