@@ -218,13 +218,15 @@ def checks_seen(data_dir: str) -> dict[int, float]:
 def wait_backlog(data_dir: str, backlog: int) -> tuple[int, float, int]:
     """(ledgers checked, seconds, micro-batches) for the snapshot backlog."""
     deadline = time.monotonic() + 1800
+    runs: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
         seen = checks_seen(data_dir)
         log.info("backlog: %d / %d checked", len(seen), backlog)
-        if len(seen) >= backlog:
+        # checker_runs is committed after the batch's other tables: its figures are complete once it counts them all
+        runs = read_table(data_dir, "checker_runs").to_pylist() if len(seen) >= backlog else []
+        if sum(r["ledgers_checked"] for r in runs) >= backlog:
             break
         time.sleep(2)
-    runs = read_table(data_dir, "checker_runs").to_pylist()
     working = [r for r in runs if r["ledgers_checked"]]
     start = min(r["started_at"] for r in runs)
     end = max(r["finished_at"] for r in working)

@@ -11,6 +11,8 @@ runs ``local[*]``. What it always sets:
 * unless ``PYSPARK_PYTHON`` says otherwise, the driver's own Python for the Python workers (which
   must import this package) when the master is local or named here (not by ``spark-submit``);
 * Arrow for pandas conversions, and a session time zone of UTC (every time in the tables is UTC);
+* Delta Lake's session extension and catalog (the tables are written with delta-spark), with one task to
+  rebuild a table's state from its small log;
 * the jars of Spark's Kafka source and of Delta Lake (:func:`extra_jars`) by path in ``spark.jars``, so starting a
   session never resolves anything and never needs the network.
 
@@ -51,6 +53,11 @@ BASE_CONF: Mapping[str, str] = {
     "spark.driver.extraJavaOptions": "-Xss16m",
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.streaming.noDataMicroBatches.enabled": "true",
+    # Delta Lake's SQL (MERGE, CREATE TABLE ... USING delta) and its catalog (jars from .jvm/spark).
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # The tables' logs are small (a checkpoint every 10 commits): one task rebuilds a table's state, not 50.
+    "spark.databricks.delta.snapshotPartitions": "1",
 }
 
 

@@ -25,7 +25,20 @@ ARCHITECTURE = REPO / "docs" / "architecture.md"
 INSTALLED_AS = {"scrutiny": "scrutiny", "connectors": "scrutiny.connectors", "streaming": "scrutiny.streaming"}
 #: Outside libraries whose use the table restricts (light standard-library-like ones are free to use).
 GOVERNED_LIBRARIES = frozenset(
-    {"pyspark", "py4j", "dash", "flask", "duckdb", "grpc", "kazoo", "kafka", "deltalake", "rocksdict", "pyarrow"}
+    {
+        "pyspark",
+        "py4j",
+        "dash",
+        "flask",
+        "duckdb",
+        "grpc",
+        "kazoo",
+        "kafka",
+        "deltalake",
+        "delta",
+        "rocksdict",
+        "pyarrow",
+    }
     | {"pandas", "prometheus_client", "plotly"}
 )
 # The pure core does no I/O: no sockets, processes, files or clocks.

@@ -212,6 +212,48 @@ OPEN_CHANGES_SCHEMA: Final = pa.schema(
     ]
 )
 
+
+@dataclass(frozen=True, slots=True)
+class MergeSpec:
+    """A MERGE of a source ``s`` into a target ``t``: its match predicate and its three clauses (Spark SQL text)."""
+
+    predicate: str
+    refresh_when: str
+    refresh: Mapping[str, str]
+    resolve_when: str
+    resolve: Mapping[str, str]
+    insert_when: str
+    insert: Mapping[str, str]
+
+
+#: The MERGE of a batch's folded changes (OPEN_CHANGES_SCHEMA) into ``open_violations``; NULL-safe on bookie and
+#: segment. A violation refreshes (or reopens) its row or inserts one; a resolution closes an open row only.
+OPEN_VIOLATIONS_MERGE: Final = MergeSpec(
+    predicate=(
+        "t.ledger_id = s.ledger_id AND t.category = s.category"
+        " AND (t.bookie IS NOT DISTINCT FROM s.bookie)"
+        " AND (t.segment_first_entry IS NOT DISTINCT FROM s.segment_first_entry)"
+    ),
+    refresh_when="s.has_violation",
+    refresh={
+        name: f"s.{name}"
+        for name in (
+            "last_seen",
+            "severity",
+            "entry_count",
+            "details",
+            "pulsar_topic",
+            "resolved_at",
+            "batch_id",
+            "source",
+        )
+    },
+    resolve_when="(NOT s.has_violation) AND (t.resolved_at IS NULL)",
+    resolve={name: f"s.{name}" for name in ("resolved_at", "batch_id", "source")},
+    insert_when="s.has_violation",
+    insert={name: f"s.{name}" for name in OPEN_VIOLATIONS_SCHEMA.names},
+)
+
 _CATEGORIES: Final = tuple(c.value for c in Category)
 _SEVERITIES: Final = tuple(s.value for s in Severity)
 _VERDICTS: Final = tuple(v.value for v in VerdictKind)

@@ -99,11 +99,13 @@ def _run(args: argparse.Namespace) -> int:
     progress = ProgressLine(sys.stderr)
     with stop_on_signals(_stop_safely(run.stop, progress)):
         result = run.run(progress.update)
+        fixed = None
+        if fix.enabled and not result.interrupted:
+            fixed = run_fix(spark, settings, result, fix, data_dir=run.data_dir)
         # Spark stops before the summary: what its cancelled tasks log must not follow the last line.
         if running is None:
             spark.stop()
     progress.done()
-    fixed = run_fix(settings, result, fix, data_dir=run.data_dir) if fix.enabled and not result.interrupted else None
     summary = summarize(
         (_open_violation(row) for row in result.violations),
         Figures(

@@ -24,7 +24,6 @@ from pyspark.sql.functions import expr
 from pyspark.sql.streaming.query import StreamingQuery
 
 from scrutiny.connectors.bookies.fetch import FetchConfig, fetch_config_from_settings
-from scrutiny.connectors.tables.delta import CheckerTables
 from scrutiny.connectors.zookeeper.client import zookeeper_target
 from scrutiny.core.backoff import Backoff
 from scrutiny.core.ledger_tracker import RecheckPolicy, TrackerConfig
@@ -36,6 +35,7 @@ from scrutiny.streaming.checker.prepare import PREPARED_DDL, PrepareEvents
 from scrutiny.streaming.checker.processor import LedgerProcessor
 from scrutiny.streaming.checker.records import NARROW_DDL
 from scrutiny.streaming.checker.sink import BatchSink, BatchSummary
+from scrutiny.streaming.delta_writer import CheckerTables
 from scrutiny.streaming.kafka_source import FORMAT, check_checkpoint_source, kafka_source_options
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,7 @@ def start_checker(
     )
     check_checkpoint_source(checkpoint, settings.kafka.topic)
     stream_id = checkpoint_stream_id(spark, checkpoint)
-    tables = CheckerTables(checker.data_dir, app_id=f"{APP_ID}-{stream_id}")
+    tables = CheckerTables(spark, checker.data_dir, app_id=f"{APP_ID}-{stream_id}")
     sink = BatchSink(tables, run_id=run_id or stream_id, metrics=metrics)
     query = (
         checked.writeStream.queryName("scrutiny_checker")

@@ -3,9 +3,9 @@
 Runs on the driver after Spark has computed the batch. It collects the processor's output as
 Arrow (violations and checks are small next to the events), separates the bookkeeping records
 ("stats" from the fetch stage, "retry" when a re-check is scheduled) from the table records, and
-hands the rest to :class:`~scrutiny.connectors.tables.delta.CheckerTables`, which records the
-batch id in each table's transaction and skips tables that already hold it: a batch that Spark
-re-runs after a crash is written once.
+hands the rest to :class:`~scrutiny.streaming.delta_writer.CheckerTables`, which writes each table with Delta's
+idempotent-write identifiers (the stream's app id and the batch id): a batch that Spark re-runs after a crash is
+written once, Delta itself skipping the tables that already hold it.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from datetime import UTC, datetime
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from scrutiny.connectors.tables.delta import CheckerTables
 from scrutiny.connectors.tables.schemas import CHECKER_RUNS, RunRecord, output_table
 from scrutiny.streaming.checker.metrics import JobMetrics
 from scrutiny.streaming.checker.records import widen_table
+from scrutiny.streaming.delta_writer import CheckerTables
 
 log = logging.getLogger(__name__)
 

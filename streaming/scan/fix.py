@@ -3,21 +3,24 @@
 The candidates are the scan's ``MISSING_REPLICA`` findings (:func:`scrutiny.core.repair_plan.repair_candidates`);
 :func:`fix_under_replicated` reads ZooKeeper's marks and ``disable`` node
 (:mod:`scrutiny.connectors.zookeeper.marks`), plans, and unless ``--dry-run`` creates the marks (never touching a
-ledger already marked) and appends what happened to the ``repair_actions`` table
-(:mod:`scrutiny.connectors.tables.repair_log`). docs/fix.md documents the rules and the printed plan.
+ledger already marked) and appends what happened to the ``repair_actions`` table (rows from
+:mod:`scrutiny.connectors.tables.repair_log`, written by Delta's Spark writer). docs/fix.md documents the rules and
+the printed plan.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
 
 from kazoo.client import KazooClient
+from pyspark.sql import SparkSession
 
-from scrutiny.connectors.tables.repair_log import ensure_repair_log, write_repair_log
+from scrutiny.connectors.tables.repair_log import repair_log_rows
+from scrutiny.connectors.tables.schemas import REPAIR_ACTIONS
 from scrutiny.connectors.zookeeper.client import close_zookeeper_client, start_zookeeper_client, zookeeper_target
 from scrutiny.connectors.zookeeper.marks import apply_repairs, describe_error, read_recovery_state
 from scrutiny.core.errors import ScrutinyError
@@ -33,6 +36,7 @@ from scrutiny.core.repair_plan import (
     repair_candidates,
 )
 from scrutiny.settings.loader import Settings
+from scrutiny.streaming.delta_writer import append_rows, ensure_table
 from scrutiny.streaming.scan.job import ScanResult
 
 CONNECT_TIMEOUT_S = 15.0
@@ -60,13 +64,16 @@ def check_fix_options(fix: FixOptions, mode: ScanMode) -> None:
         raise FixError("--fix needs a deep scan: a fast scan does not ask the bookies, so it finds no missing replica")
 
 
-def run_fix(settings: Settings, result: ScanResult, fix: FixOptions, *, data_dir: str) -> FixResult:
+def run_fix(
+    spark: SparkSession, settings: Settings, result: ScanResult, fix: FixOptions, *, data_dir: str
+) -> FixResult:
     """Plan from the scan's findings and ZooKeeper's state; apply and record (in ``data_dir``) unless a dry run."""
     target = zookeeper_target(settings.zookeeper)
     rows = [(int(str(r["ledger_id"])), str(r["category"]), _bookie(r.get("bookie"))) for r in result.violations]
     client = start_zookeeper_client(settings.zookeeper, timeout_s=CONNECT_TIMEOUT_S)
     try:
         return fix_under_replicated(
+            spark,
             client,
             repair_candidates(rows),
             root=target.ledgers_root,
@@ -132,6 +139,7 @@ class FixResult:
 
 
 def fix_under_replicated(
+    spark: SparkSession,
     client: KazooClient,
     candidates: Iterable[RepairCandidate],
     *,
@@ -141,7 +149,6 @@ def fix_under_replicated(
     now: datetime,
     force: bool = False,
     dry_run: bool = True,
-    storage_options: Mapping[str, str] | None = None,
 ) -> FixResult:
     """Read the recovery state, plan, and unless ``dry_run`` apply the plan and record it.
 
@@ -149,20 +156,24 @@ def fix_under_replicated(
     reads ZooKeeper and returns the plan (print it with ``render_plan``): it writes neither
     ZooKeeper nor the Delta table. Otherwise the table is created/checked *before* the first
     mark is written (a table that cannot take the record stops the fix early), the plan is
-    applied and the actions appended; if that append fails, RepairLogError carries the actions.
+    applied and the actions appended (one Delta commit; none for no action); if that append
+    fails, RepairLogError carries the actions.
     """
     now_ms = epoch_ms(now)
     if not dry_run:
         if not run_id:
             raise RepairError("run_id must not be empty")
-        ensure_repair_log(data_dir, storage_options=storage_options)
+        ensure_table(spark, data_dir, REPAIR_ACTIONS)
     disabled, marked = read_recovery_state(client, root)
     plan = plan_repairs(candidates, marked=marked, disabled=disabled, force=force, now_ms=now_ms, root=root)
     if dry_run:
         return FixResult(plan, (), 0, dry_run=True)
     actions = apply_repairs(client, plan)
     try:
-        logged = write_repair_log(data_dir, actions, run_id=run_id, at=now, storage_options=storage_options)
+        rows = repair_log_rows(actions, run_id=run_id, at=now)
+        if rows.num_rows:
+            append_rows(spark, data_dir, REPAIR_ACTIONS, rows)
+        logged = rows.num_rows
     except Exception as error:
         raise RepairLogError(actions, error) from error
     return FixResult(plan, tuple(actions), logged, dry_run=False)

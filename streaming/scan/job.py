@@ -22,11 +22,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import pyarrow as pa
-import pyarrow.compute as pc
-from deltalake.exceptions import DeltaError
+from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from scrutiny.connectors.tables.delta import CheckerTables, TableError, read_table
+from scrutiny.connectors.tables.delta import TableError
 from scrutiny.connectors.tables.schemas import OPEN_VIOLATIONS, RunRecord, output_table
 from scrutiny.connectors.zookeeper.client import close_zookeeper_client, start_zookeeper_client, zookeeper_target
 from scrutiny.connectors.zookeeper.tree import TreeLayout, read_cluster
@@ -46,6 +45,7 @@ from scrutiny.core.zk_records import parse_pulsar_racks, parse_underreplication_
 from scrutiny.settings.loader import Settings
 from scrutiny.streaming.checker.job import job_config
 from scrutiny.streaming.checker.records import NARROW_DDL, Record, widen_table
+from scrutiny.streaming.delta_writer import CheckerTables, read_delta
 from scrutiny.streaming.scan.tasks import INPUT_SCHEMA, SOURCE, ScanConfig, ScanLedgers, encode_keys, step_records
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ class ScanRun:
         """Read the snapshot, check every selected ledger chunk by chunk, write the tables; the figures."""
         report = progress or (lambda phase, done, total: None)
         result = ScanResult(self.scan_id, self.options.mode, int(time.time() * 1000))
-        prior = read_open_keys(self.data_dir)
+        prior = read_open_keys(self.spark, self.data_dir)
         snapshot = read_snapshot(self.settings, self.options, prior, report)
         result.ledgers_in_zookeeper = snapshot.ledgers_in_zookeeper
         result.selected = len(snapshot.items)
@@ -141,7 +141,7 @@ class ScanRun:
         if self._stopping.is_set():
             result.interrupted = True
             return result
-        tables = CheckerTables(self.data_dir, app_id=f"scrutiny-{self.scan_id}")
+        tables = CheckerTables(self.spark, self.data_dir, app_id=f"scrutiny-{self.scan_id}")
         tables.ensure_tables()
         config = self._config(snapshot)
         clock = time.monotonic()
@@ -222,18 +222,21 @@ class ScanRun:
         result.violations += found
 
 
-def read_open_keys(data_dir: str) -> dict[int, list[ViolationKey]]:
-    """The violations ``open_violations`` holds open, by ledger (no table yet: none)."""
-    columns = ["ledger_id", "category", "bookie", "segment_first_entry", "resolved_at"]
+def read_open_keys(spark: SparkSession, data_dir: str) -> dict[int, list[ViolationKey]]:
+    """The violations ``open_violations`` holds open, by ledger (no table yet: none); read by Spark."""
     try:
-        table = read_table(data_dir, OPEN_VIOLATIONS, columns=columns)
+        rows = (
+            read_delta(spark, data_dir, OPEN_VIOLATIONS)
+            .where("resolved_at IS NULL")
+            .select("ledger_id", "category", "bookie", "segment_first_entry")
+            .collect()
+        )
     except TableError:
         return {}
-    except (DeltaError, OSError, pa.ArrowException) as error:
-        raise ScanError(f"cannot read the open violations under {data_dir}: {error}") from error
-    table = table.filter(pc.is_null(table["resolved_at"]))
+    except PySparkException as error:
+        raise ScanError(f"cannot read the open violations under {data_dir}: {_first_line(error)}") from error
     out: dict[int, list[ViolationKey]] = {}
-    for row in table.to_pylist():
+    for row in rows:
         segment = row["segment_first_entry"]
         key = (row["category"], row["bookie"] or "", -1 if segment is None else segment)
         out.setdefault(row["ledger_id"], []).append(key)

@@ -9,6 +9,7 @@ import socket
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from scrutiny.cli.dashboard import TOKEN_ENV, resolve_token
 from scrutiny.cli.main import main
@@ -16,8 +17,8 @@ from tests.support.dashboard_tables import known_tables
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return known_tables(tmp_path_factory)
+def data_dir(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return known_tables(spark, tmp_path_factory)
 
 
 def test_resolve_token() -> None:

@@ -8,10 +8,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from scrutiny.cli.main import main
-from scrutiny.connectors.tables.delta import CheckerTables
 from scrutiny.connectors.tables.schemas import RunRecord, output_table
+from scrutiny.streaming.delta_writer import CheckerTables
 from tests.core.test_health_summary import DOCUMENTED_KEYS
 
 
@@ -41,9 +42,13 @@ def check(ledger_id: int, verdict: str = "HEALTHY") -> dict[str, object]:
 
 
 def write(
-    data_dir: Path, batches: Sequence[Sequence[Mapping[str, object]]], *, finished_minutes_ago: float = 0.5
+    spark: SparkSession,
+    data_dir: Path,
+    batches: Sequence[Sequence[Mapping[str, object]]],
+    *,
+    finished_minutes_ago: float = 0.5,
 ) -> None:
-    tables = CheckerTables(data_dir, app_id="test-report")
+    tables = CheckerTables(spark, data_dir, app_id="test-report")
     for batch_id, rows in enumerate(batches):
         finished = ago(finished_minutes_ago)
         run = RunRecord("run-1", finished - timedelta(seconds=1), finished, ledgers_checked=len(rows), lag_records=5)
@@ -61,8 +66,8 @@ def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
-def test_healthy_tables_exit_0(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    write(data_dir, [[check(1), check(2)], [check(2)]])
+def test_healthy_tables_exit_0(spark: SparkSession, data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(spark, data_dir, [[check(1), check(2)], [check(2)]])
     code, lines, err = report(capsys, data_dir)
     assert (code, err) == (0, "")
     assert lines[-1] == "Status: HEALTHY"
@@ -73,13 +78,15 @@ def test_healthy_tables_exit_0(data_dir: Path, capsys: pytest.CaptureFixture[str
     assert not any(line.startswith("WARNING") for line in lines)
 
 
-def test_a_critical_open_violation_is_unhealthy(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_critical_open_violation_is_unhealthy(
+    spark: SparkSession, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     rows = [
         violation(42, "NO_REPLICA", "critical", entry_count=10, pulsar_topic="persistent://p/n/orders"),
         violation(7, "BELOW_WRITE_QUORUM", "warning", entry_count=99),
         check(42, "VIOLATED"),
     ]
-    write(data_dir, [rows])
+    write(spark, data_dir, [rows])
     code, lines, _ = report(capsys, data_dir)
     assert code == 1
     assert lines[-1] == "Status: UNHEALTHY"
@@ -89,8 +96,10 @@ def test_a_critical_open_violation_is_unhealthy(data_dir: Path, capsys: pytest.C
     assert "topic persistent://p/n/orders" in lines[first]
 
 
-def test_the_fail_on_threshold_decides_the_exit_code(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    write(data_dir, [[violation(3, "BOOKIE_UNRESPONSIVE", "warning", bookie="b1:3181")]])
+def test_the_fail_on_threshold_decides_the_exit_code(
+    spark: SparkSession, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(spark, data_dir, [[violation(3, "BOOKIE_UNRESPONSIVE", "warning", bookie="b1:3181")]])
     code, lines, _ = report(capsys, data_dir, "--fail-on", "critical")
     assert (code, lines[-1]) == (0, "Status: HEALTHY")
     code, lines, _ = report(capsys, data_dir, "--fail-on", "warning")
@@ -99,8 +108,10 @@ def test_the_fail_on_threshold_decides_the_exit_code(data_dir: Path, capsys: pyt
     assert (code, lines[-1]) == (0, "Status: HEALTHY")
 
 
-def test_a_resolved_violation_does_not_count(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    write(data_dir, [[violation(5, "NO_REPLICA", "critical")], [resolved(5, "NO_REPLICA"), check(5)]])
+def test_a_resolved_violation_does_not_count(
+    spark: SparkSession, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(spark, data_dir, [[violation(5, "NO_REPLICA", "critical")], [resolved(5, "NO_REPLICA"), check(5)]])
     code, lines, _ = report(capsys, data_dir, "--fail-on", "info")
     assert (code, lines[-1]) == (0, "Status: HEALTHY")
     assert " Open violations:            0" in lines
@@ -117,8 +128,10 @@ def test_a_missing_data_dir_or_table_exits_2_with_one_line(data_dir: Path, capsy
     assert err.count("\n") == 1 and "no Delta table 'open_violations'" in err
 
 
-def test_json_output_has_the_documented_keys(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    write(data_dir, [[violation(9, "NO_REPLICA", "critical", entry_count=4, bookie=None), check(9, "VIOLATED")]])
+def test_json_output_has_the_documented_keys(
+    spark: SparkSession, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(spark, data_dir, [[violation(9, "NO_REPLICA", "critical", entry_count=4, bookie=None), check(9, "VIOLATED")]])
     code, lines, _ = report(capsys, data_dir, "--format", "json", "--worst", "1")
     document = json.loads("\n".join(lines))
     assert code == 1
@@ -135,16 +148,18 @@ def test_json_output_has_the_documented_keys(data_dir: Path, capsys: pytest.Capt
     assert document["warnings"] == []
 
 
-def test_a_stalled_checker_is_warned_about(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    write(data_dir, [[check(1)]], finished_minutes_ago=30)
+def test_a_stalled_checker_is_warned_about(
+    spark: SparkSession, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(spark, data_dir, [[check(1)]], finished_minutes_ago=30)
     code, lines, _ = report(capsys, data_dir)
     assert (code, lines[-1]) == (0, "Status: HEALTHY")
     assert "WARNING: no batch for 30 min: the streaming checker looks stalled" in lines
     assert " Batches, last 10 min:       0" in lines
 
 
-def test_worst_zero_lists_no_ledger(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    write(data_dir, [[violation(1, "NO_REPLICA", "critical")]])
+def test_worst_zero_lists_no_ledger(spark: SparkSession, data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(spark, data_dir, [[violation(1, "NO_REPLICA", "critical")]])
     code, lines, _ = report(capsys, data_dir, "--worst", "0")
     assert code == 1
     assert not any(line.startswith("Worst ledgers") for line in lines)

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from scrutiny.dashboard.app import SnapshotCache, create_app
 from scrutiny.dashboard.layout import NUMBER_IDS
@@ -25,8 +26,8 @@ from tests.support.dashboard_tables import (
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return known_tables(tmp_path_factory)
+def data_dir(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return known_tables(spark, tmp_path_factory)
 
 
 def test_render_puts_the_numbers_in_their_elements(data_dir: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pyspark.sql import SparkSession
 
 from scrutiny.dashboard.charts import (
     bookie_chart,
@@ -17,8 +18,8 @@ from tests.support.dashboard_tables import B1, B2, B3, known_snapshot, known_tab
 
 
 @pytest.fixture(scope="module")
-def snapshot(tmp_path_factory: pytest.TempPathFactory) -> DashboardSnapshot:
-    return known_snapshot(known_tables(tmp_path_factory))
+def snapshot(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> DashboardSnapshot:
+    return known_snapshot(known_tables(spark, tmp_path_factory))
 
 
 def test_category_chart_stacks_severities_worst_first(snapshot: DashboardSnapshot) -> None:

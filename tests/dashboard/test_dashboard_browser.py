@@ -23,6 +23,7 @@ from urllib.request import Request, urlopen
 
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
+from pyspark.sql import SparkSession
 
 from scrutiny.cli.dashboard import TOKEN_ENV
 from scrutiny.dashboard.app import create_app
@@ -67,10 +68,10 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def data_dir(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The data set, read-only: shared by the tests of this module."""
     path = tmp_path_factory.mktemp("dashboard") / "data"
-    write_known_tables(path, datetime.now(UTC) - timedelta(hours=2))
+    write_known_tables(spark, path, datetime.now(UTC) - timedelta(hours=2))
     return path
 
 
@@ -100,7 +101,7 @@ def text_of(page: Page, element_id: str) -> str:
 
 
 def test_the_page_shows_the_tables_and_follows_new_batches(
-    browser: Browser, dashboard: DashboardServer, live_data_dir: Path, tmp_path: Path
+    browser: Browser, dashboard: DashboardServer, live_data_dir: Path, tmp_path: Path, spark: SparkSession
 ) -> None:
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     try:
@@ -130,7 +131,7 @@ def test_the_page_shows_the_tables_and_follows_new_batches(
         assert len(image) > 50_000, len(image)
 
         page.evaluate("window.scrutinyTestMarker = 42")
-        append_live_batch(live_data_dir, datetime.now(UTC))
+        append_live_batch(spark, live_data_dir, datetime.now(UTC))
         expect(page.locator("#open-critical")).to_have_text(str(EXPECTED_OPEN["critical"] + 1), timeout=15_000)
         expect(page.locator("#last-batch-id")).to_have_text(str(EXPECTED_LAST_BATCH + 1))
         expect(page.locator("#worst-ledger-0-id")).to_have_text("10")

@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from scrutiny.connectors.tables.delta import table_uri
 from scrutiny.connectors.tables.schemas import CHECKER_RUNS, OPEN_VIOLATIONS, VIOLATIONS
@@ -49,8 +50,8 @@ from tests.support.dashboard_tables import (
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return known_tables(tmp_path_factory)
+def data_dir(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return known_tables(spark, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -23,12 +23,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
-from scrutiny.connectors.tables.delta import CheckerTables
 from scrutiny.connectors.tables.schemas import RunRecord, output_table
 from scrutiny.core.sequence_groups import SequenceGroup
 from scrutiny.dashboard.data import load_snapshot
 from scrutiny.dashboard.snapshot import DashboardSnapshot
+from scrutiny.streaming.delta_writer import CheckerTables
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 NOW = T0 + timedelta(hours=2)
@@ -128,38 +129,38 @@ def known_batches(t0: datetime) -> list[tuple[list[dict[str, object]], RunRecord
     ]
 
 
-def write_known_tables(path: Path, t0: datetime) -> None:
+def write_known_tables(spark: SparkSession, path: Path, t0: datetime) -> None:
     """Write the data set under ``path`` with the checker's own writer (plus one scan batch)."""
-    stream = CheckerTables(path, app_id=APP_ID)
+    stream = CheckerTables(spark, path, app_id=APP_ID)
     for batch_id, (rows, record) in enumerate(known_batches(t0)):
         stream.write_batch(batch_id, output_table(rows), record)
     scan_end = t0 + timedelta(minutes=119)
     scan = RunRecord("scan-1", scan_end - timedelta(seconds=5), scan_end, ledgers_checked=9, source="scan")
-    CheckerTables(path, app_id="dashboard-scan").write_batch(0, output_table([]), scan)
+    CheckerTables(spark, path, app_id="dashboard-scan").write_batch(0, output_table([]), scan)
 
 
-def append_live_batch(path: Path, at: datetime) -> None:
+def append_live_batch(spark: SparkSession, path: Path, at: datetime) -> None:
     """Batch 4: ledger 10 loses entries 0-19 (NO_REPLICA, critical): one more critical, a new worst ledger."""
     rows = [
         violation(at, 10, 0, "NO_REPLICA", "critical", segment_first_entry=0, **entries(0, 0, 20, 0), **LEDGER2),
         check(at, 10, 0, "VIOLATED", "CLOSED", ms=700),
     ]
     record = RunRecord("run-a", at - timedelta(seconds=1), at, events=3, ledgers_checked=1, violations=1, lag_records=1)
-    CheckerTables(path, app_id=APP_ID).write_batch(4, output_table(rows), record)
+    CheckerTables(spark, path, app_id=APP_ID).write_batch(4, output_table(rows), record)
 
 
-def known_tables(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def known_tables(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The data set at T0 under the session's temporary directory, written by the first caller of the session.
 
     Shared by every dashboard test module, so read-only: a test that removes or adds tables works on a copy.
     """
-    return _known_tables_under(tmp_path_factory.getbasetemp())
+    return _known_tables_under(spark, tmp_path_factory.getbasetemp())
 
 
 @functools.cache
-def _known_tables_under(base: Path) -> Path:
+def _known_tables_under(spark: SparkSession, base: Path) -> Path:
     path = base / "dashboard-known-tables" / "data"
-    write_known_tables(path, T0)
+    write_known_tables(spark, path, T0)
     return path
 
 

@@ -1,4 +1,4 @@
-"""``scrutiny sql`` and the shipped views, over tables with known content written by CheckerTables (no servers).
+"""``scrutiny sql`` and the shipped views, over tables with known content written by the job's writer.
 
 The data set (``now`` = T0 + 2 h throughout):
 
@@ -20,9 +20,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from scrutiny.cli.main import main
-from scrutiny.connectors.tables.delta import CheckerTables
 from scrutiny.connectors.tables.schemas import LEDGER_CHECKS, RunRecord, output_table
 from scrutiny.connectors.tables.sql import (
     VIEWS_DIR,
@@ -34,6 +34,7 @@ from scrutiny.connectors.tables.sql import (
     SqlError,
     load_views,
 )
+from scrutiny.streaming.delta_writer import CheckerTables
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 NOW = T0 + timedelta(hours=2)
@@ -116,16 +117,16 @@ def run(batch: int, started: float, finished: float, **figures: object) -> RunRe
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def data_dir(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("sql") / "data"
-    stream = CheckerTables(path, app_id="stream-test")
+    stream = CheckerTables(spark, path, app_id="stream-test")
     stream.write_batch(
         0, output_table(BATCH0), run(0, -1, 0, events=10, ledgers_checked=4, violations=6, lag_records=5)
     )
     stream.write_batch(1, output_table(BATCH1), run(1, 89, 90, events=20, ledgers_checked=3, violations=6, resolved=2))
     stream.write_batch(2, output_table(BATCH2), run(2, 114, 115, events=7, ledgers_checked=1))
     stream.write_batch(3, output_table([]), run(3, 124, 125, events=99))
-    scan = CheckerTables(path, app_id="scan-test")
+    scan = CheckerTables(spark, path, app_id="scan-test")
     scan_run = RunRecord("scan-1", at(117), at(118), events=1000, ledgers_checked=500, source="scan")
     scan.write_batch(0, output_table([]), scan_run)
     return path

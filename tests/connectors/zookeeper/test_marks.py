@@ -13,14 +13,16 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 from kazoo.security import ACL, Id, Permissions
+from pyspark.sql import SparkSession
 
-from scrutiny.connectors.tables.repair_log import read_repair_log, write_repair_log
-from scrutiny.connectors.tables.schemas import REPAIR_ACTIONS, REPAIR_ACTIONS_SCHEMA
+from scrutiny.connectors.tables.repair_log import read_repair_log, repair_log_rows
+from scrutiny.connectors.tables.schemas import REPAIR_ACTIONS_SCHEMA
 from scrutiny.connectors.zookeeper.marks import apply_repairs, read_recovery_state
 from scrutiny.core.repair_plan import (
     PlanAction,
     RepairAction,
     RepairCandidate,
+    RepairError,
     RepairOutcome,
     plan_repairs,
     render_plan,
@@ -236,11 +238,11 @@ def test_marks_and_new_parents_get_the_clients_acl(zk_client: KazooClient) -> No
     assert zk_client.get_acls("/ledgers/underreplication")[0][0].perms == Permissions.ALL
 
 
-def test_a_dry_run_writes_nothing(zk_client: KazooClient, tmp_path: Path) -> None:
+def test_a_dry_run_writes_nothing(spark: SparkSession, zk_client: KazooClient, tmp_path: Path) -> None:
     seed_cluster(zk_client)
     before = dump(zk_client)
     result = fix_under_replicated(
-        zk_client, repair_candidates(ROWS), root=ROOT, data_dir=tmp_path, run_id="dry", now=NOW, dry_run=True
+        spark, zk_client, repair_candidates(ROWS), root=ROOT, data_dir=tmp_path, run_id="dry", now=NOW, dry_run=True
     )
     assert dump(zk_client) == before
     assert list(tmp_path.iterdir()) == []
@@ -267,10 +269,10 @@ def expected_rows(run_id: str, actions: list[RepairAction] | tuple[RepairAction,
     return sorted((run_id, a.ledger_id, a.action.value, a.missing_bookies, a.path, a.reason, NOW) for a in actions)
 
 
-def test_the_fix_records_exactly_its_actions(zk_client: KazooClient, tmp_path: Path) -> None:
+def test_the_fix_records_exactly_its_actions(spark: SparkSession, zk_client: KazooClient, tmp_path: Path) -> None:
     seed_cluster(zk_client)
     first = fix_under_replicated(
-        zk_client, repair_candidates(ROWS), root=ROOT, data_dir=tmp_path, run_id="run-1", now=NOW, dry_run=False
+        spark, zk_client, repair_candidates(ROWS), root=ROOT, data_dir=tmp_path, run_id="run-1", now=NOW, dry_run=False
     )
     assert first.logged == 4
     assert [a.action for a in first.actions] == [
@@ -284,7 +286,7 @@ def test_the_fix_records_exactly_its_actions(zk_client: KazooClient, tmp_path: P
     # a second run finds every ledger marked and changes nothing in ZooKeeper
     before = dump(zk_client)
     second = fix_under_replicated(
-        zk_client, repair_candidates(ROWS), root=ROOT, data_dir=tmp_path, run_id="run-2", now=NOW, dry_run=False
+        spark, zk_client, repair_candidates(ROWS), root=ROOT, data_dir=tmp_path, run_id="run-2", now=NOW, dry_run=False
     )
     assert {a.action for a in second.actions} == {RepairOutcome.ALREADY_MARKED}
     assert dump(zk_client) == before
@@ -292,12 +294,17 @@ def test_the_fix_records_exactly_its_actions(zk_client: KazooClient, tmp_path: P
     assert log_rows(tmp_path) == sorted(expected_rows("run-1", first.actions) + expected_rows("run-2", second.actions))
 
 
-def test_write_repair_log_appends_and_writes_nothing_for_no_actions(tmp_path: Path) -> None:
-    assert write_repair_log(tmp_path, [], run_id="r", at=NOW) == 0
-    assert not (tmp_path / REPAIR_ACTIONS).exists()
+def test_repair_log_rows_carry_each_action_and_refuse_a_naive_time() -> None:
+    assert repair_log_rows([], run_id="r", at=NOW).num_rows == 0
     actions = [
         RepairAction(5, RepairOutcome.MARKED, ("bk1:3181", "bk2:3181"), PATHS[5]),
         RepairAction(9, RepairOutcome.FAILED, ("bk3:3181",), PATHS[9], "NoAuthError"),
     ]
-    assert write_repair_log(tmp_path, actions, run_id="r", at=NOW) == 2
-    assert log_rows(tmp_path) == expected_rows("r", actions)
+    rows = repair_log_rows(actions, run_id="r", at=NOW)
+    assert rows.schema == REPAIR_ACTIONS_SCHEMA
+    assert sorted(
+        (r["run_id"], r["ledger_id"], r["action"], tuple(r["missing_bookies"]), r["path"], r["reason"], r["at"])
+        for r in rows.to_pylist()
+    ) == expected_rows("r", actions)
+    with pytest.raises(RepairError, match="timezone-aware"):
+        repair_log_rows(actions, run_id="r", at=NOW.replace(tzinfo=None))

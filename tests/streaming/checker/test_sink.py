@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from scrutiny.connectors.tables.delta import CheckerTables, read_table
+from scrutiny.connectors.tables.delta import read_table
 from scrutiny.streaming.checker.job import checkpoint_stream_id
 from scrutiny.streaming.checker.metrics import JobMetrics
 from scrutiny.streaming.checker.records import NARROW_DDL, narrow
 from scrutiny.streaming.checker.sink import BatchSink, BatchSummary
+from scrutiny.streaming.delta_writer import CheckerTables
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +39,7 @@ def test_a_batch_lands_once_with_its_figures(spark: SparkSession, tmp_path: Path
     seen: list[BatchSummary] = []
     metrics = JobMetrics()
     sink = BatchSink(
-        CheckerTables(tmp_path, app_id="test"), run_id="r1", metrics=metrics, lag=lambda: 3, on_batch=seen.append
+        CheckerTables(spark, tmp_path, app_id="test"), run_id="r1", metrics=metrics, lag=lambda: 3, on_batch=seen.append
     )
     sink(frame, 0)
     sink(frame, 0)  # Spark re-running the batch after a crash: nothing twice

@@ -1,9 +1,10 @@
-"""The Delta tables and their exactly-once writer, on temporary directories (delta-rs, no JVM)."""
+"""The tables' writer (Delta Lake on Spark, exactly once), the checker output it validates, read back by delta-rs."""
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,14 +15,17 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyspark.sql import SparkSession
 
-from scrutiny.connectors.tables.delta import CheckerTables, TableError, WriteOutcome, read_table
+from scrutiny.connectors.tables.delta import TableError, read_table
+from scrutiny.connectors.tables.repair_log import repair_log_rows
 from scrutiny.connectors.tables.schemas import (
     CHECKER_RUNS,
     LEDGER_CHECKS,
     OPEN_VIOLATION_KEY,
     OPEN_VIOLATIONS,
     OUTPUT_SCHEMA,
+    REPAIR_ACTIONS,
     TABLE_NAMES,
     TABLE_SCHEMAS,
     VIOLATIONS,
@@ -32,11 +36,14 @@ from scrutiny.connectors.tables.schemas import (
     empty_output,
     open_violation_changes,
     output_table,
+    run_rows,
     violation_records,
 )
 from scrutiny.core.errors import ConfigError
+from scrutiny.core.repair_plan import RepairAction, RepairOutcome
 from scrutiny.core.sequence_groups import EntrySet, from_entries
 from scrutiny.paths import PROJECT_ROOT
+from scrutiny.streaming.delta_writer import TXN_APP_ID_CONF, CheckerTables, WriteOutcome, append_rows, ensure_table
 
 ROOT = PROJECT_ROOT
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -92,8 +99,8 @@ def open_rows(data_dir: Path) -> dict[Key, dict[str, Any]]:
 
 
 @pytest.fixture
-def tables(tmp_path: Path) -> CheckerTables:
-    return CheckerTables(tmp_path / "data", app_id=APP)
+def tables(spark: SparkSession, tmp_path: Path) -> CheckerTables:
+    return CheckerTables(spark, tmp_path / "data", app_id=APP)
 
 
 def write(tables: CheckerTables, batch_id: int, rows: Sequence[Mapping[str, object]]) -> None:
@@ -150,17 +157,17 @@ def test_a_crash_between_tables_is_completed_by_the_rerun(
 
 def test_an_older_batch_id_is_skipped_and_warned_about(tables: CheckerTables, caplog: pytest.LogCaptureFixture) -> None:
     write(tables, 5, batch_rows(5))
-    with caplog.at_level(logging.WARNING, logger="scrutiny.connectors.tables.delta"):
+    with caplog.at_level(logging.WARNING, logger="scrutiny.streaming.delta_writer"):
         result = tables.write_batch(0, output_table(batch_rows(0)), run_record())
     assert result.skipped == TABLE_NAMES
     assert "new app_id" in caplog.text
     assert batch_counts(Path(str(tables.data_dir)), VIOLATIONS) == {5: 1}
 
 
-def test_another_app_id_is_tracked_separately(tmp_path: Path) -> None:
-    first = CheckerTables(tmp_path, app_id="stream-a")
+def test_another_app_id_is_tracked_separately(spark: SparkSession, tmp_path: Path) -> None:
+    first = CheckerTables(spark, tmp_path, app_id="stream-a")
     first.write_batch(0, output_table(batch_rows(0)), run_record())
-    second = CheckerTables(tmp_path, app_id="scan-b")
+    second = CheckerTables(spark, tmp_path, app_id="scan-b")
     assert second.last_batch_id() is None
     result = second.write_batch(0, output_table(batch_rows(7)), run_record("scan"))
     assert result.written == TABLE_NAMES
@@ -183,12 +190,15 @@ def test_an_empty_batch_creates_all_tables_and_commits_only_its_run(tables: Chec
     assert run["duration_ms"] == 1500 and run["events"] == 3 and run["lag_records"] is None
 
 
-def test_history_tables_are_append_only(tables: CheckerTables) -> None:
+def test_history_tables_are_append_only_and_free_of_deletion_vectors(tables: CheckerTables) -> None:
     write(tables, 0, batch_rows(0))
-    for name in (VIOLATIONS, LEDGER_CHECKS, CHECKER_RUNS):
-        assert DeltaTable(tables.uri(name)).metadata().configuration.get("delta.appendOnly") == "true"
-    with pytest.raises(Exception, match="append-only"):
-        DeltaTable(tables.uri(VIOLATIONS)).delete("ledger_id = 0")
+    for name in TABLE_NAMES:
+        configuration = DeltaTable(tables.uri(name)).metadata().configuration
+        assert configuration.get("delta.appendOnly") == ("true" if name != OPEN_VIOLATIONS else None)
+        assert configuration.get("delta.enableDeletionVectors") == "false"
+    with pytest.raises(Exception, match=r"(?i)append-only|appendOnly"):
+        tables.spark.sql(f"DELETE FROM delta.`{tables.uri(VIOLATIONS)}` WHERE ledger_id = 0").collect()
+    assert batch_counts(Path(str(tables.data_dir)), VIOLATIONS) == {0: 1}
 
 
 # --- open_violations MERGE semantics ---
@@ -273,7 +283,7 @@ def test_resolved_for_an_unknown_key_does_nothing(tables: CheckerTables) -> None
     assert (result[OPEN_VIOLATIONS].inserted, result[OPEN_VIOLATIONS].updated) == (0, 0)
     assert set(open_rows(Path(str(tables.data_dir)))) == {(1, "NO_REPLICA", None, None)}
     again = tables.write_batch(1, output_table([resolved(99, 1)]), run_record())
-    assert again.skipped == (CHECKER_RUNS,)
+    assert again.skipped == (OPEN_VIOLATIONS, CHECKER_RUNS)  # a MERGE that changed nothing still holds its batch
     assert set(open_rows(Path(str(tables.data_dir)))) == {(1, "NO_REPLICA", None, None)}
 
 
@@ -445,19 +455,15 @@ def test_run_record_needs_aware_times_and_a_known_source() -> None:
     assert RunRecord("r", T0, T0 - timedelta(seconds=1)).duration_ms == 0
 
 
-def test_writer_options_are_validated(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="compact_every"):
-        CheckerTables(tmp_path, app_id=APP, compact_every=0)
-    with pytest.raises(ConfigError, match="vacuum_retention_hours"):
-        CheckerTables(tmp_path, app_id=APP, vacuum_retention_hours=1)
+def test_an_empty_app_id_is_refused(spark: SparkSession, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="app_id"):
-        CheckerTables(tmp_path, app_id="")
+        CheckerTables(spark, tmp_path, app_id="")
 
 
-def test_an_existing_table_with_another_schema_is_refused(tmp_path: Path) -> None:
+def test_an_existing_table_with_another_schema_is_refused(spark: SparkSession, tmp_path: Path) -> None:
     schema = VIOLATIONS_SCHEMA.remove(VIOLATIONS_SCHEMA.get_field_index("details"))
     write_deltalake(str(tmp_path / VIOLATIONS), schema.empty_table())
-    tables = CheckerTables(tmp_path, app_id=APP)
+    tables = CheckerTables(spark, tmp_path, app_id=APP)
     with pytest.raises(TableError, match="'details' is missing"):
         tables.write_batch(0, empty_output(), run_record())
     assert tables.committed_batch(VIOLATIONS) is None
@@ -468,23 +474,6 @@ def test_read_table_names_unknown_and_missing_tables(tmp_path: Path) -> None:
         read_table(tmp_path, "violation")
     with pytest.raises(TableError, match="no Delta table"):
         read_table(tmp_path, CHECKER_RUNS)
-
-
-# --- maintenance ---
-
-
-def test_compaction_every_n_batches_merges_files_and_keeps_rows(tmp_path: Path) -> None:
-    tables = CheckerTables(tmp_path, app_id=APP, compact_every=3, vacuum_retention_hours=24)
-    results = [tables.write_batch(b, output_table(batch_rows(b)), run_record()) for b in range(3)]
-    assert [r.maintenance is not None for r in results] == [False, False, True]
-    maintenance = results[2].maintenance
-    assert maintenance is not None and maintenance.error is None
-    assert maintenance.files_compacted >= 9  # 3 files in each append table became one
-    assert maintenance.files_vacuumed == 0  # removed files are younger than the retention
-    for name in (VIOLATIONS, LEDGER_CHECKS, CHECKER_RUNS):
-        assert len(DeltaTable(tables.uri(name)).file_uris()) == 1
-        assert batch_counts(tmp_path, name) == {0: 1, 1: 1, 2: 1}
-    assert tables.write_batch(2, output_table(batch_rows(2)), run_record()).skipped == TABLE_NAMES
 
 
 # --- documentation stays in step with the code ---
@@ -523,3 +512,92 @@ def test_violation_json_schema_matches_the_table_and_its_records(tables: Checker
         assert set(record) == set(schema["properties"])
         for name, value in record.items():
             assert _conforms(value, schema["properties"][name]), (name, value)
+
+
+# --- Delta itself makes the writes idempotent ---
+
+
+def test_delta_skips_an_append_whose_transaction_it_holds(spark: SparkSession, tmp_path: Path) -> None:
+    ensure_table(spark, tmp_path, CHECKER_RUNS)
+    rows = run_rows(run_record(), batch_id=4)
+    for _ in range(2):
+        append_rows(spark, tmp_path, CHECKER_RUNS, rows, txn=("app", 4))
+    append_rows(spark, tmp_path, CHECKER_RUNS, rows, txn=("app", 3))  # older: skipped as well
+    table = DeltaTable(str(tmp_path / CHECKER_RUNS))
+    assert table.version() == 1 and table.transaction_version("app") == 4
+    assert read_table(tmp_path, CHECKER_RUNS).num_rows == 1
+
+
+def test_delta_skips_a_merge_whose_transaction_it_holds(tables: CheckerTables) -> None:
+    write(tables, 0, [violation(1, 0)])
+    changes = open_violation_changes(output_table([violation(2, 1)]), batch_id=0, source="stream")
+    version = DeltaTable(tables.uri(OPEN_VIOLATIONS)).version()
+    assert tables._merge_open_violations(changes, 0) == (0, 0)  # no own check before the MERGE: Delta skips it
+    assert DeltaTable(tables.uri(OPEN_VIOLATIONS)).version() == version
+    assert set(open_rows(Path(str(tables.data_dir)))) == {(1, "NO_REPLICA", None, None)}
+    assert (
+        tables._merge_session.conf.get(TXN_APP_ID_CONF, None) is None
+    )  # the session's transaction settings are cleared
+
+
+# --- an existing user upgrades in place: tables the delta-rs writer left (tests/data/tables-delta-rs) ---
+
+OLD_APP = "scrutiny-checker-0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0"
+OLD_TABLES = PROJECT_ROOT / "tests" / "data" / "tables-delta-rs"
+
+
+def test_tables_written_by_the_delta_rs_writer_are_appended_and_merged_with_nothing_lost(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(OLD_TABLES, data)
+    before = {name: read_table(data, name).to_pylist() for name in (*TABLE_NAMES, REPAIR_ACTIONS)}
+    assert {name: len(rows) for name, rows in before.items()} == {
+        VIOLATIONS: 4,
+        LEDGER_CHECKS: 8,
+        OPEN_VIOLATIONS: 3,
+        CHECKER_RUNS: 4,
+        REPAIR_ACTIONS: 1,
+    }
+    tables = CheckerTables(spark, data, app_id=OLD_APP)
+    assert tables.ensure_tables() == () and tables.last_batch_id() == 2
+    replay = tables.write_batch(2, output_table([violation(10, 2), check(10, 2, "VIOLATED")]), run_record())
+    assert replay.skipped == TABLE_NAMES  # the old writer's transactions are Delta's own: the replay is skipped
+    new_rows = [
+        violation(10, 60, entry_count=7),  # still open since the old batches: refreshed
+        resolved(13, 60, "BELOW_WRITE_QUORUM", bookie="bk-2:3181", segment_first_entry=0),  # resolved now
+        violation(20, 60),  # new
+        check(10, 60, "VIOLATED"),
+        check(20, 60, "VIOLATED"),
+    ]
+    result = tables.write_batch(3, output_table(new_rows), run_record())
+    assert result.written == TABLE_NAMES
+    assert (result[OPEN_VIOLATIONS].inserted, result[OPEN_VIOLATIONS].updated) == (1, 2)
+    ensure_table(spark, data, REPAIR_ACTIONS)
+    action = RepairAction(20, RepairOutcome.MARKED, ("bk-1:3181",), "/ledgers/underreplication/ledgers/x")
+    append_rows(spark, data, REPAIR_ACTIONS, repair_log_rows([action], run_id="fix-new", at=at(61)))
+
+    after = {name: read_table(data, name).to_pylist() for name in (*TABLE_NAMES, REPAIR_ACTIONS)}
+    for name in (VIOLATIONS, LEDGER_CHECKS, CHECKER_RUNS, REPAIR_ACTIONS):  # history: every old row is still there
+        assert all(row in after[name] for row in before[name]), name
+    assert [len(after[name]) - len(before[name]) for name in (VIOLATIONS, LEDGER_CHECKS, CHECKER_RUNS)] == [2, 2, 1]
+    assert len(after[REPAIR_ACTIONS]) == 2
+    rows = open_rows(data)
+    assert set(rows) == {
+        (10, "NO_REPLICA", None, None),
+        (11, "MISSING_REPLICA", "bk-1:3181", 0),
+        (13, "BELOW_WRITE_QUORUM", "bk-2:3181", 0),
+        (20, "NO_REPLICA", None, None),
+    }
+    old_10 = next(r for r in before[OPEN_VIOLATIONS] if r["ledger_id"] == 10)
+    assert rows[(10, "NO_REPLICA", None, None)]["first_seen"] == old_10["first_seen"]  # kept across the upgrade
+    assert (rows[(10, "NO_REPLICA", None, None)]["last_seen"], rows[(10, "NO_REPLICA", None, None)]["entry_count"]) == (
+        at(60),
+        7,
+    )
+    assert rows[(13, "BELOW_WRITE_QUORUM", "bk-2:3181", 0)]["resolved_at"] == at(60)
+    assert rows[(11, "MISSING_REPLICA", "bk-1:3181", 0)] == next(
+        r for r in before[OPEN_VIOLATIONS] if r["ledger_id"] == 11
+    )  # untouched by the new writer
+    for name in TABLE_NAMES:  # Spark reads what delta-rs reads
+        assert spark.read.format("delta").load(str(data / name)).count() == len(after[name]), name

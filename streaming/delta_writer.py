@@ -1,0 +1,322 @@
+"""The tables' writer on Spark: Delta Lake's own writer (delta-spark), exactly once per micro-batch.
+
+:class:`CheckerTables` runs on the driver: the streaming job calls :meth:`CheckerTables.write_batch` from
+``foreachBatch`` with the batch's checker output, the one-shot scan calls it once per chunk. What it guarantees:
+
+* **Validation first.** The output is checked against ``OUTPUT_SCHEMA`` and every table's rows are built before the
+  first write; a bad batch raises :class:`~scrutiny.connectors.tables.schemas.OutputSchemaError` and writes nothing.
+* **Exactly once per table, by Delta itself.** Every write carries Delta's idempotent-write identifiers: the
+  ``txnAppId``/``txnVersion`` options of an append, the session's ``spark.databricks.delta.write.txnAppId`` /
+  ``txnVersion`` for the ``MERGE``. Delta records ``(app_id, batch_id)`` in the commit and skips a write whose
+  version is not above the one recorded. A batch re-run after a crash between two table commits therefore writes
+  only the tables that do not hold it. The outcome reported per table (written or already held) comes from the
+  version recorded before the write; the decision to skip is Delta's.
+* **Order**: ``violations``, ``ledger_checks`` and ``open_violations`` are written at the same time (three Spark
+  jobs in parallel: a Delta write is mostly fixed cost, so a batch takes one write's time, not three), and
+  ``checker_runs`` only after all three committed — a row in ``checker_runs`` means the whole batch is in. A table
+  with no rows in a batch gets no commit (``checker_runs`` always gets its row).
+* ``app_id`` must identify the stream *and its checkpoint* (Spark numbers batches from 0 again with a new
+  checkpoint; a reused ``app_id`` would skip them all). A batch id below a table's recorded one is logged.
+* **Tables exist** after :meth:`CheckerTables.ensure_tables` (created with their schema if missing, the three history
+  tables with ``delta.appendOnly=true``, all without deletion vectors so that the JVM-free readers see every row the
+  way Spark does); an existing table with another schema raises
+  :class:`~scrutiny.connectors.tables.delta.TableError`. Tables written by earlier versions (delta-rs, protocol 1/2)
+  are used as they are: Delta writes them without upgrading their protocol.
+
+The writes go through sessions of their own (``spark.newSession()``: same JVM, own SQL settings): the MERGE's
+transaction settings live on a session only the MERGE uses, so they never reach an append or another query.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Final
+
+import pyarrow as pa
+from delta.tables import DeltaTable
+from deltalake import DeltaTable as LogReader
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import ArrayType, DataType, StructType
+
+from scrutiny.connectors.tables.delta import TableError, table_uri
+from scrutiny.connectors.tables.schemas import (
+    APPEND_TABLES,
+    CHECKER_RUNS,
+    LEDGER_CHECKS,
+    OPEN_VIOLATIONS,
+    OPEN_VIOLATIONS_MERGE,
+    READABLE_SCHEMAS,
+    REPAIR_ACTIONS,
+    TABLE_NAMES,
+    VIOLATIONS,
+    OutputSchemaError,
+    RunRecord,
+    conform_output,
+    ledger_check_rows,
+    open_violation_changes,
+    run_rows,
+    violation_rows,
+)
+from scrutiny.core.errors import ConfigError
+
+__all__ = [
+    "CheckerTables",
+    "TableWrite",
+    "WriteOutcome",
+    "WriteResult",
+    "append_rows",
+    "ensure_table",
+    "read_delta",
+]
+
+log = logging.getLogger(__name__)
+
+#: The session settings a MERGE's idempotent write reads (Delta has no MERGE option for them).
+TXN_APP_ID_CONF: Final = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION_CONF: Final = "spark.databricks.delta.write.txnVersion"
+
+DESCRIPTIONS: Final[Mapping[str, str]] = {
+    VIOLATIONS: "Scrutiny: every violation detected (append-only history)",
+    OPEN_VIOLATIONS: "Scrutiny: current state of each violation key (MERGE)",
+    LEDGER_CHECKS: "Scrutiny: every completed ledger check (append-only)",
+    CHECKER_RUNS: "Scrutiny: one row per checker batch (append-only)",
+    REPAIR_ACTIONS: "Scrutiny: every under-replication mark a fix made or skipped (append-only)",
+}
+
+
+class WriteOutcome(StrEnum):
+    """What :meth:`CheckerTables.write_batch` did to one table."""
+
+    WRITTEN = "written"
+    SKIPPED = "skipped"  # the table had already committed this batch (or a later one): Delta wrote nothing
+    EMPTY = "empty"  # nothing for this table in this batch: no commit (checker_runs always gets its row)
+
+
+@dataclass(frozen=True, slots=True)
+class TableWrite:
+    """One table's part of a batch: ``rows`` appended (or keys merged); ``inserted``/``updated`` for the MERGE."""
+
+    table: str
+    outcome: WriteOutcome
+    rows: int = 0
+    inserted: int = 0
+    updated: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """The outcome of :meth:`CheckerTables.write_batch`, per table in commit order."""
+
+    batch_id: int
+    tables: tuple[TableWrite, ...]
+
+    def __getitem__(self, table: str) -> TableWrite:
+        for write in self.tables:
+            if write.table == table:
+                return write
+        raise KeyError(table)
+
+    @property
+    def written(self) -> tuple[str, ...]:
+        """Tables committed by this call."""
+        return tuple(w.table for w in self.tables if w.outcome is WriteOutcome.WRITTEN)
+
+    @property
+    def skipped(self) -> tuple[str, ...]:
+        """Tables that already held this batch."""
+        return tuple(w.table for w in self.tables if w.outcome is WriteOutcome.SKIPPED)
+
+
+def spark_schema(name: str) -> StructType:
+    """Table ``name``'s schema as Spark's type (nullability kept, list elements included)."""
+    return from_arrow_schema(READABLE_SCHEMAS[name])
+
+
+def ensure_table(spark: SparkSession, data_dir: str | Path, name: str) -> bool:
+    """Create table ``name`` under ``data_dir`` if missing (True), else check its schema (False).
+
+    TableError when an existing table's schema is not Scrutiny's.
+    """
+    uri = table_uri(data_dir, name)
+    expected = spark_schema(name)
+    if DeltaTable.isDeltaTable(spark, uri):
+        _check_schema(name, DeltaTable.forPath(spark, uri).toDF().schema, expected)
+        return False
+    builder = (
+        DeltaTable.createIfNotExists(spark)
+        .location(uri)
+        .addColumns(expected)
+        .comment(DESCRIPTIONS[name])
+        .property("delta.enableDeletionVectors", "false")
+    )
+    if name in APPEND_TABLES or name == REPAIR_ACTIONS:
+        builder = builder.property("delta.appendOnly", "true")
+    builder.execute()
+    return True
+
+
+def append_rows(
+    spark: SparkSession, data_dir: str | Path, name: str, rows: pa.Table, *, txn: tuple[str, int] | None = None
+) -> None:
+    """One Delta append of ``rows`` to table ``name``; with ``txn`` = (app id, version), Delta's idempotent write."""
+    writer = spark.createDataFrame(rows).write.format("delta").mode("append")
+    if txn is not None:
+        writer = writer.option("txnAppId", txn[0]).option("txnVersion", str(txn[1]))
+    writer.save(table_uri(data_dir, name))
+
+
+def read_delta(spark: SparkSession, data_dir: str | Path, name: str) -> DataFrame:
+    """Table ``name`` read by Spark (``format("delta")``); TableError when there is no such table."""
+    uri = table_uri(data_dir, name)
+    if not DeltaTable.isDeltaTable(spark, uri):
+        raise TableError(name, f"no Delta table at {uri}")
+    return spark.read.format("delta").load(uri)
+
+
+def _check_schema(name: str, actual: StructType, expected: StructType) -> None:
+    """Raise TableError naming the first column of an existing table that differs from Scrutiny's schema."""
+    found = {field.name: field for field in actual.fields}
+    for field in expected.fields:
+        if field.name not in found:
+            raise TableError(name, f"column {field.name!r} is missing")
+        other = found[field.name]
+        if not _same_type(other.dataType, field.dataType) or other.nullable != field.nullable:
+            raise TableError(
+                name,
+                f"column {field.name!r} is {other.dataType.simpleString()}{'' if other.nullable else ' not null'},"
+                f" expected {field.dataType.simpleString()}{'' if field.nullable else ' not null'}",
+            )
+    extra = [n for n in found if n not in expected.names]
+    if extra:
+        raise TableError(name, f"column {extra[0]!r} is not Scrutiny's")
+
+
+def _same_type(actual: DataType, expected: DataType) -> bool:
+    """Equal types; a list's element nullability is not compared (a table Spark's DDL made cannot declare it)."""
+    if isinstance(actual, ArrayType) and isinstance(expected, ArrayType):
+        return _same_type(actual.elementType, expected.elementType)
+    return actual == expected
+
+
+class CheckerTables:
+    """The writer of the four tables for one stream (``app_id``); see the module docstring for its guarantees.
+
+    Not thread-safe; one instance per driver.
+    """
+
+    def __init__(self, spark: SparkSession, data_dir: str | Path, *, app_id: str) -> None:
+        if not app_id:
+            raise ConfigError("app_id must not be empty")
+        self.spark = spark.newSession()
+        self._merge_session = spark.newSession()  # holds the MERGE's transaction settings while it runs
+        self.data_dir = data_dir
+        self.app_id = app_id
+        self._ready = False
+
+    def uri(self, name: str) -> str:
+        """The location of table ``name``."""
+        return table_uri(self.data_dir, name)
+
+    def ensure_tables(self) -> tuple[str, ...]:
+        """Create the missing tables (empty, with their schema); check the others' schema. Returns those created."""
+        created = tuple(name for name in TABLE_NAMES if ensure_table(self.spark, self.data_dir, name))
+        if created:
+            log.info("created Delta tables %s under %s", ", ".join(created), self.data_dir)
+        self._ready = True
+        return created
+
+    def committed_batch(self, name: str) -> int | None:
+        """The last batch id table ``name`` committed for this ``app_id``; None if none (or no table).
+
+        Read from the table's log without Spark (delta-rs): the figure is for reports and logs; skipping a batch
+        already written is Delta's own decision when the write runs.
+        """
+        uri = self.uri(name)
+        if not LogReader.is_deltatable(uri):
+            return None
+        version: int | None = LogReader(uri).transaction_version(self.app_id)
+        return version
+
+    def last_batch_id(self) -> int | None:
+        """The last batch fully written (``checker_runs`` is committed last), or None: for the startup log."""
+        return self.committed_batch(CHECKER_RUNS)
+
+    def write_batch(self, batch_id: int, output: pa.Table, run: RunRecord) -> WriteResult:
+        """Write batch ``batch_id`` to all four tables exactly once (tables that already hold it are skipped).
+
+        Raises OutputSchemaError (nothing written) on bad output; an error mid-way leaves the committed tables
+        committed, and calling again with the same batch completes the rest.
+        """
+        if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
+            raise OutputSchemaError("batch_id", f"must be a non-negative integer, got {batch_id!r}", what="batch")
+        if not isinstance(run, RunRecord):
+            raise OutputSchemaError("run", f"must be a RunRecord, got {type(run).__name__}", what="batch")
+        conformed = conform_output(output)
+        rows = {
+            VIOLATIONS: violation_rows(conformed, batch_id=batch_id, source=run.source),
+            LEDGER_CHECKS: ledger_check_rows(conformed, batch_id=batch_id, source=run.source),
+            OPEN_VIOLATIONS: open_violation_changes(conformed, batch_id=batch_id, source=run.source),
+            CHECKER_RUNS: run_rows(run, batch_id=batch_id),
+        }
+        if not self._ready:
+            self.ensure_tables()
+        first, last = TABLE_NAMES[:-1], TABLE_NAMES[-1]
+        with ThreadPoolExecutor(max_workers=len(first), thread_name_prefix="delta-write") as pool:
+            pending = [pool.submit(self._write_table, name, rows[name], batch_id) for name in first]
+            writes = [future.result() for future in pending]  # the first error is raised once all have ended
+        return WriteResult(batch_id, (*writes, self._write_table(last, rows[last], batch_id)))
+
+    def _write_table(self, name: str, rows: pa.Table, batch_id: int) -> TableWrite:
+        if not rows.num_rows and name != CHECKER_RUNS:
+            return TableWrite(name, WriteOutcome.EMPTY)  # a re-run that finds rows here never wrote them before
+        done = self.committed_batch(name)
+        held = done is not None and done >= batch_id
+        if done is not None and done > batch_id:
+            log.warning(
+                "table %s already holds batch %d of app %s; older batch %d is skipped (a new checkpoint needs a new"
+                " app_id)",
+                name,
+                done,
+                self.app_id,
+                batch_id,
+            )
+        if name == OPEN_VIOLATIONS:
+            inserted, updated = self._merge_open_violations(rows, batch_id)
+        else:
+            append_rows(self.spark, self.data_dir, name, rows, txn=(self.app_id, batch_id))
+            inserted, updated = rows.num_rows, 0
+        if held:
+            return TableWrite(name, WriteOutcome.SKIPPED)
+        return TableWrite(name, WriteOutcome.WRITTEN, rows=rows.num_rows, inserted=inserted, updated=updated)
+
+    def _merge_open_violations(self, changes: pa.Table, batch_id: int) -> tuple[int, int]:
+        """MERGE the batch's folded changes (never empty here); (rows inserted, rows updated), (0, 0) when skipped."""
+        merge = OPEN_VIOLATIONS_MERGE
+        session = self._merge_session
+        source = session.createDataFrame(changes).alias("s")
+        target = DeltaTable.forPath(session, self.uri(OPEN_VIOLATIONS)).alias("t")
+        conf = session.conf
+        conf.set(TXN_APP_ID_CONF, self.app_id)
+        conf.set(TXN_VERSION_CONF, str(batch_id))
+        try:
+            metrics = (
+                target.merge(source, merge.predicate)
+                .whenMatchedUpdate(condition=merge.refresh_when, set=dict(merge.refresh))
+                .whenMatchedUpdate(condition=merge.resolve_when, set=dict(merge.resolve))
+                .whenNotMatchedInsert(condition=merge.insert_when, values=dict(merge.insert))
+                .execute()
+                .collect()
+            )
+        finally:
+            conf.unset(TXN_APP_ID_CONF)
+            conf.unset(TXN_VERSION_CONF)
+        if not metrics:  # Delta skipped the MERGE: this batch was already in the table
+            return 0, 0
+        row = metrics[0].asDict()
+        return int(row.get("num_inserted_rows") or 0), int(row.get("num_updated_rows") or 0)
