@@ -138,12 +138,21 @@ def spark_schema(name: str) -> StructType:
     return from_arrow_schema(READABLE_SCHEMAS[name])
 
 
+def location(data_dir: str | Path, name: str) -> str:
+    """Where table ``name`` lives, as Spark must be told: a URI as given, a local path made absolute.
+
+    Delta's table builder reads a relative path as a table name (``data/violations`` is refused as one).
+    """
+    uri = table_uri(data_dir, name)
+    return uri if "://" in uri else str(Path(uri).resolve())
+
+
 def ensure_table(spark: SparkSession, data_dir: str | Path, name: str) -> bool:
     """Create table ``name`` under ``data_dir`` if missing (True), else check its schema (False).
 
     TableError when an existing table's schema is not Scrutiny's.
     """
-    uri = table_uri(data_dir, name)
+    uri = location(data_dir, name)
     expected = spark_schema(name)
     if DeltaTable.isDeltaTable(spark, uri):
         _check_schema(name, DeltaTable.forPath(spark, uri).toDF().schema, expected)
@@ -168,12 +177,12 @@ def append_rows(
     writer = spark.createDataFrame(rows).write.format("delta").mode("append")
     if txn is not None:
         writer = writer.option("txnAppId", txn[0]).option("txnVersion", str(txn[1]))
-    writer.save(table_uri(data_dir, name))
+    writer.save(location(data_dir, name))
 
 
 def read_delta(spark: SparkSession, data_dir: str | Path, name: str) -> DataFrame:
     """Table ``name`` read by Spark (``format("delta")``); TableError when there is no such table."""
-    uri = table_uri(data_dir, name)
+    uri = location(data_dir, name)
     if not DeltaTable.isDeltaTable(spark, uri):
         raise TableError(name, f"no Delta table at {uri}")
     return spark.read.format("delta").load(uri)
@@ -221,7 +230,7 @@ class CheckerTables:
 
     def uri(self, name: str) -> str:
         """The location of table ``name``."""
-        return table_uri(self.data_dir, name)
+        return location(self.data_dir, name)
 
     def ensure_tables(self) -> tuple[str, ...]:
         """Create the missing tables (empty, with their schema); check the others' schema. Returns those created."""

@@ -84,7 +84,14 @@ def test_sigkill_mid_batch_and_restart_writes_every_row_exactly_once(
         checked = {c["ledger_id"] for c in table_rows(data, "ledger_checks")}
         runs = table_rows(data, "checker_runs")
         last = max(runs, key=lambda r: int(r["batch_id"])) if runs else None
-        return closed <= checked and open_ids() >= expected and last is not None and last["retries_pending"] == 0
+        events = sum(int(r["events"]) for r in runs)  # every event read: no batch of them still being written
+        return (
+            closed <= checked
+            and open_ids() >= expected
+            and last is not None
+            and last["retries_pending"] == 0
+            and events >= len(scenario.ledgers)
+        )
 
     with simulated_cluster(zk_client, settings, scenario):
         with run_checker(config, env, tmp_path / "first.log") as first:
@@ -111,7 +118,12 @@ def test_sigkill_mid_batch_and_restart_writes_every_row_exactly_once(
         offsets = probe.offsets(batch)
         rows_before = {t: _batch_rows(data, t, batch) for t in APPEND_ONLY}
         with run_checker(config, env, tmp_path / "second.log") as second:
-            wait_for(settled, 110, "every closed ledger checked, the truth open, no retry pending", child=second)
+            wait_for(
+                settled,
+                110,
+                "every event counted, every closed ledger checked, the truth open, no retry pending",
+                child=second,
+            )
             assert second.stop() == 0, second.tail()
 
     final = probe.disk_state(app_id)
