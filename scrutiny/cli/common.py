@@ -44,6 +44,14 @@ def count_argument(text: str) -> int:
     return value
 
 
+def positive_count_argument(text: str) -> int:
+    """An argparse type: a whole number ≥ 1 (a size or a count where 0 means nothing sensible)."""
+    value = count_argument(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be at least 1, got 0")
+    return value
+
+
 def seconds_argument(text: str) -> float:
     """An argparse type: a finite number of seconds ≥ 0."""
     try:

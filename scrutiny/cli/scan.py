@@ -22,7 +22,13 @@ from typing import Any, TextIO
 from pyspark.sql import SparkSession
 
 from scrutiny.cli.commands import COMMAND_HELP
-from scrutiny.cli.common import add_config_argument, add_summary_arguments, count_argument, print_json, stop_on_signals
+from scrutiny.cli.common import (
+    add_config_argument,
+    add_summary_arguments,
+    positive_count_argument,
+    print_json,
+    stop_on_signals,
+)
 from scrutiny.core.health_summary import (
     Figures,
     OpenViolation,
@@ -58,7 +64,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     scan.add_argument("--data-dir", metavar="DIR", help="the tables' directory (default: checker.data_dir)")
     scan.add_argument(
         "--chunk-size",
-        type=count_argument,
+        type=positive_count_argument,
         default=DEFAULT_CHUNK_SIZE,
         metavar="N",
         help=f"ledgers per Spark job and table batch (default: {DEFAULT_CHUNK_SIZE})",
@@ -80,7 +86,7 @@ def _run(args: argparse.Namespace) -> int:
         mode=mode,
         selection=parse_ledger_selection(args.ledgers),
         bookie=args.bookie,
-        chunk_size=max(1, args.chunk_size),
+        chunk_size=args.chunk_size,
         data_dir=args.data_dir,
     )
     started = time.monotonic()

@@ -217,6 +217,8 @@ def parse_error(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[object,
         (["services", "up", "--timeout", "-3"], "scrutiny services up", "argument --timeout: must be a finite"),
         (["simulate", "--duration", "inf"], "scrutiny simulate", "argument --duration: must be a finite"),
         (["agent", "--grace", "-1"], "scrutiny agent", "argument --grace: must be a finite"),
+        (["scan", "--chunk-size", "0"], "scrutiny scan", "argument --chunk-size: must be at least 1, got 0"),
+        (["scan", "--chunk-size", "-2"], "scrutiny scan", "argument --chunk-size: must not be negative"),
     ],
 )
 def test_parser_errors_are_one_line_exit_2(
