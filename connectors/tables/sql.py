@@ -229,7 +229,7 @@ class SqlEngine:
 
     @property
     def missing_tables(self) -> tuple[str, ...]:
-        """Scrutiny's tables that the data directory does not hold."""
+        """Scrutiny's tables that the data directory does not hold (``repair_actions`` until a ``scan --fix``)."""
         return tuple(self._catalog.missing)
 
     @property
@@ -278,7 +278,8 @@ class SqlEngine:
                 self._catalog.missing.append(name)
         if not self._catalog.tables:
             raise DataDirError(f"data directory {self.data_dir} holds none of the tables {', '.join(TABLE_NAMES)}")
-        self._register(REPAIR_ACTIONS)  # there only after a `scan --fix`
+        if not self._register(REPAIR_ACTIONS):  # there only after a `scan --fix`
+            self._catalog.missing.append(REPAIR_ACTIONS)
 
     def _register(self, name: str) -> bool:
         """Register table ``name`` if the data directory holds it; whether it does."""
