@@ -32,6 +32,10 @@ class OneLineErrorParser(argparse.ArgumentParser):
         """Print ``PROG: error: MESSAGE`` on one line and exit with code 2."""
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {_one_line(message)}\n")
 
+    def format_help(self) -> str:
+        """The help, with the docstrings' literal markup (````name````) shown as plain text."""
+        return super().format_help().replace("``", "")
+
 
 def build_parser(loaded: Collection[str] = tuple(COMMAND_HELP)) -> argparse.ArgumentParser:
     """The argument parser: every command listed, with the options of the commands in ``loaded`` (default: all)."""

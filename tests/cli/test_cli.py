@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from scrutiny.cli.commands import COMMAND_HELP
 from scrutiny.cli.main import main
 from scrutiny.core.ledger_metadata import Segment, build_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.listing_codec import encode_listing, encode_listing_per_run
@@ -227,6 +228,15 @@ def test_parser_errors_are_one_line_exit_2(
     code, err = parse_error(capsys, *argv)
     assert code == 2
     assert err.count("\n") == 1 and err.startswith(f"{prog}: error: ") and fragment in err
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_HELP))
+def test_every_commands_help_is_plain_text(capsys: pytest.CaptureFixture[str], command: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 0 and out.startswith(f"usage: scrutiny {command}")
+    assert "``" not in out and ":class:" not in out and ":func:" not in out
 
 
 def test_help_still_prints_the_usage(capsys: pytest.CaptureFixture[str]) -> None:
