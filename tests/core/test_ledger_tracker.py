@@ -191,6 +191,7 @@ def test_stuck_mark_reported_after_grace_and_resolved_when_cleared() -> None:
     assert early.outcome.found == ()
     due = on_timer(marked.state, now_ms=70_000)
     assert categories(due) == ["UNDER_REPLICATION_STUCK"]
+    assert "since 1970-01-01T00:00:10Z," in str(due.outcome.found[0].details)  # the mark's ctime, for a person
     assert due.state is not None and due.state.timers() == ()
     cleared = on_cleared(due.state)
     assert cleared.outcome.resolved == (("UNDER_REPLICATION_STUCK", "", -1),)
