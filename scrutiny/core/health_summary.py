@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.utc_text import format_utc_ms
 from scrutiny.core.vocabulary import Category, Severity
 
 DEFAULT_FAIL_ON: Final = Severity.CRITICAL
@@ -274,29 +275,6 @@ def exit_code(summary: HealthSummary) -> int:
     if summary.figures.interrupted is not None:
         return EXIT_INTERRUPTED
     return 0 if summary.healthy else 1
-
-
-def format_utc_ms(epoch_ms: int) -> str:
-    """RFC 3339 UTC text of epoch milliseconds, to the second (``2026-03-01T12:00:00Z``), without a clock."""
-    seconds = epoch_ms // 1000
-    days, second_of_day = divmod(seconds, 86_400)
-    year, month, day = _civil_from_days(days)
-    hour, rest = divmod(second_of_day, 3600)
-    minute, second = divmod(rest, 60)
-    return f"{year:04d}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}Z"
-
-
-def _civil_from_days(days: int) -> tuple[int, int, int]:
-    """(year, month, day) of a day count since 1970-01-01 in the proleptic Gregorian calendar."""
-    shifted = days + 719_468  # days since 0000-03-01
-    era = shifted // 146_097
-    day_of_era = shifted - era * 146_097
-    year_of_era = (day_of_era - day_of_era // 1460 + day_of_era // 36_524 - day_of_era // 146_096) // 365
-    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
-    month_index = (5 * day_of_year + 2) // 153  # 0 = March
-    day = day_of_year - (153 * month_index + 2) // 5 + 1
-    month = month_index + 3 if month_index < 10 else month_index - 9
-    return year_of_era + era * 400 + (1 if month <= 2 else 0), month, day
 
 
 def format_duration_ms(duration_ms: int) -> str:

@@ -37,7 +37,7 @@ from typing import Any
 from scrutiny.core.backoff import Backoff
 from scrutiny.core.errors import FormatError
 from scrutiny.core.ledger_metadata import LedgerMetadata, LedgerState, decode_ledger_metadata
-from scrutiny.core.utc_text import utc_text
+from scrutiny.core.utc_text import format_utc_ms
 from scrutiny.core.verdict import (
     BookieAnswer,
     ClusterView,
@@ -425,6 +425,6 @@ def _stuck_key() -> ViolationKey:
 
 
 def _stuck_details(mark: UnderReplicationMark) -> str:
-    since = "its first sighting" if mark.ctime_ms is None else utc_text(mark.ctime_ms)
+    since = "its first sighting" if mark.ctime_ms is None else format_utc_ms(mark.ctime_ms)
     replicas = ", ".join(mark.replicas) or "none named"
     return f"marked under-replicated (missing replicas: {replicas}) since {since}, longer than the grace period"

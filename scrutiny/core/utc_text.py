@@ -27,7 +27,7 @@ def civil_date(days: int) -> tuple[int, int, int]:
     return year, month, day
 
 
-def utc_text(epoch_ms: int) -> str:
+def format_utc_ms(epoch_ms: int) -> str:
     """``epoch_ms`` as ``YYYY-MM-DDTHH:MM:SSZ`` in UTC (milliseconds dropped; years 1..9999)."""
     days, in_day = divmod(epoch_ms, _MS_PER_DAY)
     year, month, day = civil_date(days)

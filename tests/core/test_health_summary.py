@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -20,7 +19,6 @@ from scrutiny.core.health_summary import (
     as_json_dict,
     exit_code,
     format_duration_ms,
-    format_utc_ms,
     render,
     summarize,
 )
@@ -259,12 +257,6 @@ def test_rows_from_mappings_are_checked() -> None:
         OpenViolation.from_mapping({**row, "first_seen": None})
     with pytest.raises(HealthSummaryError):
         summarize([], worst=-1)
-
-
-@given(st.integers(-(10**13), 10**14))
-def test_utc_text_matches_datetime(epoch_ms: int) -> None:
-    expected = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=epoch_ms)
-    assert format_utc_ms(epoch_ms) == expected.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def test_durations_read_like_people_write_them() -> None:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scrutiny.core.utc_text import civil_date, utc_text
+from scrutiny.core.utc_text import civil_date, format_utc_ms
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 FIRST_MS = int((datetime(1, 1, 1, tzinfo=UTC) - EPOCH) / timedelta(milliseconds=1))
@@ -20,7 +20,7 @@ def reference(epoch_ms: int) -> str:
 
 @given(st.integers(FIRST_MS, LAST_MS))
 def test_utc_text_matches_pythons_calendar(epoch_ms: int) -> None:
-    assert utc_text(epoch_ms) == reference(epoch_ms)
+    assert format_utc_ms(epoch_ms) == reference(epoch_ms)
 
 
 @given(st.integers(-719_162, 2_932_896))  # 0001-01-01 .. 9999-12-31
@@ -30,7 +30,7 @@ def test_civil_date_matches_pythons_calendar(days: int) -> None:
 
 
 def test_known_moments() -> None:
-    assert utc_text(0) == "1970-01-01T00:00:00Z"
-    assert utc_text(1795566418191) == "2026-11-25T00:26:58Z"
-    assert utc_text(951782400000) == "2000-02-29T00:00:00Z"  # a leap day of a century divisible by 400
-    assert utc_text(-1) == "1969-12-31T23:59:59Z"
+    assert format_utc_ms(0) == "1970-01-01T00:00:00Z"
+    assert format_utc_ms(1795566418191) == "2026-11-25T00:26:58Z"
+    assert format_utc_ms(951782400000) == "2000-02-29T00:00:00Z"  # a leap day of a century divisible by 400
+    assert format_utc_ms(-1) == "1969-12-31T23:59:59Z"
