@@ -23,7 +23,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from scrutiny.cli.main import main
-from scrutiny.connectors.tables.schemas import LEDGER_CHECKS, REPAIR_ACTIONS, RunRecord, output_table
+from scrutiny.connectors.tables.schemas import LEDGER_CHECKS, RunRecord, output_table
 from scrutiny.connectors.tables.sql import (
     VIEWS_DIR,
     DataDirError,
@@ -334,7 +334,7 @@ def test_a_missing_table_skips_its_views_and_is_named(data_dir: Path, tmp_path: 
     shutil.copytree(data_dir, partial)
     shutil.rmtree(partial / LEDGER_CHECKS)
     with SqlEngine(partial, now=NOW) as engine:
-        assert engine.missing_tables == (LEDGER_CHECKS, REPAIR_ACTIONS)
+        assert engine.missing_tables == (LEDGER_CHECKS,)
         assert engine.skipped_views == {"check_coverage": LEDGER_CHECKS, "detection_latency": LEDGER_CHECKS}
         assert engine.query("SELECT last_batch_id FROM checker_health").rows == [(2,)]
         with pytest.raises(MissingTableError, match=f"'ledger_checks' .*{partial}"):
