@@ -42,7 +42,7 @@ from delta.tables import DeltaTable
 from deltalake import DeltaTable as LogReader
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import ArrayType, DataType, StructType
+from pyspark.sql.types import StructType
 
 from scrutiny.connectors.tables.delta import TableError, table_uri
 from scrutiny.connectors.tables.schemas import (
@@ -88,6 +88,10 @@ DESCRIPTIONS: Final[Mapping[str, str]] = {
     CHECKER_RUNS: "Scrutiny: one row per checker batch (append-only)",
     REPAIR_ACTIONS: "Scrutiny: every under-replication mark a fix made or skipped (append-only)",
 }
+
+
+#: Tables created with ``delta.appendOnly=true``: the checker's history tables and the fix's record.
+_APPEND_ONLY: Final = (*APPEND_TABLES, REPAIR_ACTIONS)
 
 
 class WriteOutcome(StrEnum):
@@ -164,7 +168,7 @@ def ensure_table(spark: SparkSession, data_dir: str | Path, name: str) -> bool:
         .comment(DESCRIPTIONS[name])
         .property("delta.enableDeletionVectors", "false")
     )
-    if name in APPEND_TABLES or name == REPAIR_ACTIONS:
+    if name in _APPEND_ONLY:
         builder = builder.property("delta.appendOnly", "true")
     builder.execute()
     return True
@@ -195,7 +199,7 @@ def _check_schema(name: str, actual: StructType, expected: StructType) -> None:
         if field.name not in found:
             raise TableError(name, f"column {field.name!r} is missing")
         other = found[field.name]
-        if not _same_type(other.dataType, field.dataType) or other.nullable != field.nullable:
+        if other.dataType != field.dataType or other.nullable != field.nullable:
             raise TableError(
                 name,
                 f"column {field.name!r} is {other.dataType.simpleString()}{'' if other.nullable else ' not null'},"
@@ -204,13 +208,6 @@ def _check_schema(name: str, actual: StructType, expected: StructType) -> None:
     extra = [n for n in found if n not in expected.names]
     if extra:
         raise TableError(name, f"column {extra[0]!r} is not Scrutiny's")
-
-
-def _same_type(actual: DataType, expected: DataType) -> bool:
-    """Equal types; a list's element nullability is not compared (a table Spark's DDL made cannot declare it)."""
-    if isinstance(actual, ArrayType) and isinstance(expected, ArrayType):
-        return _same_type(actual.elementType, expected.elementType)
-    return actual == expected
 
 
 class CheckerTables:

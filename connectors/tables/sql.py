@@ -229,8 +229,8 @@ class SqlEngine:
 
     @property
     def missing_tables(self) -> tuple[str, ...]:
-        """The checker's tables that the data directory does not hold."""
-        return tuple(self._catalog.missing)
+        """The checker's tables that the data directory does not hold (``repair_actions`` is expected to be absent)."""
+        return tuple(name for name in self._catalog.missing if name in TABLE_NAMES)
 
     @property
     def views(self) -> tuple[str, ...]:
@@ -278,7 +278,8 @@ class SqlEngine:
                 self._catalog.missing.append(name)
         if not self._catalog.tables:
             raise DataDirError(f"data directory {self.data_dir} holds none of the tables {', '.join(TABLE_NAMES)}")
-        self._register(REPAIR_ACTIONS)  # there only after a `scan --fix`: not "missing" before, but named if asked
+        if not self._register(REPAIR_ACTIONS):  # there only after a `scan --fix`
+            self._catalog.missing.append(REPAIR_ACTIONS)
 
     def _register(self, name: str) -> bool:
         """Register table ``name`` if the data directory holds it; whether it does."""
@@ -335,7 +336,7 @@ class SqlEngine:
         except duckdb.Error:
             return  # DuckDB reports the error itself when the query runs
         for name in sorted(names):
-            if name in self._catalog.missing or (name == REPAIR_ACTIONS and name not in self._catalog.tables):
+            if name in self._catalog.missing:
                 raise MissingTableError(self.data_dir, name)
             if name in self._catalog.skipped:
                 raise MissingTableError(self.data_dir, self._catalog.skipped[name], via=name)
