@@ -4,7 +4,8 @@
 
 1. registers each table of the data directory that exists under its name, as delta-rs's
    ``DeltaTable(uri).to_pyarrow_dataset()`` (live files only: never files a MERGE or a compaction removed), its
-   strings re-declared as ``string_view`` (:func:`live_dataset` says why);
+   strings re-declared as ``string_view`` (:func:`live_dataset` says why); ``repair_actions`` is a view over its
+   dataset with one more column, ``fixed_at`` (= ``at``, which DuckDB reads only quoted: ``at`` is a keyword);
 2. sets the parameters (``SET VARIABLE``): ``now`` (default: the current time) and those the views declare, with
    their defaults unless given;
 3. creates every view of ``conf/sql/`` (file name = view name; each file holds one bare SELECT that the engine
@@ -59,6 +60,9 @@ NOW_PARAM: Final = "now"
 #: The types a parameter may be declared with (they are written into SQL, so only these).
 PARAM_TYPES: Final = frozenset({"BIGINT", "INTEGER", "DOUBLE", "VARCHAR", "BOOLEAN", "TIMESTAMPTZ"})
 #: Statement types a query may have: nothing else reaches DuckDB.
+#: ``repair_actions.at`` under a name DuckDB reads unquoted.
+FIXED_AT: Final = "fixed_at"
+_REPAIR_ACTIONS_DATA: Final = "repair_actions_rows"
 _ALLOWED_STATEMENTS: Final = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN})
 _NAME: Final = re.compile(r"[a-z_][a-z0-9_]*")
 _PARAM_LINE: Final = re.compile(r"--\s*@param\s+(\S+)\s+(\S+)\s+(\S+)\s*(.*)")
@@ -285,7 +289,12 @@ class SqlEngine:
         """Register table ``name`` if the data directory holds it; whether it does."""
         if not DeltaTable.is_deltatable(table_uri(self.data_dir, name)):
             return False
-        self._con.register(name, live_dataset(self.data_dir, name, string_view=True))
+        dataset = live_dataset(self.data_dir, name, string_view=True)
+        if name == REPAIR_ACTIONS:
+            self._con.register(_REPAIR_ACTIONS_DATA, dataset)
+            self._con.execute(f'CREATE VIEW {name} AS SELECT *, "at" AS {FIXED_AT} FROM {_REPAIR_ACTIONS_DATA}')
+        else:
+            self._con.register(name, dataset)
         self._catalog.tables.append(name)
         return True
 

@@ -158,7 +158,11 @@ def _json_value(value: object) -> object:
 
 
 def iso_utc(moment: datetime) -> str:
-    """``moment`` as ISO-8601 in UTC with a ``Z`` (a naive time is taken as UTC already)."""
+    """``moment`` as ISO-8601 in UTC to the second with a ``Z`` (a naive time is taken as UTC already).
+
+    The fraction of a second is dropped, as everywhere a person reads a time; ``epoch_ms(column)`` in the query
+    gives the milliseconds.
+    """
     if moment.utcoffset() is not None:
         moment = moment.astimezone(UTC)
-    return moment.replace(tzinfo=None).isoformat() + "Z"
+    return moment.replace(tzinfo=None, microsecond=0).isoformat() + "Z"

@@ -20,14 +20,10 @@ from typing import Final
 
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.utc_text import format_utc_ms
-from scrutiny.core.vocabulary import Category, Severity
+from scrutiny.core.vocabulary import DATA_LOSS_CATEGORIES, Category, Severity, is_data_loss
 
 DEFAULT_FAIL_ON: Final = Severity.CRITICAL
 DEFAULT_WORST: Final = 10
-#: Categories where some acknowledged data cannot be read now (listed first among ledgers of equal severity).
-DATA_LOSS_CATEGORIES: Final = frozenset(
-    {Category.NO_REPLICA, Category.ENTRIES_BEYOND_LAST_ENTRY, Category.METADATA_UNREADABLE}
-)
 #: The window of "batches in the last N minutes".
 RECENT_WINDOW_MS: Final = 10 * 60_000
 #: A streaming checker with no batch for this long looks stalled (it runs a batch at least every watcher tick).
@@ -154,6 +150,8 @@ class HealthSummary:
     worst: tuple[LedgerFindings, ...]
     figures: Figures = field(default_factory=Figures)
     warnings: tuple[str, ...] = ()
+    #: Ledgers with at least one finding that means data loss (:func:`~scrutiny.core.vocabulary.is_data_loss`).
+    data_loss_ledgers: int = 0
 
     @property
     def by_severity(self) -> dict[Severity, int]:
@@ -202,6 +200,7 @@ def summarize(
         worst=tuple(ledgers[:worst]),
         figures=figures,
         warnings=_warnings(figures),
+        data_loss_ledgers=sum(1 for found in ledgers if found.data_loss),
     )
 
 
@@ -212,7 +211,7 @@ def _count_rank(category: Category, severity: Severity) -> tuple[int, bool, str]
 def _finding_rank(row: OpenViolation) -> tuple[int, bool, str, str, int]:
     return (
         -row.severity.rank,
-        row.category not in DATA_LOSS_CATEGORIES,
+        not is_data_loss(row.category, row.severity),
         row.category.value,
         row.bookie or "",
         -1 if row.segment_first_entry is None else row.segment_first_entry,
@@ -225,7 +224,7 @@ def _ledger_findings(ledger_id: int, rows: list[OpenViolation]) -> LedgerFinding
     return LedgerFindings(
         ledger_id=ledger_id,
         worst_severity=max((r.severity for r in rows), key=lambda s: s.rank),
-        data_loss=any(r.category in DATA_LOSS_CATEGORIES for r in rows),
+        data_loss=any(is_data_loss(r.category, r.severity) for r in rows),
         entries_affected=max(counted) if counted else None,
         first_seen_ms=min(r.first_seen_ms for r in rows),
         pulsar_topic=topics[0] if topics else None,
@@ -322,6 +321,7 @@ def _overview_lines(summary: HealthSummary) -> list[str]:
     if figures.ledgers_checked is not None:
         lines.append(field_line("Ledgers checked", str(figures.ledgers_checked)))
     lines.append(field_line("Ledgers with violations", str(summary.ledgers_affected)))
+    lines.append(field_line("Ledgers with data loss", str(summary.data_loss_ledgers)))
     lines.append(field_line("Open violations", str(summary.open_violations)))
     lines.extend(field_line(f"  {severity.value}", str(n)) for severity, n in summary.by_severity.items())
     lines.extend(_checker_lines(figures))
@@ -426,6 +426,7 @@ def as_json_dict(summary: HealthSummary) -> dict[str, object]:
         "fail_on": summary.fail_on.value,
         "ledgers_checked": figures.ledgers_checked,
         "ledgers_affected": summary.ledgers_affected,
+        "data_loss_ledgers": summary.data_loss_ledgers,
         "open_violations": summary.open_violations,
         "by_severity": {s.value: n for s, n in summary.by_severity.items()},
         "by_category": by_category,

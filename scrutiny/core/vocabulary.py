@@ -58,3 +58,17 @@ FIXED_SEVERITY: dict[Category, Severity] = {
     Category.ACK_QUORUM_ONE: Severity.INFO,
     Category.CHECK_OVERDUE: Severity.WARNING,
 }
+
+
+#: The categories that can mean data loss (docs/architecture.md, "Data loss"): some acknowledged entry cannot be
+#: read now. ``NO_REPLICA``: an entry has no copy; ``ENTRIES_BEYOND_LAST_ENTRY`` when critical: acknowledged entries
+#: lie beyond the close, where no reader looks; ``METADATA_UNREADABLE``: no reader can open the ledger at all.
+#: ``BELOW_ACK_QUORUM`` is not among them: every entry still has a copy (it is at risk, not lost).
+DATA_LOSS_CATEGORIES: frozenset[Category] = frozenset(
+    {Category.NO_REPLICA, Category.ENTRIES_BEYOND_LAST_ENTRY, Category.METADATA_UNREADABLE}
+)
+
+
+def is_data_loss(category: Category, severity: Severity) -> bool:
+    """Whether a finding means data loss: the one definition the report, the views and the dashboard use."""
+    return severity is Severity.CRITICAL and category in DATA_LOSS_CATEGORIES

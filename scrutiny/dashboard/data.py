@@ -44,7 +44,6 @@ from scrutiny.connectors.tables.schemas import OPEN_VIOLATIONS, VIOLATIONS
 from scrutiny.connectors.tables.sql import MissingTableError, QueryResult, SqlEngine
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.health_summary import (
-    DATA_LOSS_CATEGORIES,
     DEFAULT_STALL_AFTER_MS,
     DEFAULT_WORST,
     LedgerFindings,
@@ -235,7 +234,7 @@ def _open_summary(data_dir: str, worst: int) -> tuple[Overview, tuple[LedgerFind
         open_total=summary.open_violations,
         ledgers_affected=summary.ledgers_affected,
         by_severity={severity.value: count for severity, count in summary.by_severity.items()},
-        data_loss_ledgers=len({row.ledger_id for row in rows if row.category in DATA_LOSS_CATEGORIES}),
+        data_loss_ledgers=summary.data_loss_ledgers,
     )
     return overview, summary.worst
 

@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scrutiny.core.health_summary import (
-    DATA_LOSS_CATEGORIES,
     DEFAULT_FAIL_ON,
     CheckerFigures,
     Figures,
@@ -67,6 +66,12 @@ def reference_status(rows: list[OpenViolation], fail_on: Severity) -> str:
     return "UNHEALTHY" if failing else "HEALTHY"
 
 
+def reference_data_loss(row: OpenViolation) -> bool:
+    """docs/architecture.md, "Data loss": a critical NO_REPLICA, ENTRIES_BEYOND_LAST_ENTRY or METADATA_UNREADABLE."""
+    lost = {"NO_REPLICA", "ENTRIES_BEYOND_LAST_ENTRY", "METADATA_UNREADABLE"}
+    return row.severity.value == "critical" and row.category.value in lost
+
+
 def reference_ledger_order(rows: list[OpenViolation]) -> list[int]:
     """Ledgers by worst severity, data loss first, most entries (max of findings), oldest first seen, id."""
     order = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
@@ -77,7 +82,7 @@ def reference_ledger_order(rows: list[OpenViolation]) -> list[int]:
         counts = [r.entry_count for r in mine if r.entry_count is not None]
         return (
             min(order[r.severity] for r in mine),
-            0 if any(r.category in DATA_LOSS_CATEGORIES for r in mine) else 1,
+            0 if any(reference_data_loss(r) for r in mine) else 1,
             -(max(counts) if counts else -1),
             min(r.first_seen_ms for r in mine),
             ledger_id,
@@ -94,6 +99,7 @@ def test_counts_status_and_order_match_the_reference(rows: list[OpenViolation], 
     assert summary.by_severity == {s: sum(1 for r in rows if r.severity is s) for s in Severity}
     assert summary.open_violations == len(rows)
     assert summary.ledgers_affected == len({r.ledger_id for r in rows})
+    assert summary.data_loss_ledgers == len({r.ledger_id for r in rows if reference_data_loss(r)})
     assert summary.status == reference_status(rows, fail_on)
     assert exit_code(summary) == (0 if summary.status == "HEALTHY" else 1)
     assert [ledger.ledger_id for ledger in summary.worst] == reference_ledger_order(rows)[:worst]
@@ -207,6 +213,7 @@ DOCUMENTED_KEYS = [
     "fail_on",
     "ledgers_checked",
     "ledgers_affected",
+    "data_loss_ledgers",
     "open_violations",
     "by_severity",
     "by_category",

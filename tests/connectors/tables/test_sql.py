@@ -4,7 +4,8 @@ The data set (``now`` = T0 + 2 h throughout):
 
 * open violations: ledger 1 NO_REPLICA (critical), ledger 3 BELOW_ACK_QUORUM (critical) and MISSING_REPLICA on
   b1 and b2 (warning), ledger 4 UNDER_REPLICATION_STUCK on b2 since T0 - 10 h, ledger 5 ACK_QUORUM_ONE (info),
-  ledger 6 / 7 ENTRIES_BEYOND_LAST_ENTRY (warning / critical); resolved: ledger 2 (later batch), ledger 8 (same batch);
+  ledger 6 / 7 ENTRIES_BEYOND_LAST_ENTRY (warning / critical), ledger 12 METADATA_UNREADABLE (critical); resolved:
+  ledger 2 (later batch), ledger 8 (same batch);
 * checks: ledgers 1-3 conclusive and CLOSED within the day, ledger 4 UNKNOWN, ledger 9 OPEN, ledger 10 checked
   30 h ago, ledger 11 checked after ``now`` (must be ignored);
 * runs: stream batches finished at T0, T0 + 1:30, T0 + 1:55 and one after ``now``, plus a scan.
@@ -23,7 +24,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from scrutiny.cli.main import main
-from scrutiny.connectors.tables.schemas import LEDGER_CHECKS, RunRecord, output_table
+from scrutiny.connectors.tables.repair_log import repair_log_rows
+from scrutiny.connectors.tables.schemas import LEDGER_CHECKS, REPAIR_ACTIONS, RunRecord, output_table
 from scrutiny.connectors.tables.sql import (
     VIEWS_DIR,
     DataDirError,
@@ -34,7 +36,9 @@ from scrutiny.connectors.tables.sql import (
     SqlError,
     load_views,
 )
-from scrutiny.streaming.delta_writer import CheckerTables
+from scrutiny.core.repair_plan import RepairAction, RepairOutcome
+from scrutiny.dashboard.data import load_snapshot
+from scrutiny.streaming.delta_writer import CheckerTables, append_rows, ensure_table
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 NOW = T0 + timedelta(hours=2)
@@ -103,6 +107,7 @@ BATCH1 = [
     violation(6, 30, "ENTRIES_BEYOND_LAST_ENTRY", "warning", entry_count=2),
     violation(7, 30, "ENTRIES_BEYOND_LAST_ENTRY", "critical", entry_count=1, pulsar_topic=TOPIC_C),
     violation(8, 30, "NO_REPLICA", "critical", entry_count=9),
+    violation(12, 30, "METADATA_UNREADABLE", "critical", details="bad bytes"),
     {"record": "resolved", "ledger_id": 8, "at": at(31), "category": "NO_REPLICA"},
     violation(3, 30, "MISSING_REPLICA", "warning", bookie=B2, segment_first_entry=0, entry_count=1),
     check(2, 30, "HEALTHY", "CLOSED", 500),
@@ -164,6 +169,7 @@ def test_open_violations_by_category(data_dir: Path) -> None:
     assert rows == [
         ("BELOW_ACK_QUORUM", "critical", 1, 1, T0),
         ("ENTRIES_BEYOND_LAST_ENTRY", "critical", 1, 1, at(30)),
+        ("METADATA_UNREADABLE", "critical", 1, 1, at(30)),
         ("NO_REPLICA", "critical", 1, 1, T0),
         ("UNDER_REPLICATION_STUCK", "critical", 1, 1, at(-600)),
         ("MISSING_REPLICA", "warning", 2, 1, T0),
@@ -171,12 +177,16 @@ def test_open_violations_by_category(data_dir: Path) -> None:
         ("ACK_QUORUM_ONE", "info", 1, 1, T0),
     ]
     warning = view(data_dir, "open_violations_by_category", min_severity="warning")
-    assert [(r["category"], r["severity"]) for r in warning] == [(c, s) for c, s, *_ in rows[:6]]
+    assert [(r["category"], r["severity"]) for r in warning] == [(c, s) for c, s, *_ in rows[:7]]
 
 
 def test_data_loss_ledgers(data_dir: Path) -> None:
+    """The critical NO_REPLICA, ENTRIES_BEYOND_LAST_ENTRY and METADATA_UNREADABLE rows; not BELOW_ACK_QUORUM
+    (ledger 3: every entry still has a copy) nor a warning ENTRIES_BEYOND_LAST_ENTRY (ledger 6)."""
+    common = {"bookie": None, "details": None}
     assert view(data_dir, "data_loss_ledgers") == [
         {
+            **common,
             "ledger_id": 1,
             "category": "NO_REPLICA",
             "segment_first_entry": 0,
@@ -184,19 +194,9 @@ def test_data_loss_ledgers(data_dir: Path) -> None:
             "first_seen": T0,
             "last_seen": T0,
             "entries_affected": 5,
-            "details": None,
         },
         {
-            "ledger_id": 3,
-            "category": "BELOW_ACK_QUORUM",
-            "segment_first_entry": 0,
-            "pulsar_topic": TOPIC_B,
-            "first_seen": T0,
-            "last_seen": T0,
-            "entries_affected": 2,
-            "details": None,
-        },
-        {
+            **common,
             "ledger_id": 7,
             "category": "ENTRIES_BEYOND_LAST_ENTRY",
             "segment_first_entry": None,
@@ -204,9 +204,31 @@ def test_data_loss_ledgers(data_dir: Path) -> None:
             "first_seen": at(30),
             "last_seen": at(30),
             "entries_affected": 1,
-            "details": None,
+        },
+        {
+            **common,
+            "ledger_id": 12,
+            "category": "METADATA_UNREADABLE",
+            "segment_first_entry": None,
+            "pulsar_topic": None,
+            "first_seen": at(30),
+            "last_seen": at(30),
+            "entries_affected": None,
+            "details": "bad bytes",
         },
     ]
+
+
+def test_report_view_and_dashboard_agree_on_data_loss(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One definition of data loss: the report's figure and flags, the view and the dashboard count the same ledgers."""
+    in_view = {row["ledger_id"] for row in view(data_dir, "data_loss_ledgers")}
+    assert main(["report", "--data-dir", str(data_dir), "--format", "json", "--worst", "100"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    flagged = {ledger["ledger_id"] for ledger in report["worst_ledgers"] if ledger["data_loss"]}
+    overview = load_snapshot(data_dir, now=NOW).overview
+    assert overview is not None
+    assert in_view == flagged == {1, 7, 12}
+    assert report["data_loss_ledgers"] == overview.data_loss_ledgers == len(in_view)
 
 
 def test_violations_per_bookie(data_dir: Path) -> None:
@@ -303,7 +325,7 @@ def test_tables_are_read_from_live_files_only(data_dir: Path) -> None:
     # open_violations went through MERGEs that rewrote files: every key must appear once
     with SqlEngine(data_dir, now=NOW) as engine:
         result = engine.query("SELECT count(*), count(DISTINCT (ledger_id, category, bookie)) FROM open_violations")
-    assert result.rows == [(10, 10)]
+    assert result.rows == [(11, 11)]
 
 
 @pytest.mark.parametrize(
@@ -341,6 +363,17 @@ def test_a_missing_table_skips_its_views_and_is_named(data_dir: Path, tmp_path: 
             engine.query("SELECT count(*) FROM ledger_checks")
         with pytest.raises(MissingTableError, match="needed by view 'check_coverage'"):
             engine.query("SELECT * FROM check_coverage")
+
+
+def test_repair_actions_time_reads_unquoted_as_fixed_at(spark: SparkSession, data_dir: Path, tmp_path: Path) -> None:
+    fixed = tmp_path / "data"
+    shutil.copytree(data_dir, fixed)
+    ensure_table(spark, fixed, REPAIR_ACTIONS)
+    action = RepairAction(5, RepairOutcome.MARKED, (B1,), "/ledgers/underreplication/ledgers/0000/0000/0000/L0005")
+    append_rows(spark, fixed, REPAIR_ACTIONS, repair_log_rows([action], run_id="scan-9", at=at(5)))
+    with SqlEngine(fixed, now=NOW) as engine:
+        result = engine.query('SELECT ledger_id, fixed_at, "at" FROM repair_actions')
+    assert result.rows == [(5, at(5), at(5))]
 
 
 def test_repair_actions_before_any_fix_is_named_as_missing(data_dir: Path) -> None:
@@ -401,13 +434,22 @@ def test_cli_json_and_csv(data_dir: Path, capsys: pytest.CaptureFixture[str]) ->
     )
 
 
+@pytest.mark.parametrize("fmt", ["table", "json", "csv"])
+def test_cli_prints_times_to_the_second(data_dir: Path, fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
+    query = "SELECT TIMESTAMPTZ '2026-03-01 12:00:07.654321+00' AS t, epoch_ms(t) AS ms"
+    code, out, _ = cli([query, "--data-dir", str(data_dir), "--format", fmt], capsys)
+    assert code == 0
+    assert "2026-03-01T12:00:07Z" in out and ".654" not in out.replace("1772366407654", "")
+    assert "1772366407654" in out
+
+
 def test_cli_reads_the_data_dir_from_the_configuration(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = tmp_path / "scrutiny.toml"
     config.write_text(f'[checker]\ndata_dir = "{data_dir}"\n')
     code, out, _ = cli(["SELECT count(*) AS n FROM violations", "--config", str(config), "--format", "csv"], capsys)
-    assert (code, out) == (0, "n\n11\n")
+    assert (code, out) == (0, "n\n12\n")
 
 
 def test_cli_lists_the_views(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
