@@ -15,11 +15,6 @@
   jobs in parallel: a Delta write is mostly fixed cost, so a batch takes one write's time, not three), and
   ``checker_runs`` only after all three committed — a row in ``checker_runs`` means the whole batch is in. A table
   with no rows in a batch gets no commit (``checker_runs`` always gets its row).
-* **Warm between batches.** Delta finds a table's recorded batch in the table's computed state, which it rebuilds
-  from the log for every new version (a Spark job, most of an append's time). After a batch, each table it committed
-  has that state computed in the background (``DESCRIBE DETAIL`` on the new version), while the next batch is read
-  and checked: the next write finds it ready. A warm-up that fails changes nothing (the write computes the state
-  itself); :meth:`CheckerTables.close` drops the ones not started.
 * ``app_id`` must identify the stream *and its checkpoint* (Spark numbers batches from 0 again with a new
   checkpoint; a reused ``app_id`` would skip them all). A batch id below a table's recorded one is logged.
 * **Tables exist** after :meth:`CheckerTables.ensure_tables` (created with their schema if missing, the three history
@@ -36,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -226,12 +221,9 @@ class CheckerTables:
             raise ConfigError("app_id must not be empty")
         self.spark = spark.newSession()
         self._merge_session = spark.newSession()  # holds the MERGE's transaction settings while it runs
-        self._warm_session = spark.newSession()
         self.data_dir = data_dir
         self.app_id = app_id
         self._ready = False
-        self._warmer = ThreadPoolExecutor(max_workers=len(TABLE_NAMES), thread_name_prefix="delta-warm")
-        self._warming: dict[str, Future[None]] = {}
 
     def uri(self, name: str) -> str:
         """The location of table ``name``."""
@@ -284,30 +276,7 @@ class CheckerTables:
         with ThreadPoolExecutor(max_workers=len(first), thread_name_prefix="delta-write") as pool:
             pending = [pool.submit(self._write_table, name, rows[name], batch_id) for name in first]
             writes = [future.result() for future in pending]  # the first error is raised once all have ended
-        result = WriteResult(batch_id, (*writes, self._write_table(last, rows[last], batch_id)))
-        self._warm(result.written)
-        return result
-
-    def close(self) -> None:
-        """Drop the warm-ups not started and wait for the running ones (each one Spark job); call before stopping
-        Spark. The writer stays usable (later batches are simply not warmed)."""
-        self._warmer.shutdown(wait=True, cancel_futures=True)
-
-    def _warm(self, names: tuple[str, ...]) -> None:
-        for name in names:
-            previous = self._warming.get(name)
-            if previous is not None and not previous.done():
-                continue  # still running: the write it preceded waited for it, so it is all but done
-            try:
-                self._warming[name] = self._warmer.submit(self._warm_table, name)
-            except RuntimeError:  # closed
-                return
-
-    def _warm_table(self, name: str) -> None:
-        try:
-            DeltaTable.forPath(self._warm_session, self.uri(name)).detail().collect()
-        except Exception as error:  # the next write computes the state itself
-            log.debug("warming table %s: %s", name, error)
+        return WriteResult(batch_id, (*writes, self._write_table(last, rows[last], batch_id)))
 
     def _write_table(self, name: str, rows: pa.Table, batch_id: int) -> TableWrite:
         if not rows.num_rows and name != CHECKER_RUNS:

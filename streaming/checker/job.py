@@ -97,7 +97,6 @@ class RunningChecker:
     def stop(self) -> None:
         """Stop the query (the current batch is finished or abandoned; the checkpoint stays consistent)."""
         self.query.stop()
-        self.sink.tables.close()
 
 
 def checkpoint_stream_id(spark: SparkSession, checkpoint: str) -> str:

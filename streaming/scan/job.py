@@ -142,14 +142,6 @@ class ScanRun:
             result.interrupted = True
             return result
         tables = CheckerTables(self.spark, self.data_dir, app_id=f"scrutiny-{self.scan_id}")
-        try:
-            return self._check_all(snapshot, tables, result, report)
-        finally:
-            tables.close()
-
-    def _check_all(
-        self, snapshot: ScanSnapshot, tables: CheckerTables, result: ScanResult, report: Progress
-    ) -> ScanResult:
         tables.ensure_tables()
         config = self._config(snapshot)
         clock = time.monotonic()
