@@ -13,6 +13,8 @@ runs ``local[*]``. What it always sets:
 * Arrow for pandas conversions, and a session time zone of UTC (every time in the tables is UTC);
 * Delta Lake's session extension and catalog (the tables are written with delta-spark), with one task to
   rebuild a table's state from its small log;
+* SIGINT and SIGTERM ignored by the JVM (a signal to the process group reaches only the Python side, which stops
+  Spark in order);
 * the jars of Spark's Kafka source and of Delta Lake (:func:`extra_jars`) by path in ``spark.jars``, so starting a
   session never resolves anything and never needs the network.
 
@@ -25,7 +27,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -123,7 +127,7 @@ def _launch(builder: SparkSession.Builder, log_file: str | Path | None) -> Spark
     """
     for attempt in range(1, JVM_START_ATTEMPTS + 1):
         try:
-            with _jvm_stderr_to(log_file):
+            with _jvm_stderr_to(log_file), _jvm_ignores_stop_signals():
                 return builder.getOrCreate()
         except PySparkRuntimeError as error:
             if error.getCondition() != "JAVA_GATEWAY_EXITED" or attempt == JVM_START_ATTEMPTS:
@@ -152,6 +156,32 @@ def _jvm_stderr_to(log_file: str | Path | None) -> Iterator[None]:
     finally:
         os.dup2(saved, 2)
         os.close(saved)
+
+
+#: The signals that ask a command to stop (Ctrl-C, ``kill``, ``timeout``, systemd).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def _jvm_ignores_stop_signals() -> Iterator[None]:
+    """While the JVM starts, SIGINT and SIGTERM are ignored, so the JVM starts with them ignored and keeps them so.
+
+    A signal sent to the whole process group (``timeout``, systemd, Ctrl-C) then reaches only the Python side, which
+    stops its work and then Spark in order, instead of the JVM dying under the running jobs (a py4j traceback and a
+    wrong exit code). An ignored disposition survives ``exec`` and the JVM installs no handler over it. Only when this
+    call starts the JVM, from the main thread (signal dispositions are set there); a signal in the second or so of the
+    JVM's start is not seen.
+    """
+    if SparkContext._gateway is not None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            if handler is not None:  # None: set outside Python, cannot be put back from here
+                signal.signal(signum, handler)
 
 
 def extra_jars(directory: Path = SPARK_JARS) -> list[Path]:

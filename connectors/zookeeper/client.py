@@ -20,6 +20,7 @@ import importlib.util
 import logging
 import random
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -267,13 +268,28 @@ def start_zookeeper_client(
     """
     client = build_zookeeper_client(settings, hosts=hosts, client_class=client_class)
     try:
-        client.start(timeout=timeout_s)
+        start_quietly(client, timeout_s)
     except Exception as error:
         close_zookeeper_client(client)
         where = hosts if hosts is not None else zookeeper_target(settings).hosts
         cause = str(error).strip() or type(error).__name__
         raise ZooKeeperUnreachableError(f"cannot reach ZooKeeper at {where} within {timeout_s:g} s: {cause}") from None
     return client
+
+
+def start_quietly(client: KazooClient, timeout_s: float) -> None:
+    """``client.start(timeout_s)``, with kazoo's bare ``UserWarning`` about a missing chroot replaced by a log line.
+
+    The line names the chroot; the command then goes on as it would (the watcher waits for BookKeeper's metadata to
+    appear there, the other commands fail naming the missing ledgers root).
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="No chroot path exists", category=UserWarning)
+        client.start(timeout=timeout_s)
+    if client.chroot and client.exists("/") is None:
+        logging.getLogger(LOGGER_NAME).warning(
+            "the chroot %s of the ZooKeeper connect string does not exist in ZooKeeper", client.chroot
+        )
 
 
 def close_zookeeper_client(client: KazooClient) -> None:

@@ -22,7 +22,7 @@ from scrutiny.agent.server import (
 )
 from scrutiny.agent.v3_forward import V3ForwardBackend
 from scrutiny.cli.commands import COMMAND_HELP
-from scrutiny.cli.common import InputError, seconds_argument, stop_on_signals
+from scrutiny.cli.common import InputError, configure_logging, seconds_argument, stop_on_signals
 from scrutiny.connectors.bookies.agent_protocol import DEFAULT_MAX_LEDGERS_PER_CALL
 
 DEFAULT_LISTEN = "127.0.0.1:3185"
@@ -62,7 +62,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     host, _port = split_listen(args.listen)
     token = _read_token(args.token_file) if args.token_file else None
     if token is None and not is_loopback(host):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import signal
 import sys
@@ -15,6 +16,24 @@ from pathlib import Path
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.health_summary import DEFAULT_FAIL_ON, DEFAULT_WORST
 from scrutiny.core.vocabulary import Severity
+
+#: The format of every command's log lines.
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+#: Libraries whose INFO lines tell a user nothing to act on (kafka-python's ~40 lines of connection and metadata
+#: chatter at start, py4j's gateway lines): only their warnings and errors are shown.
+QUIET_LIBRARIES = ("kafka", "py4j")
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    """Log lines of ``level`` and above to standard error in :data:`LOG_FORMAT`; :func:`quiet_libraries`."""
+    logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr)
+    quiet_libraries()
+
+
+def quiet_libraries() -> None:
+    """Show only warnings and errors of :data:`QUIET_LIBRARIES`."""
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 class InputError(ScrutinyError):

@@ -27,7 +27,7 @@ from pathlib import Path
 from prometheus_client import start_http_server
 
 from scrutiny.cli.commands import COMMAND_HELP
-from scrutiny.cli.common import add_config_argument, seconds_argument, stop_on_signals
+from scrutiny.cli.common import LOG_FORMAT, add_config_argument, quiet_libraries, seconds_argument, stop_on_signals
 from scrutiny.connectors.tables.health import read_open_violations
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.health_summary import category_table, summarize
@@ -112,7 +112,6 @@ _CHATTER = ("kafka", "kazoo", "scrutiny.zookeeper", "grpc", "urllib3")
 #: Spark's Python bridge: a stop that cancels a running batch makes it log that batch's traceback as an error.
 #: What matters of it reaches the terminal as the query's own error (``the checker query failed: ...``).
 _FILE_ONLY = ("py4j",)
-_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def _for_the_terminal(record: logging.LogRecord) -> bool:
@@ -133,14 +132,14 @@ def _route_logs(data_dir: str) -> Path:
     logs.mkdir(parents=True, exist_ok=True)
     log_file = logs / f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
     to_file = logging.FileHandler(log_file, encoding="utf-8")
-    to_file.setFormatter(logging.Formatter(_FORMAT))
+    to_file.setFormatter(logging.Formatter(LOG_FORMAT))
     to_terminal = logging.StreamHandler()
-    to_terminal.setFormatter(logging.Formatter(_FORMAT))
+    to_terminal.setFormatter(logging.Formatter(LOG_FORMAT))
     to_terminal.addFilter(_for_the_terminal)
     root = logging.getLogger()
     root.setLevel(logging.INFO)
     root.handlers[:] = [to_file, to_terminal]
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    quiet_libraries()
     print(f"logs: {log_file.resolve()}", flush=True)
     return log_file
 

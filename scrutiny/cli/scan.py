@@ -25,6 +25,7 @@ from scrutiny.cli.commands import COMMAND_HELP
 from scrutiny.cli.common import (
     add_config_argument,
     add_summary_arguments,
+    configure_logging,
     positive_count_argument,
     print_json,
     stop_on_signals,
@@ -77,7 +78,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(logging.WARNING)
     settings = load_settings(args.config)
     mode = ScanMode.FAST if args.fast else ScanMode.DEEP
     fix = FixOptions(enabled=args.fix, dry_run=args.dry_run, force=args.force)

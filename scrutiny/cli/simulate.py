@@ -27,7 +27,7 @@ from pathlib import Path
 from kazoo.client import KazooClient
 
 from scrutiny.cli.commands import COMMAND_HELP
-from scrutiny.cli.common import InputError, add_config_argument, seconds_argument
+from scrutiny.cli.common import InputError, add_config_argument, configure_logging, seconds_argument
 from scrutiny.connectors.zookeeper.client import close_zookeeper_client, start_zookeeper_client
 from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
 from scrutiny.settings.loader import load_settings
@@ -88,7 +88,7 @@ def _run(args: argparse.Namespace) -> int:
             write_truth(args.truth_out, truth_document(scenario, truth_timeline(scenario, horizon_s=args.duration)))
         print(json.dumps({"scenario": scenario.name, "ledgers": len(scenario.ledgers), "ok": True}))
         return 0
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    configure_logging()
     settings = load_settings(args.config)
     hosts = args.zookeeper or settings.zookeeper.connect
     client = _connect(settings.zookeeper, hosts)
@@ -169,3 +169,6 @@ async def _simulate(scenario: Scenario, client: KazooClient, args: argparse.Name
             await asyncio.wait_for(stop.wait(), timeout=args.duration)
     finally:
         await cluster.stop(keep_metadata=args.keep_metadata)
+        # End any ZooKeeper call still retrying in a worker thread (a schedule step cut short, a step given up):
+        # the event loop waits for its threads before it closes.
+        client.stop()

@@ -15,7 +15,7 @@ import sys
 import threading
 
 from scrutiny.cli.commands import COMMAND_HELP
-from scrutiny.cli.common import add_config_argument, seconds_argument, stop_on_signals
+from scrutiny.cli.common import add_config_argument, configure_logging, seconds_argument, stop_on_signals
 from scrutiny.settings.loader import load_settings
 from scrutiny.watcher.metrics import WatcherMetrics
 from scrutiny.watcher.wiring import watcher_from_settings
@@ -41,7 +41,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     settings = load_settings(args.config)
     watcher_id = args.watcher_id or f"{socket.gethostname()}:{os.getpid()}"
     metrics = WatcherMetrics()

@@ -76,6 +76,8 @@ HIERARCHICAL_FACTORY: Final = "org.apache.bookkeeper.meta.HierarchicalLedgerMana
 DEFAULT_WINDOW: Final = 64
 #: Operations per multi-op transaction (well below ZooKeeper's 1 MB request limit for ledger nodes).
 DEFAULT_BATCH: Final = 500
+#: How long :meth:`SimCluster.stop` waits for each of its ZooKeeper steps (unregistering, removing the metadata).
+STOP_ZOOKEEPER_TIMEOUT_S: Final = 5.0
 _COOKIE_VERSION: Final = 5
 
 
@@ -292,18 +294,36 @@ class SimCluster:
             self.stats.seconds,
         )
 
-    async def stop(self, *, keep_metadata: bool = False) -> None:
-        """Stop the schedule, unregister and stop every bookie; remove what was written unless ``keep_metadata``."""
+    async def stop(self, *, keep_metadata: bool = False, zookeeper_timeout_s: float = STOP_ZOOKEEPER_TIMEOUT_S) -> None:
+        """Stop the schedule, unregister and stop every bookie; remove what was written unless ``keep_metadata``.
+
+        Bounded in time whatever ZooKeeper does: its part (unregistering, removing) is skipped when the client is not
+        connected and given up after ``zookeeper_timeout_s`` otherwise (a warning says what was left); the bookies'
+        ports are closed in every case.
+        """
         task, self._schedule_task = self._schedule_task, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        for bookie_id in list(self._registered):
-            await asyncio.to_thread(self._unregister, bookie_id)
+        await self._in_zookeeper("unregister the bookies", self._unregister_all, zookeeper_timeout_s)
         await asyncio.gather(*(bookie.stop() for bookie in self.bookies.values()))
         if not keep_metadata:
-            await asyncio.to_thread(self._remove_everything)
+            await self._in_zookeeper("remove the cluster's metadata", self._remove_everything, zookeeper_timeout_s)
+
+    async def _in_zookeeper(self, what: str, work: Callable[[], None], timeout_s: float) -> None:
+        """Run ``work`` (ZooKeeper calls) in a thread for at most ``timeout_s``; skipped when not connected."""
+        if not self.client.connected:
+            log.warning("ZooKeeper is not connected: did not %s (registrations end with the session)", what)
+            return
+        try:
+            await asyncio.wait_for(asyncio.to_thread(work), timeout=timeout_s)
+        except TimeoutError:
+            log.warning("ZooKeeper did not answer within %g s: did not %s", timeout_s, what)
+
+    def _unregister_all(self) -> None:
+        for bookie_id in list(self._registered):
+            self._unregister(bookie_id)
 
     async def __aenter__(self) -> SimCluster:
         await self.start()

@@ -37,6 +37,7 @@ from kazoo.protocol.states import KazooState, KeeperState, WatchedEvent
 
 from scrutiny.connectors.kafka.events import Publisher, event_for_change, marker_event
 from scrutiny.connectors.kafka.publisher import EventPublisher, PublishError
+from scrutiny.connectors.zookeeper.client import start_quietly
 from scrutiny.connectors.zookeeper.tree import (
     TreeLayout,
     read_cluster,
@@ -161,7 +162,7 @@ class Watcher:
     def _connected(self, stop: threading.Event) -> None:
         """Start the client if it never was; otherwise wait for kazoo's own reconnection (new session)."""
         if self.zk.client_state == KeeperState.CLOSED:
-            self.zk.start(timeout=self.zk._session_timeout_seconds())
+            start_quietly(self.zk, self.zk._session_timeout_seconds())
             return
         deadline = time.monotonic() + 2 * self.zk._session_timeout_seconds()
         while not self.zk.connected and not stop.is_set():

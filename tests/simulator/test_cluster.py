@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -44,6 +46,7 @@ from scrutiny.core.zk_records import (
     parse_underreplication_mark,
 )
 from scrutiny.paths import PROJECT_ROOT
+from scrutiny.services.servers import start_zookeeper
 from scrutiny.simulator.cluster import SimCluster
 from scrutiny.simulator.generator import generate, parse_fault_mix
 from scrutiny.simulator.model import Scenario
@@ -510,3 +513,37 @@ def test_the_simulate_command(tmp_path: Path, zookeeper_server: ServerEndpoint, 
             process.kill()
             process.wait()
         zk_root_client.delete(chroot, recursive=True)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_the_simulate_command_stops_within_seconds_when_zookeeper_is_gone(tmp_path: Path, signum: int) -> None:
+    """With its ZooKeeper stopped (the README's block ends with ``services down``), a signal to the simulator's
+    process group still ends it within seconds, exit 0, every bookie port closed."""
+    zookeeper = start_zookeeper(tmp_path / "zookeeper", die_with_parent=True)
+    command = [sys.executable, "-m", "scrutiny.cli", "simulate", str(EXAMPLE), "--zookeeper", zookeeper.address]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert process.stdout is not None
+        ready = json.loads(process.stdout.readline())
+        ports = [int(a.rpartition(":")[2]) for b in ready["bookies"].values() for a in (b["v3"], b["agent"])]
+        assert ports and all(_listening(port) for port in ports)
+        zookeeper.stop()
+        time.sleep(2)  # the client notices: reconnection attempts begin
+        started = time.monotonic()
+        os.killpg(process.pid, signum)
+        assert process.wait(timeout=30) == 0
+        assert time.monotonic() - started < 10
+        assert not any(_listening(port) for port in ports)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        zookeeper.stop()
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(1)
+        return probe.connect_ex(("127.0.0.1", port)) == 0

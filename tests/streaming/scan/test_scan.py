@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -165,8 +166,12 @@ def test_cli_exit_codes_summary_and_json(
 INTERRUPT_FAULTS = "missing=0.01,no_replica=0.005,limbo=0.05,slow=1"
 
 
+@pytest.mark.parametrize(
+    "how",
+    ["SIGINT to the scan", "SIGTERM to its process group"],  # Ctrl-C; timeout(1) and systemd
+)
 def test_an_interrupted_scan_stops_safely_keeping_whole_batches(
-    zk_client: KazooClient, service_settings: Settings, tmp_path: Path
+    zk_client: KazooClient, service_settings: Settings, tmp_path: Path, how: str
 ) -> None:
     text, _ = generate(2000, parse_fault_mix(INTERRUPT_FAULTS), seed=5)
     scenario = parse_scenario(text)
@@ -180,7 +185,10 @@ def test_an_interrupted_scan_stops_safely_keeping_whole_batches(
         child_process("scan", command, env, tmp_path / "scan.log") as child,
     ):
         wait_for(lambda: len(_rows(data, "checker_runs")) >= 2, 120, "two batches written", child=child)
-        child.popen.send_signal(signal.SIGINT)
+        if how.startswith("SIGINT"):
+            child.popen.send_signal(signal.SIGINT)
+        else:  # the JVM and Spark's Python workers get it too
+            os.killpg(child.popen.pid, signal.SIGTERM)
         deadline = time.monotonic() + 60
         while child.alive() and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -189,6 +197,7 @@ def test_an_interrupted_scan_stops_safely_keeping_whole_batches(
     assert code == 2, output[-3000:]
     assert output.rstrip().splitlines()[-1] == "Status: INTERRUPTED"
     assert "stopping safely" in output and "incomplete: the scan was stopped after" in output
+    assert "Traceback" not in output and "Py4J" not in output
     runs = _rows(data, "checker_runs")
     batches = sorted(r["batch_id"] for r in runs)
     assert batches == list(range(len(batches))) and 2 <= len(batches) < 20
