@@ -21,13 +21,14 @@ import json
 import logging
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
 from kazoo.client import KazooClient
 
 from scrutiny.cli.commands import COMMAND_HELP
-from scrutiny.cli.common import InputError, add_config_argument, configure_logging, seconds_argument
+from scrutiny.cli.common import InputError, add_config_argument, configure_logging, seconds_argument, stop_on_signals
 from scrutiny.connectors.zookeeper.client import close_zookeeper_client, start_zookeeper_client
 from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
 from scrutiny.settings.loader import load_settings
@@ -91,12 +92,14 @@ def _run(args: argparse.Namespace) -> int:
     configure_logging()
     settings = load_settings(args.config)
     hosts = args.zookeeper or settings.zookeeper.connect
-    client = _connect(settings.zookeeper, hosts)
-    try:
-        asyncio.run(_simulate(scenario, client, args, hosts))
-    finally:
-        client.stop()
-        client.close()
+    with stop_on_signals() as stopped:  # a stop asked for while connecting is kept for the event loop
+        client = _connect(settings.zookeeper, hosts)
+        try:
+            if not stopped.is_set():
+                asyncio.run(_simulate(scenario, client, args, hosts, stopped))
+        finally:
+            client.stop()
+            client.close()
     return 0
 
 
@@ -139,12 +142,16 @@ def _connect(zookeeper: ZooKeeperSection, hosts: str) -> KazooClient:
     return start_zookeeper_client(zookeeper, timeout_s=_CONNECT_TIMEOUT_S, hosts=hosts)
 
 
-async def _simulate(scenario: Scenario, client: KazooClient, args: argparse.Namespace, hosts: str) -> None:
+async def _simulate(
+    scenario: Scenario, client: KazooClient, args: argparse.Namespace, hosts: str, stopped: threading.Event
+) -> None:
     cluster = SimCluster(scenario, client, replace=args.replace)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
+    if stopped.is_set():  # asked before the loop took the signals over
+        stop.set()
     await cluster.start()
     try:
         if args.truth_out:
