@@ -20,7 +20,7 @@ README = PROJECT_ROOT / "README.md"
 
 def readme_block(containing: str) -> str:
     """The README's fenced ``sh`` block that contains ``containing``."""
-    blocks = re.findall(r"```sh\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+    blocks: list[str] = re.findall(r"```sh\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
     found = [block for block in blocks if containing in block]
     assert len(found) == 1, f"one README block with {containing!r}, found {len(found)}"
     return found[0]
