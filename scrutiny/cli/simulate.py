@@ -31,6 +31,7 @@ from scrutiny.cli.commands import COMMAND_HELP
 from scrutiny.cli.common import InputError, add_config_argument, configure_logging, seconds_argument, stop_on_signals
 from scrutiny.connectors.zookeeper.client import close_zookeeper_client, start_zookeeper_client
 from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
+from scrutiny.services.scenario_settings import scenario_overrides
 from scrutiny.settings.loader import load_settings
 from scrutiny.simulator.cluster import SimCluster
 from scrutiny.simulator.generator import generate, parse_fault_mix
@@ -84,19 +85,27 @@ def _run(args: argparse.Namespace) -> int:
     if args.scenario is None:
         raise InputError("give a scenario file, or --generate N --out FILE")
     scenario = load_scenario(args.scenario)
+    settings = load_settings(args.config)
+    overrides = scenario_overrides(settings, scenario)
     if args.dry_run:
         if args.truth_out:
             write_truth(args.truth_out, truth_document(scenario, truth_timeline(scenario, horizon_s=args.duration)))
-        print(json.dumps({"scenario": scenario.name, "ledgers": len(scenario.ledgers), "ok": True}))
+        document = {"scenario": scenario.name, "ledgers": len(scenario.ledgers), "ok": True}
+        print(json.dumps({**document, "checker_environment": overrides}))
         return 0
     configure_logging()
-    settings = load_settings(args.config)
+    if overrides:
+        log.warning(
+            "the scenario's ground truth assumes checker settings this configuration does not have; run a checker or"
+            " scan of this cluster with %s",
+            " ".join(f"{name}={value}" for name, value in overrides.items()),
+        )
     hosts = args.zookeeper or settings.zookeeper.connect
     with stop_on_signals() as stopped:  # a stop asked for while connecting is kept for the event loop
         client = _connect(settings.zookeeper, hosts)
         try:
             if not stopped.is_set():
-                asyncio.run(_simulate(scenario, client, args, hosts, stopped))
+                asyncio.run(_simulate(scenario, client, args, hosts, stopped=stopped, overrides=overrides))
         finally:
             client.stop()
             client.close()
@@ -143,7 +152,13 @@ def _connect(zookeeper: ZooKeeperSection, hosts: str) -> KazooClient:
 
 
 async def _simulate(
-    scenario: Scenario, client: KazooClient, args: argparse.Namespace, hosts: str, stopped: threading.Event
+    scenario: Scenario,
+    client: KazooClient,
+    args: argparse.Namespace,
+    hosts: str,
+    *,
+    stopped: threading.Event,
+    overrides: dict[str, str],
 ) -> None:
     cluster = SimCluster(scenario, client, replace=args.replace)
     stop = asyncio.Event()
@@ -169,6 +184,7 @@ async def _simulate(
             "write_seconds": round(cluster.stats.seconds, 3),
             "bookies": cluster.addresses(),
             "truth": args.truth_out,
+            "checker_environment": overrides,
         }
         print(json.dumps(ready), flush=True)
         cluster.start_schedule()

@@ -29,6 +29,7 @@ from scrutiny.connectors.kafka.config import admin_kwargs
 from scrutiny.connectors.kafka.publisher import delete_topic
 from scrutiny.connectors.zookeeper.client import start_zookeeper_client
 from scrutiny.paths import SCENARIOS_DIR
+from scrutiny.services.scenario_settings import scenario_checker_settings
 from scrutiny.services.servers import EmbeddedServices, default_state_dir
 from scrutiny.settings.loader import Settings
 from scrutiny.simulator.cluster import SimCluster
@@ -47,26 +48,15 @@ DEMO_SCENARIO = SCENARIOS_DIR / "demo.toml"
 
 def embedded_settings(base: Settings, scenario: Scenario, zookeeper: str, kafka: str) -> Settings:
     """``base`` pointed at the embedded servers, with the scenario's checker assumptions."""
-    spec = scenario.checker
-    placement = replace(
-        base.placement,
-        policy=spec.placement.value,
-        min_racks_per_write_quorum=spec.min_racks_per_write_quorum,
-        enforce_min_racks_per_write_quorum=spec.enforce_min_racks,
-        min_zones_per_write_quorum=spec.min_zones_per_write_quorum,
-        desired_zones_per_write_quorum=spec.desired_zones_per_write_quorum,
-        default_rack=spec.default_rack,
-    )
+    assumed = scenario_checker_settings(base, scenario)
     return replace(
-        base,
+        assumed,
         zookeeper=replace(
             base.zookeeper, connect=zookeeper, metadata_uri="", ledgers_root=scenario.cluster.ledgers_root
         ),
         kafka=replace(base.kafka, bootstrap_servers=kafka, partitions=min(base.kafka.partitions, 4)),
         watcher=replace(base.watcher, racks_path=scenario.cluster.racks_path, tick_interval_seconds=2),
         checker=replace(base.checker, checkpoint_dir=str(Path(base.checker.checkpoint_dir).parent / "embedded")),
-        placement=placement,
-        verdict=replace(base.verdict, under_replication_grace_seconds=int(spec.under_replication_grace_s)),
     )
 
 

@@ -1,0 +1,53 @@
+"""The checker settings a simulated scenario's ground truth assumes, and how to give them to a checker.
+
+A scenario says which placement policy its clients used and how long an under-replication mark may stay; its ground
+truth counts the findings of a checker configured that way. The embedded default applies them to its own checker;
+``scrutiny simulate`` prints them (as ``SCRUTINY_*`` variables) for a checker or scan run beside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+
+from scrutiny.settings.loader import ENV_PREFIX, Settings
+from scrutiny.simulator.model import Scenario
+
+#: The sections a scenario's assumptions touch.
+ASSUMED_SECTIONS = ("placement", "verdict")
+
+
+def scenario_checker_settings(base: Settings, scenario: Scenario) -> Settings:
+    """``base`` with the checker settings the scenario's ground truth assumes (placement policy, mark grace)."""
+    spec = scenario.checker
+    placement = replace(
+        base.placement,
+        policy=spec.placement.value,
+        min_racks_per_write_quorum=spec.min_racks_per_write_quorum,
+        enforce_min_racks_per_write_quorum=spec.enforce_min_racks,
+        min_zones_per_write_quorum=spec.min_zones_per_write_quorum,
+        desired_zones_per_write_quorum=spec.desired_zones_per_write_quorum,
+        default_rack=spec.default_rack,
+    )
+    return replace(
+        base,
+        placement=placement,
+        verdict=replace(base.verdict, under_replication_grace_seconds=int(spec.under_replication_grace_s)),
+    )
+
+
+def scenario_overrides(base: Settings, scenario: Scenario) -> dict[str, str]:
+    """The environment variables that give a checker configured with ``base`` the scenario's assumptions.
+
+    Empty when they agree. ``scrutiny simulate`` prints them, so that a checker or scan run beside a simulated cluster
+    judges it by the rules its ground truth was written for.
+    """
+    wanted = scenario_checker_settings(base, scenario)
+    overrides: dict[str, str] = {}
+    for section in ASSUMED_SECTIONS:
+        have, want = getattr(base, section), getattr(wanted, section)
+        for key in (f.name for f in fields(want)):
+            value = getattr(want, key)
+            if getattr(have, key) != value:
+                text = str(value).lower() if isinstance(value, bool) else str(value)
+                overrides[f"{ENV_PREFIX}{section.upper()}_{key.upper()}"] = text
+    return overrides

@@ -1,0 +1,54 @@
+"""The checker settings a scenario assumes, and the variables ``scrutiny simulate`` prints to give them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from scrutiny.cli.main import main
+from scrutiny.core.placement import PlacementPolicy
+from scrutiny.paths import SCENARIOS_DIR
+from scrutiny.services.scenario_settings import scenario_checker_settings, scenario_overrides
+from scrutiny.settings.loader import load_settings
+from scrutiny.simulator.scenario import load_scenario
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize("name", ["demo.toml", "example.toml"])
+def test_the_printed_variables_give_a_default_checker_the_scenarios_assumptions(name: str) -> None:
+    scenario = load_scenario(SCENARIOS_DIR / name)
+    base = load_settings(env={})
+    overrides = scenario_overrides(base, scenario)
+    assert overrides["SCRUTINY_PLACEMENT_POLICY"] == "rackaware"  # the default configuration says none
+    given = load_settings(env=overrides)  # as a checker started with them reads its settings
+    wanted = scenario_checker_settings(base, scenario)
+    assert (given.placement, given.verdict) == (wanted.placement, wanted.verdict)
+    assert scenario_overrides(given, scenario) == {}
+
+
+def test_every_differing_key_is_printed_with_the_loaders_spelling() -> None:
+    scenario = load_scenario(SCENARIOS_DIR / "example.toml")
+    spec = replace(
+        scenario.checker,
+        placement=PlacementPolicy.ZONEAWARE,
+        enforce_min_racks=True,
+        min_zones_per_write_quorum=3,
+        under_replication_grace_s=90.0,
+    )
+    overrides = scenario_overrides(load_settings(env={}), replace(scenario, checker=spec))
+    assert overrides == {
+        "SCRUTINY_PLACEMENT_POLICY": "zoneaware",
+        "SCRUTINY_PLACEMENT_ENFORCE_MIN_RACKS_PER_WRITE_QUORUM": "true",
+        "SCRUTINY_PLACEMENT_MIN_ZONES_PER_WRITE_QUORUM": "3",
+        "SCRUTINY_VERDICT_UNDER_REPLICATION_GRACE_SECONDS": "90",
+    }
+    assert scenario_overrides(load_settings(env=overrides), replace(scenario, checker=spec)) == {}
+
+
+def test_simulate_names_them(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", str(SCENARIOS_DIR / "demo.toml"), "--dry-run"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["checker_environment"] == {"SCRUTINY_PLACEMENT_POLICY": "rackaware"}
