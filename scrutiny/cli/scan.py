@@ -36,6 +36,7 @@ from scrutiny.core.health_summary import (
     as_json_dict,
     exit_code,
     field_line,
+    format_duration_ms,
     render,
     summarize,
 )
@@ -229,8 +230,8 @@ class ProgressLine:
         filled = int(share * 30)
         elapsed = now - self._started
         rate = done / elapsed if elapsed > 0 else 0.0
-        eta = f", {(total - done) / rate:.0f} s left" if rate > 0 and done < total else ""
-        return f"scan: [{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {phase} ({rate:.0f}/s{eta})"
+        eta = f", {format_duration_ms(int((total - done) / rate * 1000))} left" if rate > 0 and done < total else ""
+        return f"scan: [{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {phase} ({_rate(rate)}{eta})"
 
     def note(self, text: str) -> None:
         """A line of its own (e.g. that the scan is stopping)."""
@@ -244,6 +245,15 @@ class ProgressLine:
             self.stream.write("\n")
             self.stream.flush()
             self._open = False
+
+
+def _rate(per_second: float) -> str:
+    """A rate people can read, never a misleading "0/s": ``1936/s``, ``2.5/s``, ``4.5/min``."""
+    if per_second >= 10:
+        return f"{per_second:.0f}/s"
+    if per_second >= 0.1 or per_second == 0:
+        return f"{per_second:.1f}/s"
+    return f"{per_second * 60:.1f}/min"
 
 
 def _stop_safely(stop: Callable[[], None], progress: ProgressLine) -> Callable[[int], None]:

@@ -11,6 +11,7 @@ violations resolved only by a scan that ran to the end over every ledger.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -18,7 +19,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import pyarrow as pa
@@ -46,10 +48,13 @@ from scrutiny.settings.loader import Settings
 from scrutiny.streaming.checker.job import job_config
 from scrutiny.streaming.checker.records import NARROW_DDL, Record, widen_table
 from scrutiny.streaming.delta_writer import CheckerTables, read_delta
+from scrutiny.streaming.scan.progress import ProgressListener
 from scrutiny.streaming.scan.tasks import INPUT_SCHEMA, SOURCE, ScanConfig, ScanLedgers, encode_keys, step_records
 
 log = logging.getLogger(__name__)
 
+#: How often the driver looks at a running chunk's progress (and at a stop request).
+_POLL_S = 0.25
 #: Ledgers per Spark job (and per table batch): the unit of progress and of a safe stop.
 DEFAULT_CHUNK_SIZE = 10_000
 _TABLE_RECORDS = ("violation", "resolved", "check")
@@ -121,8 +126,15 @@ class ScanRun:
         self._stopping = threading.Event()
 
     def stop(self) -> None:
-        """Cancel the running Spark job and end the scan before the next chunk."""
+        """Cancel the running Spark job and end the scan before the next chunk.
+
+        Safe in a signal handler: the cancel goes to the JVM from a thread of its own, since the interrupted thread
+        may be in the middle of a call on its own connection to the JVM (py4j refuses a call inside a call).
+        """
         self._stopping.set()
+        threading.Thread(target=self._cancel_jobs, name="scan-cancel", daemon=True).start()
+
+    def _cancel_jobs(self) -> None:
         try:
             self.spark.sparkContext.cancelAllJobs()
         except Exception as error:  # the session may be stopping too
@@ -150,7 +162,15 @@ class ScanRun:
             if self._stopping.is_set():
                 break
             started = datetime.now(UTC)
-            rows = self._check(chunk, config)
+            checked_before = result.examined
+            finished_in_chunk = 0
+
+            def finished(ledgers: int, before: int = checked_before, size: int = len(chunk)) -> None:
+                nonlocal finished_in_chunk
+                finished_in_chunk += ledgers
+                report("ledgers checked", before + min(finished_in_chunk, size), len(snapshot.items))
+
+            rows = self._check(chunk, config, finished)
             if rows is None:
                 break
             self._write(tables, batch_id, rows, started=started, examined=len(chunk), result=result)
@@ -173,12 +193,28 @@ class ScanRun:
             fetch_timeout_s=job.fetch_timeout_s,
         )
 
-    def _check(self, chunk: list[ScanItem], config: ScanConfig) -> list[Record] | None:
-        """The chunk's records (None when the scan was stopped while Spark ran it)."""
+    def _check(self, chunk: list[ScanItem], config: ScanConfig, finished: Callable[[int], None]) -> list[Record] | None:
+        """The chunk's records (None when the scan was stopped while Spark ran it).
+
+        With a local master, ``finished(n)`` is called as the tasks report ledgers finished (see
+        :mod:`~scrutiny.streaming.scan.progress`) while the job runs in a thread of its own.
+        """
         partitions = max(1, min(self.spark.sparkContext.defaultParallelism, math.ceil(len(chunk) / 100)))
         frame = self.spark.createDataFrame(input_table(chunk)).repartition(partitions)
+        local = (self.spark.sparkContext.master or "").startswith("local")
         try:
-            output = frame.mapInArrow(ScanLedgers(config), NARROW_DDL).toArrow()
+            with contextlib.ExitStack() as stack:
+                listener = stack.enter_context(ProgressListener()) if local else None
+                if listener is not None:
+                    config = replace(config, progress_to=listener.address)
+                pool = stack.enter_context(ThreadPoolExecutor(max_workers=1, thread_name_prefix="scan-job"))
+                job = pool.submit(frame.mapInArrow(ScanLedgers(config), NARROW_DDL).toArrow)
+                while not job.done():
+                    if listener is None:
+                        time.sleep(_POLL_S)
+                    elif reported := listener.receive(_POLL_S):
+                        finished(reported)
+                output = job.result()
         except Exception as error:
             if self._stopping.is_set():
                 return None

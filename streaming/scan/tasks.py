@@ -33,6 +33,7 @@ from scrutiny.core.ledger_tracker import TrackedLedger, TrackerConfig, Violation
 from scrutiny.core.verdict import BookieAnswer, ClusterView
 from scrutiny.core.zk_records import UnderReplicationMark
 from scrutiny.streaming.checker.records import Record, narrow, outcome_records, stats_records
+from scrutiny.streaming.scan.progress import ProgressSender
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,8 @@ class ScanConfig:
     cluster: ClusterView
     registrations: Mapping[str, bytes | None]
     fetch_timeout_s: float = 10.0
+    #: Where the tasks report ledgers as they finish (:mod:`~scrutiny.streaming.scan.progress`); None: nowhere.
+    progress_to: tuple[str, int] | None = None
 
 
 class ScanLedgers:
@@ -80,21 +83,27 @@ class ScanLedgers:
         """The output records of every ledger in the partition, then the partition's figures."""
         started = time.monotonic()
         items = [item for batch in batches for item in input_items(batch)]
-        records, rpcs = (self._fast if self.config.mode is ScanMode.FAST else self._deep)(items)
+        progress = ProgressSender(self.config.progress_to)
+        try:
+            check = self._fast if self.config.mode is ScanMode.FAST else self._deep
+            records, rpcs = check(items, progress)
+        finally:
+            progress.close()
         figures = {"events": len(items), "rpcs": rpcs, "fetch_ms": int((time.monotonic() - started) * 1000)}
         records += stats_records([json.dumps(figures).encode()], now_ms=_now_ms(), source=SOURCE)
         yield output_batch(records)
 
-    def _fast(self, items: list[ScanItem]) -> tuple[list[Record], int]:
+    def _fast(self, items: list[ScanItem], progress: ProgressSender) -> tuple[list[Record], int]:
         config = self.config
         records: list[Record] = []
         for item in items:
             now = _now_ms()
             step = scan_fast(item, now_ms=now, cluster=config.cluster, config=config.tracker)
             records += step_records(item.ledger_id, step, now)
+            progress.finished()
         return records, 0
 
-    def _deep(self, items: list[ScanItem]) -> tuple[list[Record], int]:
+    def _deep(self, items: list[ScanItem], progress: ProgressSender) -> tuple[list[Record], int]:
         config = self.config
         by_id = {item.ledger_id: item for item in items}
         rpcs, answers = self._ask({item.ledger_id: bookies_to_ask(item.data) for item in items})
@@ -107,6 +116,9 @@ class ScanLedgers:
             records += step_records(item.ledger_id, step, now)
             if step.state is not None and step.retry_at_ms is not None:
                 pending[item.ledger_id] = step.state
+            else:
+                progress.finished()
+        progress.flush()  # the first pass is done: only re-checks remain
         while pending:
             due_at = min(s.retry_at_ms or 0 for s in pending.values())
             time.sleep(max(0.0, (due_at - _now_ms()) / 1000))
@@ -128,6 +140,7 @@ class ScanLedgers:
                     pending[ledger] = step.state
                 else:
                     del pending[ledger]
+                    progress.finished()
         return records, rpcs
 
     def _ask(self, wanted: dict[int, tuple[str, ...]]) -> tuple[int, dict[int, dict[str, BookieAnswer]]]:

@@ -32,6 +32,21 @@ def test_progress_lines_are_rate_limited_but_keep_the_first_and_last_step() -> N
     assert lines[2].startswith("scan: [" + "#" * 30 + "] 100/100 ledgers checked")
 
 
+def test_a_slow_rate_is_not_shown_as_zero_and_time_left_reads_as_a_duration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = iter([0.0, 0.0, 10.0, 360.0])  # the line made, then each update
+    monkeypatch.setattr("scrutiny.cli.scan.time.monotonic", lambda: next(clock))
+    out = io.StringIO()
+    progress = ProgressLine(out, every_s=0)
+    progress.update("ledgers checked", 0, 3)
+    progress.update("ledgers checked", 1, 3)  # 10 s in: 0.1 ledgers/s, 20 s left
+    progress.update("ledgers checked", 3, 3)
+    lines = out.getvalue().splitlines()
+    assert lines[1].endswith("1/3 ledgers checked (0.1/s, 20 s left)"), lines[1]
+    assert lines[2].endswith("3/3 ledgers checked (0.5/min)"), lines[2]  # 3 in 360 s
+
+
 def test_on_a_terminal_one_line_is_rewritten_and_ended() -> None:
     out = Terminal()
     progress = ProgressLine(out, every_s=0)

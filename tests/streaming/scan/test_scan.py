@@ -102,6 +102,16 @@ def test_deep_scan_finds_the_truth_writes_it_and_a_rescan_resolves_a_deleted_led
     assert {r["ledger_id"] for r in resolved} == {lost}
 
 
+def test_progress_counts_ledgers_as_they_finish_inside_one_chunk(spark: SparkSession, example: Example) -> None:
+    """One chunk (one Spark job) whose re-checks wait: progress moves as ledgers finish, not only when it ends."""
+    reports: list[tuple[str, int, int | None]] = []
+    result = ScanRun(spark, example.settings, ScanOptions()).run(lambda *step: reports.append(step))
+    assert result.batches == 1 and result.examined == result.selected
+    checked = [done for phase, done, _ in reports if phase == "ledgers checked"]
+    assert checked[0] == 0 and checked[-1] == result.selected and checked == sorted(checked)
+    assert any(0 < done < result.selected for done in checked), checked
+
+
 def test_fast_scan_reports_only_what_metadata_decides_and_asks_no_bookie(spark: SparkSession, example: Example) -> None:
     settings, expected = example.settings, example.expected
     result = scan(spark, settings, mode=ScanMode.FAST)
