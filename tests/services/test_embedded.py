@@ -55,7 +55,8 @@ ack_quorum = 1
 """
 
 
-def test_the_embedded_default_runs_reports_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+@pytest.mark.parametrize("group", [False, True], ids=["SIGINT to run", "SIGTERM to its process group"])
+def test_the_embedded_default_runs_reports_and_stops_cleanly_on_ctrl_c(tmp_path: Path, group: bool) -> None:
     (tmp_path / "tiny.toml").write_text(SCENARIO, encoding="utf-8")
     state_dir = tmp_path / "state"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCRUTINY_")}
@@ -63,7 +64,9 @@ def test_the_embedded_default_runs_reports_and_stops_cleanly_on_ctrl_c(tmp_path:
     command = [sys.executable, "-m", "scrutiny.cli", "run", "--scenario", "tiny.toml", "--summary-every", "5"]
     log = tmp_path / "stderr.log"
     with log.open("w") as stderr:
-        process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        process = subprocess.Popen(
+            command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True
+        )
     lines: list[str] = []
     try:
         assert process.stdout is not None
@@ -75,12 +78,15 @@ def test_the_embedded_default_runs_reports_and_stops_cleanly_on_ctrl_c(tmp_path:
             lines.append(line.rstrip())
             if line.startswith("open violations:") and any(BATCH_LINE.match(seen) for seen in lines):
                 break  # a batch is written and a summary of it printed
-        process.send_signal(signal.SIGINT)
+        if group:  # timeout(1), systemd: Spark's JVM, its Python workers and the services get it too
+            os.killpg(process.pid, signal.SIGTERM)
+        else:
+            process.send_signal(signal.SIGINT)
         rest, _ = process.communicate(timeout=120)
         lines += rest.splitlines()
     finally:
         if process.poll() is None:
-            process.kill()
+            os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     text = "\n".join(lines)
     assert process.returncode == 0, (
