@@ -22,7 +22,14 @@ SCENARIOS_DIR: Final = CONF_DIR / "scenarios"
 SPARK_FILE_LOGGING = CONF_DIR / "spark-log4j2.properties"
 #: The embedded Kafka broker's log configuration.
 KAFKA_LOGGING = CONF_DIR / "kafka-log4j2.properties"
+#: The real local bookies' log configuration, and that of BookKeeper's shell and the ledger tool.
+BOOKKEEPER_LOGGING = CONF_DIR / "bookkeeper-log4j2.properties"
+BOOKKEEPER_TOOLS_LOGGING = CONF_DIR / "bookkeeper-tools-log4j2.properties"
 #: Where ``scripts/setup`` puts the JVM programs' jars (``jvm/pom.xml``), one folder per program.
 JVM_DIR: Final = PROJECT_ROOT / ".jvm"
 #: Spark's Kafka source and Delta Lake's Spark writer with what they need (``jvm/spark/pom.xml``).
 SPARK_JARS: Final = JVM_DIR / "spark"
+#: Apache BookKeeper's server, shell and client (``jvm/bookkeeper/pom.xml``).
+BOOKKEEPER_JARS: Final = JVM_DIR / "bookkeeper"
+#: The ledger tool, run from source with :data:`BOOKKEEPER_JARS`.
+LEDGER_TOOL_SOURCE: Final = PROJECT_ROOT / "jvm" / "bookkeeper" / "LedgerTool.java"

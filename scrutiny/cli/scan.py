@@ -168,7 +168,7 @@ def scan_lines(result: ScanResult, data_dir: str, settings: Settings, *, selecti
         ("Skipped (open, unsealed)", str(skipped)),
         ("Bookie requests", str(result.rpcs)),
         ("Violations resolved", str(result.resolved)),
-        ("Read / check time", f"{result.read_seconds:.3f} s / {result.check_seconds:.3f} s ({rate:.0f} ledgers/s)"),
+        ("Read / check time", f"{result.read_seconds:.3f} s / {result.check_seconds:.3f} s ({_ledger_rate(rate)})"),
         ("Tables", f"{data_dir} ({result.batches} batches, source scan)"),
     ]
     lines = [field_line(label, value) for label, value in rows]
@@ -245,6 +245,12 @@ class ProgressLine:
             self.stream.write("\n")
             self.stream.flush()
             self._open = False
+
+
+def _ledger_rate(per_second: float) -> str:
+    """``2408 ledgers/s``, ``0.2 ledgers/s``, ``4.5 ledgers/min``: a small scan's rate is not "0 ledgers/s"."""
+    number, _, unit = _rate(per_second).partition("/")
+    return f"{number} ledgers/{unit}"
 
 
 def _rate(per_second: float) -> str:

@@ -1,4 +1,4 @@
-"""``scrutiny services up|status|down``: the embedded ZooKeeper and Kafka broker.
+"""``scrutiny services up|status|down|bookie``: the embedded ZooKeeper and Kafka broker, and real local bookies.
 
 Standard output carries only shell-style lines, so ``eval "$(scrutiny services up)"`` points every
 later command at the services; progress and server logs go to standard error. Formats:
@@ -6,32 +6,39 @@ later command at the services; progress and server logs go to standard error. Fo
 * ``sh`` (default): ``SCRUTINY_ZOOKEEPER=127.0.0.1:PORT; export SCRUTINY_ZOOKEEPER;``
 * ``env``: ``SCRUTINY_ZOOKEEPER=127.0.0.1:PORT`` (an env file, ``set -a; . FILE``)
 
-``status`` also prints one ``# <service> <state> ...`` comment line per service (comments are
-ignored by ``eval`` and by env files) and exits 0 when both run, 3 when neither is recorded and
-1 otherwise (crashed, unresponsive or only one running).
+``status`` also prints one ``# <service> <state> ...`` comment line per service and per local bookie
+(comments are ignored by ``eval`` and by env files) and exits 0 when both run, 3 when neither is
+recorded and 1 otherwise (crashed, unresponsive or only one running). ``status --format json``
+prints one JSON document instead: ``services`` (name -> state, pid, address, log) and ``bookies``
+(each bookie's ``id``, ``pid``, ports, directories, state and its agent's ``host:port``).
+
+``up --bookies N`` also starts N real Apache BookKeeper bookies on the services' ZooKeeper, each
+with the bookie agent beside it when it runs DbLedgerStorage, and prints
+``SCRUTINY_BOOKIES_AGENT_OVERRIDES`` so the checker asks those agents. ``bookie stop|start|wipe ID``
+kills, restarts or wipes one of them (:mod:`scrutiny.services.bookkeeper`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 from scrutiny.cli.commands import COMMAND_HELP
-from scrutiny.cli.common import add_config_argument, seconds_argument
-from scrutiny.services.servers import (
-    ENV_NAMES,
-    EmbeddedServices,
-    ServicesError,
-    ServiceState,
-    resolve_state_dir,
-)
+from scrutiny.cli.common import add_config_argument, count_argument, positive_count_argument, seconds_argument
+from scrutiny.services.bookkeeper import BookieOptions, BookieStatus, BookieStorage
+from scrutiny.services.local_stack import AGENT_OVERRIDES_ENV, EmbeddedServices, resolve_state_dir
+from scrutiny.services.servers import ENV_NAMES, ServicesError, ServiceState, ServiceStatus
 from scrutiny.settings.loader import load_settings
 
 EXIT_STATUS_DEGRADED = 1
 EXIT_STATUS_STOPPED = 3
 FORMATS = ("sh", "env")
+STATUS_FORMATS = (*FORMATS, "json")
+BOOKIE_ACTIONS = ("stop", "start", "wipe")
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -48,16 +55,46 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument(
         "--timeout", type=seconds_argument, default=30.0, metavar="SECONDS", help="start deadline per service"
     )
+    up.add_argument("--bookies", type=count_argument, default=0, metavar="N", help="also run N real BookKeeper bookies")
+    up.add_argument(
+        "--storage",
+        choices=[str(s) for s in BookieStorage],
+        default=str(BookieStorage.DB),
+        help="new bookies' ledger storage: db (DbLedgerStorage, with a bookie agent beside each) or sorted "
+        "(SortedLedgerStorage, answers BookKeeper's v3 listing itself); default db",
+    )
+    up.add_argument(
+        "--write-cache-mb", type=positive_count_argument, default=16, metavar="MB", help="DbLedgerStorage write cache"
+    )
+    up.add_argument(
+        "--flush-interval",
+        type=seconds_argument,
+        default=10.0,
+        metavar="SECONDS",
+        help="how often a DbLedgerStorage bookie flushes its write cache into its index (default 10)",
+    )
     status = actions.add_parser("status", help="print each service's state and the variables of running ones")
     down = actions.add_parser("down", help="stop the processes 'up' started and remove their state")
-    for action in (up, status, down):
+    bookie = actions.add_parser(
+        "bookie",
+        help="stop (SIGKILL), start or wipe one local bookie",
+        description="stop: kill the bookie (SIGKILL, its agent keeps running); start: start it again with the same "
+        "id and directories; wipe: kill it, delete its journal, ledger and index directories and its cookie, "
+        "and start it again empty.",
+    )
+    bookie.add_argument("bookie_action", choices=BOOKIE_ACTIONS, metavar="stop|start|wipe")
+    bookie.add_argument("bookie_id", metavar="BOOKIE_ID", help="the bookie's id (127.0.0.1:PORT) or name (bookie-1)")
+    for action in (up, status, down, bookie):
         action.add_argument("--state-dir", help="state directory (default: services.state_dir, then XDG)")
         add_config_argument(action)
-    for action in (up, status):
-        action.add_argument("--format", choices=FORMATS, default="sh", help="output lines for eval (sh) or env files")
+    up.add_argument("--format", choices=FORMATS, default="sh", help="output lines for eval (sh) or env files")
+    status.add_argument(
+        "--format", choices=STATUS_FORMATS, default="sh", help="output lines for eval (sh), env files, or JSON"
+    )
     up.set_defaults(handler=_up)
     status.set_defaults(handler=_status)
     down.set_defaults(handler=_down)
+    bookie.set_defaults(handler=_bookie)
 
 
 def shell_lines(variables: Mapping[str, str], fmt: str = "sh") -> list[str]:
@@ -87,16 +124,29 @@ def _one_line_error(error: ServicesError) -> ServicesError:
 def _up(args: argparse.Namespace) -> int:
     services = _services(args, start_timeout=args.timeout)
     try:
-        result = services.up(restart_crashed=args.restart_crashed, progress=_progress)
+        options = BookieOptions(
+            storage=BookieStorage(args.storage),
+            write_cache_mb=args.write_cache_mb,
+            flush_interval_ms=round(args.flush_interval * 1000),
+        )
+        result = services.up(
+            restart_crashed=args.restart_crashed, progress=_progress, bookies=args.bookies, bookie_options=options
+        )
     except ServicesError as error:
         raise _one_line_error(error) from None
-    print("\n".join(shell_lines(result.endpoints.env(), args.format)))
+    for bookie in result.bookies:
+        _progress(bookie.describe())
+    print("\n".join(shell_lines(result.env(), args.format)))
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
     services = _services(args)
     statuses = services.status()
+    bookies = services.bookie_status()
+    if args.format == "json":
+        print(json.dumps(_status_document(services.state_dir, statuses, bookies), indent=2))
+        return _status_exit(statuses)
     lines = [f"# state_dir={services.state_dir}"]
     variables: dict[str, str] = {}
     for status in statuses.values():
@@ -106,11 +156,46 @@ def _status(args: argparse.Namespace) -> int:
         elif status.state in (ServiceState.CRASHED, ServiceState.UNRESPONSIVE):
             _progress(f"{status.name} is {status.state}; last lines of {status.log_file}:")
             print(status.log_tail(), file=sys.stderr)
+    lines += [f"# {bookie.describe()}" for bookie in bookies]
+    overrides = ",".join(f"{b.id}={b.agent}" for b in bookies if b.agent)
+    if overrides:
+        variables[AGENT_OVERRIDES_ENV] = overrides
     print("\n".join(lines + shell_lines(variables, args.format)))
+    return _status_exit(statuses)
+
+
+def _status_document(
+    state_dir: Path, statuses: Mapping[str, ServiceStatus], bookies: list[BookieStatus]
+) -> dict[str, object]:
+    services: dict[str, object] = {}
+    for name, status in statuses.items():
+        record = status.record
+        services[name] = {
+            "state": str(status.state),
+            "pid": record.pid if record else None,
+            "address": record.address if record else None,
+            "log_file": str(status.log_file),
+        }
+    return {"state_dir": str(state_dir), "services": services, "bookies": [b.to_json() for b in bookies]}
+
+
+def _status_exit(statuses: Mapping[str, ServiceStatus]) -> int:
     states = {status.state for status in statuses.values()}
     if states == {ServiceState.RUNNING}:
         return 0
     return EXIT_STATUS_STOPPED if states == {ServiceState.STOPPED} else EXIT_STATUS_DEGRADED
+
+
+def _bookie(args: argparse.Namespace) -> int:
+    services = _services(args)
+    bookies = services.bookies()
+    actions = {"stop": bookies.stop, "start": bookies.start, "wipe": bookies.wipe}
+    try:
+        status = actions[args.bookie_action](args.bookie_id)
+    except ServicesError as error:
+        raise _one_line_error(error) from None
+    print(status.describe())
+    return 0
 
 
 def _down(args: argparse.Namespace) -> int:

@@ -29,8 +29,8 @@ from scrutiny.connectors.kafka.config import admin_kwargs
 from scrutiny.connectors.kafka.publisher import delete_topic
 from scrutiny.connectors.zookeeper.client import start_zookeeper_client
 from scrutiny.paths import SCENARIOS_DIR
+from scrutiny.services.local_stack import EmbeddedServices, default_state_dir
 from scrutiny.services.scenario_settings import scenario_checker_settings
-from scrutiny.services.servers import EmbeddedServices, default_state_dir
 from scrutiny.settings.loader import Settings
 from scrutiny.simulator.cluster import SimCluster
 from scrutiny.simulator.model import Scenario

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -33,7 +32,7 @@ import socket
 import struct
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -47,6 +46,9 @@ ZOOKEEPER = "zookeeper"
 KAFKA = "kafka"
 #: The services in start order (``down`` stops them in reverse).
 SERVICE_NAMES = (ZOOKEEPER, KAFKA)
+#: Record names of the real local bookies and their agents (``scrutiny.services.bookkeeper``).
+BOOKIE = "bookie"
+BOOKIE_AGENT = "bookie-agent"
 #: The environment variable that points every command at each service.
 ENV_NAMES = {ZOOKEEPER: "SCRUTINY_ZOOKEEPER", KAFKA: "SCRUTINY_KAFKA"}
 STATE_FILE = "state.json"
@@ -331,8 +333,11 @@ def _wait_gone(record: ServiceRecord, timeout: float) -> bool:
     return True
 
 
-def stop_process(record: ServiceRecord, timeout: float = DEFAULT_STOP_TIMEOUT) -> StopResult:
-    """Stop the recorded process and nothing else: SIGTERM, ``timeout`` s, then SIGKILL.
+def stop_process(
+    record: ServiceRecord, timeout: float = DEFAULT_STOP_TIMEOUT, *, kill_at_once: bool = False
+) -> StopResult:
+    """Stop the recorded process and nothing else: SIGTERM, ``timeout`` s, then SIGKILL (only SIGKILL if
+    ``kill_at_once``).
 
     A pid that is gone or now belongs to another process is left alone (``GONE``). The process
     is pinned with a pidfd before it is checked, so the signal cannot reach a process that took
@@ -344,9 +349,10 @@ def stop_process(record: ServiceRecord, timeout: float = DEFAULT_STOP_TIMEOUT) -
     try:
         if not is_same_process(record):
             return StopResult.GONE
-        _send(record.pid, pidfd, signal.SIGTERM)
-        if _wait_gone(record, timeout):
-            return StopResult.STOPPED
+        if not kill_at_once:
+            _send(record.pid, pidfd, signal.SIGTERM)
+            if _wait_gone(record, timeout):
+                return StopResult.STOPPED
         _send(record.pid, pidfd, signal.SIGKILL)
         if _wait_gone(record, 5.0):
             return StopResult.KILLED
@@ -354,6 +360,11 @@ def stop_process(record: ServiceRecord, timeout: float = DEFAULT_STOP_TIMEOUT) -
         if pidfd is not None:
             os.close(pidfd)
     raise ServicesError(f"{record.name} (pid {record.pid}) is still running after SIGKILL")
+
+
+def kill_process(record: ServiceRecord) -> StopResult:
+    """SIGKILL the recorded process at once (a crash: no shutdown hook runs) and wait until it is gone."""
+    return stop_process(record, kill_at_once=True)
 
 
 # --- probes --------------------------------------------------------------------------------------
@@ -446,7 +457,21 @@ def owns_listener(pid: int, port: int) -> bool:
     return False
 
 
-PROBES: dict[str, Callable[[str, int, float], bool]] = {ZOOKEEPER: zookeeper_answers, KAFKA: kafka_answers}
+def accepts_connections(host: str, port: int, timeout: float = 1.0) -> bool:
+    """True if something accepts a TCP connection on host:port (bookies, bookie agents: checked further by callers)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+PROBES: dict[str, Callable[[str, int, float], bool]] = {
+    ZOOKEEPER: zookeeper_answers,
+    KAFKA: kafka_answers,
+    BOOKIE: accepts_connections,
+    BOOKIE_AGENT: accepts_connections,
+}
 
 
 # --- one server ----------------------------------------------------------------------------------
@@ -628,9 +653,9 @@ def _start(
     for attempt in range(_PORT_ATTEMPTS):
         chosen = port if port is not None and attempt == 0 else free_port()
         log_offset = _size(directory / LOG_FILE)
-        server = _spawn(name, directory, [*prefix, *command(chosen)], chosen)
+        server = spawn_server(name, directory, [*prefix, *command(chosen)], chosen)
         try:
-            failure = _wait_ready(server, deadline)
+            failure = wait_ready(server, deadline)
         except BaseException:
             server.stop()
             raise
@@ -658,7 +683,8 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _spawn(name: str, directory: Path, command: list[str], port: int) -> RunningServer:
+def spawn_server(name: str, directory: Path, command: list[str], port: int) -> RunningServer:
+    """Start ``command`` in its own session, logging to ``directory/server.log``; record it in ``state.json``."""
     log_file = directory / LOG_FILE
     env = dict(os.environ, NO_COLOR="1")
     with log_file.open("ab") as log:
@@ -690,7 +716,7 @@ def _spawn(name: str, directory: Path, command: list[str], port: int) -> Running
     return RunningServer(record, directory)
 
 
-def _wait_ready(server: RunningServer, deadline: float) -> str | None:
+def wait_ready(server: RunningServer, deadline: float) -> str | None:
     """None once the server answers on its own socket; else why not (exited, or the deadline passed)."""
     while True:
         if not server.is_alive():
@@ -707,19 +733,7 @@ def _port_was_taken(tail: str) -> bool:
     return any(marker in lowered for marker in _PORT_IN_USE_MARKERS)
 
 
-# --- both servers under one state directory ----------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoints:
-    """Where the services listen (``host:port``)."""
-
-    zookeeper: str
-    kafka: str
-
-    def env(self) -> dict[str, str]:
-        """The variables that point every command at these services."""
-        return {ENV_NAMES[ZOOKEEPER]: self.zookeeper, ENV_NAMES[KAFKA]: self.kafka}
+# --- what status reports ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -746,224 +760,8 @@ class ServiceStatus:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class UpResult:
-    """What ``up`` did: the endpoints, and which services it started or found running."""
-
-    endpoints: Endpoints
-    started: tuple[str, ...]
-    reused: tuple[str, ...]
-
-
-def default_state_dir(env: Mapping[str, str] | None = None) -> Path:
-    """``$XDG_STATE_HOME/scrutiny/services`` (an absolute XDG_STATE_HOME), else ``~/.local/state/...``."""
-    env = os.environ if env is None else env
-    xdg = env.get("XDG_STATE_HOME", "")
-    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path(env.get("HOME") or Path.home()) / ".local" / "state"
-    return base / "scrutiny" / "services"
-
-
-def resolve_state_dir(configured: str, env: Mapping[str, str] | None = None) -> Path:
-    """``services.state_dir`` when set (``~`` expanded), else :func:`default_state_dir`."""
-    return Path(configured).expanduser() if configured else default_state_dir(env)
-
-
 Progress = Callable[[str], None]
 
 
-def _quiet(_: str) -> None:
+def quiet(_: str) -> None:
     return None
-
-
-class EmbeddedServices:
-    """ZooKeeper and Kafka under one state directory: ``<state_dir>/zookeeper/``, ``<state_dir>/kafka/``.
-
-    Commands on one state directory are serialised by an exclusive lock on the directory. As a
-    context manager it brings the services up and, on exit, stops exactly those it started
-    itself (services it found running are left running).
-    """
-
-    def __init__(
-        self,
-        state_dir: Path | str,
-        *,
-        start_timeout: float = DEFAULT_START_TIMEOUT,
-        stop_timeout: float = DEFAULT_STOP_TIMEOUT,
-        lock_timeout: float = 120.0,
-    ) -> None:
-        self.state_dir = Path(state_dir)
-        self.start_timeout = start_timeout
-        self.stop_timeout = stop_timeout
-        self.lock_timeout = lock_timeout
-        self._started_here: list[RunningServer] = []
-
-    def service_dir(self, name: str) -> Path:
-        """The directory of one service's state, data and log."""
-        return self.state_dir / name
-
-    @contextlib.contextmanager
-    def _locked(self, *, create: bool = False) -> Iterator[None]:
-        """Hold the exclusive lock on the state directory (made first if ``create``; absent: nothing to lock)."""
-        if create:
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-        elif not self.state_dir.is_dir():
-            yield
-            return
-        fd = os.open(self.state_dir, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            deadline = time.monotonic() + self.lock_timeout
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise ServicesError(f"another command holds the lock on {self.state_dir}") from None
-                    time.sleep(0.1)
-            yield
-        finally:
-            os.close(fd)
-
-    def status(self) -> dict[str, ServiceStatus]:
-        """Each service's state, in start order. Runs no server and changes nothing."""
-        with self._locked():
-            return self._status()
-
-    def _status(self) -> dict[str, ServiceStatus]:
-        return {name: self._status_of(name) for name in SERVICE_NAMES}
-
-    def _status_of(self, name: str) -> ServiceStatus:
-        directory = self.service_dir(name)
-        record = read_record(directory)
-        if record is None:
-            return ServiceStatus(name, ServiceState.STOPPED, None, directory / LOG_FILE)
-        if not is_same_process(record):
-            state = ServiceState.CRASHED
-        elif PROBES[name](record.host, record.port, 1.0):
-            state = ServiceState.RUNNING
-        else:
-            state = ServiceState.UNRESPONSIVE
-        return ServiceStatus(name, state, record, Path(record.log_file))
-
-    def up(self, *, restart_crashed: bool = False, progress: Progress = _quiet) -> UpResult:
-        """Make both services run and answer; return their endpoints.
-
-        Running services are reused. A recorded service whose process died raises
-        :class:`ServicesCrashedError` (nothing is started) unless ``restart_crashed``: then it is started
-        again, on its old port if that is free, keeping ZooKeeper's data and the old log as
-        ``server.log.crashed``. A service that runs but does not answer is waited for up to the
-        start timeout, then ServicesError. If anything fails, the servers this call started are
-        stopped again (all or nothing).
-        """
-        with self._locked(create=True):
-            statuses = self._status()
-            crashed = [s for s in statuses.values() if s.state is ServiceState.CRASHED]
-            if crashed and not restart_crashed:
-                raise ServicesCrashedError(crashed)
-            started: list[RunningServer] = []
-            reused: list[str] = []
-            try:
-                for name, status in statuses.items():
-                    server = self._bring_up(status, progress)
-                    if server is None:
-                        reused.append(name)
-                    else:
-                        started.append(server)
-            except BaseException:
-                for server in reversed(started):
-                    server.stop(self.stop_timeout)
-                raise
-            self._started_here.extend(started)
-            endpoints = self._endpoints()
-        return UpResult(endpoints, tuple(s.record.name for s in started), tuple(reused))
-
-    def _bring_up(self, status: ServiceStatus, progress: Progress) -> RunningServer | None:
-        """Start one service, or None when the running one is reused."""
-        name, record, directory = status.name, status.record, self.service_dir(status.name)
-        if status.state is ServiceState.RUNNING and record is not None:
-            progress(f"{name}: running, reusing pid {record.pid} on {record.address}")
-            return None
-        if status.state is ServiceState.UNRESPONSIVE and record is not None:
-            self._wait_answering(record)
-            progress(f"{name}: running, reusing pid {record.pid} on {record.address}")
-            return None
-        port = None
-        if status.state is ServiceState.CRASHED and record is not None:
-            progress(f"{name}: pid {record.pid} crashed; restarting (old log kept as {CRASHED_LOG_FILE})")
-            if Path(record.log_file).exists():
-                os.replace(record.log_file, directory / CRASHED_LOG_FILE)
-            (directory / STATE_FILE).unlink()
-            port = record.port
-        begun = time.monotonic()
-        start = start_zookeeper if name == ZOOKEEPER else start_kafka
-        server = start(directory, port=port, timeout=self.start_timeout)
-        progress(f"{name}: started pid {server.pid} on {server.address} in {time.monotonic() - begun:.2f} s")
-        return server
-
-    def _wait_answering(self, record: ServiceRecord) -> None:
-        deadline = time.monotonic() + self.start_timeout
-        while not PROBES[record.name](record.host, record.port, 1.0):
-            if not is_same_process(record):
-                raise ServicesCrashedError([self._status_of(record.name)])
-            if time.monotonic() >= deadline:
-                raise ServicesError(
-                    f"{record.name} (pid {record.pid}) runs but does not answer on {record.address}; "
-                    "run 'scrutiny services down' first",
-                    log_tail=log_tail(record.log_file),
-                )
-            time.sleep(_POLL_SECONDS)
-
-    def _endpoints(self) -> Endpoints:
-        records = {name: read_record(self.service_dir(name)) for name in SERVICE_NAMES}
-        zookeeper, kafka = records[ZOOKEEPER], records[KAFKA]
-        if zookeeper is None or kafka is None:
-            raise ServicesError(f"the services in {self.state_dir} are not both up")
-        return Endpoints(zookeeper=zookeeper.address, kafka=kafka.address)
-
-    def endpoints(self) -> Endpoints:
-        """The endpoints recorded for both services (whether or not they still answer)."""
-        with self._locked():
-            return self._endpoints()
-
-    def down(self, progress: Progress = _quiet) -> dict[str, StopResult]:
-        """Stop every recorded server (only if it is still the recorded process) and remove the state.
-
-        Stops Kafka before ZooKeeper. The state directory itself stays (empty). ServicesError if
-        a process survives SIGKILL; its state is then kept.
-        """
-        results: dict[str, StopResult] = {}
-        failures: list[ServicesError] = []
-        with self._locked():
-            for name in reversed(SERVICE_NAMES):
-                directory = self.service_dir(name)
-                record = read_record(directory)
-                try:
-                    result = stop_process(record, self.stop_timeout) if record else StopResult.NOT_RECORDED
-                except ServicesError as error:
-                    failures.append(error)
-                    continue
-                results[name] = result
-                where = f" (pid {record.pid}, {record.address})" if record else ""
-                progress(f"{name}: {result}{where}")
-                shutil.rmtree(directory, ignore_errors=True)
-        self._started_here.clear()
-        if failures:
-            raise ServicesError("; ".join(error.headline for error in failures))
-        return results
-
-    def stop_started(self) -> None:
-        """Stop the servers this object started (all of them: ``down``; some: only those)."""
-        started = {server.record.name for server in self._started_here}
-        if started == set(SERVICE_NAMES):
-            self.down()
-            return
-        with self._locked():
-            for server in reversed(self._started_here):
-                server.stop(self.stop_timeout)
-        self._started_here.clear()
-
-    def __enter__(self) -> Endpoints:
-        return self.up().endpoints
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
-        self.stop_started()

@@ -77,3 +77,38 @@ def test_the_watcher_block_runs_and_stops_what_it_starts(tmp_path: Path) -> None
             shell.wait()
         if not existed:
             truth.unlink(missing_ok=True)
+
+
+def test_the_real_bookkeeper_block_finds_what_the_wiped_bookie_lost(tmp_path: Path) -> None:
+    """Real bookies up, real ledgers written, one bookie wiped, a deep scan, everything down: run as written."""
+    script = tmp_path / "block.sh"
+    script.write_text(readme_block("services bookie wipe"), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCRUTINY_")}
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    env["SCRUTINY_CHECKER_DATA_DIR"] = str(tmp_path / "data")  # the scan's tables, away from the checkout's data/
+    done = subprocess.run(
+        ["bash", "-x", str(script)], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    text = done.stdout + done.stderr
+    wiped = re.search(r"^bookie (127\.0\.0\.1:\d+) running .*bookies/bookie-2/", done.stdout, flags=re.M)
+    assert wiped, text[-4000:]
+    assert "Status: UNHEALTHY" in done.stdout, text[-4000:]
+    blamed = re.findall(r"MISSING_REPLICA +critical +bookie (127\.0\.0\.1:\d+),", done.stdout)
+    assert blamed and set(blamed) == {wiped.group(1)}, text[-4000:]  # the wiped bookie, and only it
+    assert done.returncode == 0, text[-4000:]  # the last command, services down
+    assert _processes_mentioning(str(tmp_path)) == [], text[-2000:]
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    """Live processes whose command line contains ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(int(entry.name))
+    return found

@@ -67,6 +67,8 @@ def test_the_figures_block_names_the_selection_and_the_rate() -> None:
     lines = scan_lines(result, "data", load_settings(env={}), selection=selection)
     assert " Ledgers selected:           4 (1-3,9)" in lines
     assert " Skipped (open, unsealed):   1" in lines
-    assert any(line.endswith("(2 ledgers/s)") for line in lines)
+    assert any(line.endswith("(2.0 ledgers/s)") for line in lines)
+    result.check_seconds = 20.0  # a small scan that waited on re-checks: 0.2/s, not "0 ledgers/s"
+    assert any(line.endswith("(0.2 ledgers/s)") for line in scan_lines(result, "data", load_settings(env={})))
     document = scan_json(result, "data")
     assert document["ledgers_skipped"] == 1 and document["mode"] == "fast" and not document["interrupted"]

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from scrutiny.connectors.tables.delta import read_table
-from scrutiny.services.servers import EmbeddedServices, ServiceState
+from scrutiny.services.local_stack import EmbeddedServices
+from scrutiny.services.servers import ServiceState
 from scrutiny.simulator.scenario import parse_scenario
 from scrutiny.simulator.state import ClusterState
 from scrutiny.simulator.truth import cluster_truth

@@ -28,8 +28,8 @@ from scrutiny.connectors.zookeeper.client import build_zookeeper_client
 from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
 from scrutiny.core.secret import Secret
 from scrutiny.services import servers as services_module
+from scrutiny.services.local_stack import EmbeddedServices
 from scrutiny.services.servers import (
-    EmbeddedServices,
     ServiceRecord,
     ServicesError,
     StopResult,

@@ -41,7 +41,8 @@ from pyspark.sql import SparkSession
 
 from scrutiny.connectors.kafka.config import admin_kwargs
 from scrutiny.connectors.zookeeper.client import build_zookeeper_client
-from scrutiny.services.servers import Endpoints, RunningServer, start_kafka, start_zookeeper
+from scrutiny.services.local_stack import Endpoints
+from scrutiny.services.servers import RunningServer, start_kafka, start_zookeeper
 from scrutiny.settings.loader import Settings, load_settings
 from scrutiny.streaming.session import build_spark_session
 

@@ -1,0 +1,278 @@
+"""Real Apache BookKeeper bookies started by ``services up --bookies``, judged by BookKeeper's own tools.
+
+One local stack for the module: ZooKeeper, Kafka and three DbLedgerStorage bookies (each with the bookie agent
+beside it), flushing their write cache every second so entries reach the index quickly. Ledgers are written by
+BookKeeper's own client (``jvm/bookkeeper/LedgerTool.java``); what each bookie holds is read back with BookKeeper's
+shell (``readledger -b``, entry by entry from that bookie alone) and compared with the agent's listing and with the
+striping the checker expects. The CLI cases run ``scrutiny services`` and ``scrutiny scan`` as a user does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+
+from scrutiny.connectors.bookies.agent_client import AgentClient
+from scrutiny.core.ledger_metadata import LedgerState, decode_ledger_metadata, encode_ledger_metadata_v3
+from scrutiny.core.sequence_groups import SequenceGroup
+from scrutiny.core.striping import write_set
+from scrutiny.core.verdict import AnswerKind
+from scrutiny.core.zk_paths import ledger_path
+from scrutiny.core.zk_records import parse_bookie_service_info, parse_layout
+from scrutiny.services.bookkeeper import BookieOptions
+from scrutiny.services.bookkeeper_tools import METADATA_ROOT, entries_read_from_bookie, ledger_tool
+from scrutiny.services.local_stack import EmbeddedServices
+from scrutiny.services.servers import ServiceState, is_same_process, read_record
+
+pytestmark = pytest.mark.integration
+
+BOOKIES = 3
+ENTRIES = 30
+FLUSH_MS = 1000
+
+
+class Cluster:
+    def __init__(self, state_dir: Path, services: EmbeddedServices, zookeeper: str, env: dict[str, str]) -> None:
+        self.state_dir = state_dir
+        self.services = services
+        self.zookeeper = zookeeper
+        self.env = env
+        self.uri = services.bookies().metadata_service_uri
+        self.agents = {b.id: b.agent for b in services.bookie_status() if b.agent}
+
+    def cli(self, *args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "scrutiny.cli", *args]
+        return subprocess.run(command, capture_output=True, text=True, env=self.env, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    base = tmp_path_factory.mktemp("bookkeeper")
+    state_dir = base / "services"
+    services = EmbeddedServices(state_dir, start_timeout=60.0)
+    try:
+        result = services.up(bookies=BOOKIES, bookie_options=BookieOptions(flush_interval_ms=FLUSH_MS))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SCRUTINY_")}
+        env |= result.env() | {"SCRUTINY_SERVICES_STATE_DIR": str(state_dir), "SPARK_LOCAL_IP": "127.0.0.1"}
+        env |= {"PYSPARK_PYTHON": sys.executable, "XDG_STATE_HOME": str(base / "xdg")}
+        yield Cluster(state_dir, services, result.endpoints.zookeeper, env)
+    finally:
+        services.down()
+
+
+def held_by(ledger: dict[str, Any], bookie: str) -> set[int]:
+    """The entries the striping puts on ``bookie`` (one segment: the ledgers here have no ensemble change)."""
+    (segment,) = ledger["segments"]
+    index = segment["bookies"].index(bookie)
+    size, quorum = ledger["ensemble_size"], ledger["write_quorum"]
+    return {e for e in range(ledger["last_entry"] + 1) if index in write_set(e, size, quorum)}
+
+
+def expand(groups: tuple[SequenceGroup, ...]) -> set[int]:
+    entries: set[int] = set()
+    for group in groups:
+        starts = (
+            [group.first_start] if group.period == 0 else range(group.first_start, group.last_start + 1, group.period)
+        )
+        for start in starts:
+            entries.update(range(start, start + group.size))
+    return entries
+
+
+def agent_entries(cluster: Cluster, bookie: str, ledger_ids: list[int], written_at_ms: int) -> dict[int, set[int]]:
+    """The agent's listing of each ledger, asked once the bookie has flushed its write cache since ``written_at_ms``.
+
+    DbLedgerStorage puts entries in its index (what the agent reads) only when it flushes its write cache, every
+    ``FLUSH_MS`` here: an answer is complete for what was written before its ``as_of_ms`` minus one flush interval
+    (two, with a margin for a flush under way).
+    """
+    settled_ms = written_at_ms + 2 * FLUSH_MS + 500
+    time.sleep(max(0.0, settled_ms / 1000 - time.time()))
+    with AgentClient(cluster.agents[bookie], expected_bookie_id=bookie) as client:
+        answers = client.fetch(ledger_ids)
+    found: dict[int, set[int]] = {}
+    for ledger_id, answer in answers.items():
+        assert answer.as_of_ms is not None and answer.as_of_ms >= settled_ms, answer
+        assert answer.answer.kind in (AnswerKind.LISTING, AnswerKind.NO_LEDGER), answer
+        found[ledger_id] = expand(answer.answer.groups)
+    return found
+
+
+def test_healthy_ledgers_are_listed_exactly_as_bookkeeper_reads_them_back(cluster: Cluster) -> None:
+    ledgers = ledger_tool(cluster.uri, "create", "--entries", str(ENTRIES), "--count", "2")
+    ledgers += ledger_tool(cluster.uri, "create", "--entries", str(ENTRIES), "--write-quorum", "3")
+    written_at_ms = int(time.time() * 1000)  # the last close returned before this
+    assert [ledger["state"] for ledger in ledgers] == ["CLOSED"] * 3
+    ids = [ledger["ledger_id"] for ledger in ledgers]
+    bookies = sorted(cluster.agents)
+    assert len(bookies) == BOOKIES
+
+    def bookkeeper_says(job: tuple[dict[str, Any], str]) -> set[int]:
+        ledger, bookie = job
+        return entries_read_from_bookie(cluster.uri, ledger["ledger_id"], bookie, 0, ledger["last_entry"])
+
+    jobs = [(ledger, bookie) for ledger in ledgers for bookie in bookies]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        answers = list(pool.map(bookkeeper_says, jobs))
+    read_back = {(ledger["ledger_id"], bookie): held for (ledger, bookie), held in zip(jobs, answers, strict=True)}
+    listed = {bookie: agent_entries(cluster, bookie, ids, written_at_ms) for bookie in bookies}
+    for ledger in ledgers:
+        for bookie in bookies:
+            expected = held_by(ledger, bookie)
+            assert expected, (ledger, bookie)  # every bookie of a 3-bookie ensemble holds some entries
+            assert read_back[ledger["ledger_id"], bookie] == expected, (ledger, bookie)
+            assert listed[bookie][ledger["ledger_id"]] == expected, (ledger, bookie)
+
+
+def test_every_znode_the_real_cluster_wrote_decodes(cluster: Cluster) -> None:
+    ledger_tool(cluster.uri, "create", "--entries", "5")
+    client = KazooClient(hosts=cluster.zookeeper)
+    client.start(timeout=10)
+    try:
+        layout = parse_layout(client.get(f"{METADATA_ROOT}/LAYOUT")[0])
+        assert "HierarchicalLedgerManagerFactory" in layout.manager_class
+        instance_id = client.get(f"{METADATA_ROOT}/INSTANCEID")[0].decode()
+        assert len(instance_id) == 36 and instance_id.count("-") == 4
+        registered = [b for b in client.get_children(f"{METADATA_ROOT}/available") if b != "readonly"]
+        assert sorted(registered) == sorted(cluster.agents)
+        for bookie in registered:
+            info = parse_bookie_service_info(client.get(f"{METADATA_ROOT}/available/{bookie}")[0])
+            assert info is not None and info.endpoints, bookie
+        ledger_nodes: list[bytes] = []
+        stack = [f"{METADATA_ROOT}/00"]
+        while stack:
+            path = stack.pop()
+            children = client.get_children(path)
+            leaves = [child for child in children if child.startswith("L")]
+            ledger_nodes += [client.get(f"{path}/{leaf}")[0] for leaf in leaves]
+            stack += [f"{path}/{child}" for child in children if not child.startswith("L")]
+    finally:
+        client.stop()
+        client.close()
+    assert ledger_nodes
+    for data in ledger_nodes:
+        metadata = decode_ledger_metadata(data)
+        assert metadata.state is LedgerState.CLOSED
+        assert encode_ledger_metadata_v3(metadata) == data  # byte for byte: nothing lost in the decoding
+
+
+def test_status_lists_the_bookies_and_stop_start_keep_their_identity(cluster: Cluster) -> None:
+    done = cluster.cli("services", "status", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    bookies = document["bookies"]
+    assert [b["state"] for b in bookies] == ["running"] * BOOKIES
+    assert {b["id"]: b["agent"] for b in bookies} == cluster.agents
+    first = bookies[0]
+    assert Path(first["journal_dir"]).is_dir() and Path(first["ledger_dir"]).is_dir()
+    assert first["id"] == f"127.0.0.1:{first['port']}" and first["pid"] > 0
+
+    done = cluster.cli("services", "bookie", "stop", first["id"])
+    assert done.returncode == 0, done.stderr
+    assert not _alive(first["pid"])
+    again = {b["id"]: b for b in json.loads(cluster.cli("services", "status", "--format", "json").stdout)["bookies"]}
+    assert again[first["id"]]["state"] == "stopped" and again[first["id"]]["agent_state"] == "running"
+
+    done = cluster.cli("services", "bookie", "start", first["name"])
+    assert done.returncode == 0, done.stderr
+    after = {b["id"]: b for b in json.loads(cluster.cli("services", "status", "--format", "json").stdout)["bookies"]}
+    assert after[first["id"]]["state"] == "running" and after[first["id"]]["pid"] != first["pid"]
+
+    unknown = cluster.cli("services", "bookie", "wipe", "127.0.0.1:1")
+    assert unknown.returncode != 0 and "no local bookie '127.0.0.1:1'" in unknown.stderr
+
+
+def test_a_wiped_bookie_is_found_with_exactly_the_entries_it_lost(cluster: Cluster) -> None:
+    ledgers = ledger_tool(cluster.uri, "create", "--entries", str(ENTRIES), "--count", "2")
+    victim = sorted(cluster.agents)[1]
+    bookie = next(b for b in cluster.services.bookie_status() if b.id == victim)
+    done = cluster.cli("services", "bookie", "wipe", victim)
+    assert done.returncode == 0, done.stderr
+    assert not any(bookie.ledger_dir.glob("current/*.log"))  # its entry logs are gone ...
+    assert read_record(bookie.ledger_dir.parent) is not None  # ... and it runs again, empty
+    wiped_at_ms = int(time.time() * 1000)
+    ids = [ledger["ledger_id"] for ledger in ledgers]
+    assert agent_entries(cluster, victim, ids, wiped_at_ms) == {i: set() for i in ids}
+
+    data_dir = cluster.state_dir.parent / "scan-data"
+    scan = cluster.cli(
+        "scan", "--deep", "--ledgers", ",".join(map(str, ids)), "--data-dir", str(data_dir), "--format", "json"
+    )
+    assert scan.returncode == 1, scan.stderr[-3000:]  # UNHEALTHY
+    summary = json.loads(scan.stdout)
+    findings = {
+        (row["ledger_id"], f["category"], f["bookie"]): f for row in summary["worst_ledgers"] for f in row["findings"]
+    }
+    for ledger in ledgers:
+        lost = held_by(ledger, victim)
+        missing = findings[ledger["ledger_id"], "MISSING_REPLICA", victim]
+        assert missing["entry_count"] == len(lost), (ledger, missing)
+        assert missing["severity"] == "critical"  # E=3 WQ=2 AQ=2: the lost copies leave entries below AQ
+        below = findings[ledger["ledger_id"], "BELOW_ACK_QUORUM", None]
+        assert below["entry_count"] == len(lost)
+    assert {key[2] for key in findings} <= {victim, None}  # nothing blamed on the bookies that kept their data
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+def test_down_stops_every_bookie_and_agent(tmp_path: Path) -> None:
+    services = EmbeddedServices(tmp_path / "services", start_timeout=60.0)
+    try:
+        result = services.up(bookies=1)
+        (bookie,) = result.bookies
+        assert bookie.state is ServiceState.RUNNING and bookie.agent_state is ServiceState.RUNNING
+        records = [read_record(bookie.ledger_dir.parent), read_record(bookie.ledger_dir.parent / "agent")]
+    finally:
+        services.down()
+    assert all(r is not None and not is_same_process(r) for r in records)
+    assert not (tmp_path / "services" / "bookies").exists()
+
+
+def test_a_ledger_left_open_by_a_killed_writer_is_recovered_and_decodes_byte_for_byte(cluster: Cluster) -> None:
+    script = Path(__file__).resolve().parents[2] / "scripts" / "ledger-tool"
+    done = subprocess.run(
+        [str(script), "create", "--entries", "7", "--leave-open"],
+        capture_output=True,
+        text=True,
+        env=cluster.env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (written,) = [json.loads(line) for line in done.stdout.splitlines()]
+    assert written["state"] == "OPEN" and written["last_entry"] == 6
+    ledger_id = written["ledger_id"]
+    assert decode_ledger_metadata(_ledger_znode(cluster, ledger_id)).state is LedgerState.OPEN
+
+    (recovered,) = ledger_tool(cluster.uri, "recover", str(ledger_id))
+    assert recovered["state"] == "CLOSED" and recovered["last_entry"] == 6  # every acknowledged entry kept
+    data = _ledger_znode(cluster, ledger_id)
+    metadata = decode_ledger_metadata(data)
+    assert metadata.state is LedgerState.CLOSED and metadata.last_entry_id == 6
+    assert encode_ledger_metadata_v3(metadata) == data
+
+
+def _ledger_znode(cluster: Cluster, ledger_id: int) -> bytes:
+    client = KazooClient(hosts=cluster.zookeeper)
+    client.start(timeout=10)
+    try:
+        return bytes(client.get(ledger_path(ledger_id, root=METADATA_ROOT))[0])
+    finally:
+        client.stop()
+        client.close()
