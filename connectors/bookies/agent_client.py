@@ -10,7 +10,7 @@ errors (bad arguments to the constructor) raise.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
@@ -37,6 +37,12 @@ class AgentAnswer:
 
     answer: BookieAnswer
     as_of_ms: int | None = None
+
+    def with_as_of(self) -> BookieAnswer:
+        """The answer carrying its as-of time (what the verdict's write-cache rule reads)."""
+        if self.as_of_ms is None or self.answer.as_of_ms == self.as_of_ms:
+            return self.answer
+        return replace(self.answer, as_of_ms=self.as_of_ms)
 
 
 class AgentClient:
@@ -101,8 +107,9 @@ class AgentClient:
         self._channel.close()
 
     def get_listings(self, ledger_ids: Iterable[int]) -> dict[int, BookieAnswer]:
-        """The agent's answer for each distinct id: a listing, no-ledger or unknown (never raises)."""
-        return {ledger_id: found.answer for ledger_id, found in self.fetch(ledger_ids).items()}
+        """The agent's answer for each distinct id: a listing, no-ledger or unknown (never raises), each carrying
+        the time its index read began (``as_of_ms``: the bookie's write cache may hold entries not in it yet)."""
+        return {ledger_id: found.with_as_of() for ledger_id, found in self.fetch(ledger_ids).items()}
 
     def fetch(self, ledger_ids: Iterable[int]) -> dict[int, AgentAnswer]:
         """Like :meth:`get_listings`, with each answer's as-of time."""

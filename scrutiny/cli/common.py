@@ -128,11 +128,16 @@ def add_summary_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @contextmanager
-def stop_on_signals(on_signal: Callable[[int], None] | None = None) -> Iterator[threading.Event]:
+def stop_on_signals(
+    on_signal: Callable[[int], None] | None = None, *, until_exit: bool = False
+) -> Iterator[threading.Event]:
     """While the block runs, SIGINT and SIGTERM set the yielded event (after calling ``on_signal(signum)``).
 
-    The previous handlers are back when the block ends. Install it after Spark starts: PySpark sets its own SIGINT
-    handler when its gateway starts.
+    The previous handlers are back when the block ends, unless ``until_exit``: then both signals are ignored from
+    there on (the command's work is done and it is exiting), so a second stop signal sent while it winds down
+    (``kill`` after a Ctrl-C) cannot kill it on the way out; Python puts the default action back for handlers it
+    ran, not for ignored signals. Install it after Spark starts: PySpark sets its own SIGINT handler when its
+    gateway starts.
     """
     stop = threading.Event()
 
@@ -146,4 +151,4 @@ def stop_on_signals(on_signal: Callable[[int], None] | None = None) -> Iterator[
         yield stop
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_IGN if until_exit else handler)

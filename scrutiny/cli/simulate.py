@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import logging
-import signal
 import sys
 import threading
 import time
@@ -101,7 +99,7 @@ def _run(args: argparse.Namespace) -> int:
             " ".join(f"{name}={value}" for name, value in overrides.items()),
         )
     hosts = args.zookeeper or settings.zookeeper.connect
-    with stop_on_signals() as stopped:  # a stop asked for while connecting is kept for the event loop
+    with stop_on_signals(until_exit=True) as stopped:  # SIGINT/SIGTERM from here to exit only ask it to stop
         client = _connect(settings.zookeeper, hosts)
         try:
             if not stopped.is_set():
@@ -161,12 +159,7 @@ async def _simulate(
     overrides: dict[str, str],
 ) -> None:
     cluster = SimCluster(scenario, client, replace=args.replace)
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    if stopped.is_set():  # asked before the loop took the signals over
-        stop.set()
     await cluster.start()
     try:
         if args.truth_out:
@@ -188,8 +181,11 @@ async def _simulate(
         }
         print(json.dumps(ready), flush=True)
         cluster.start_schedule()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=args.duration)
+        # SIGINT and SIGTERM stay with stop_on_signals' handler (which sets ``stopped``) until the command returns:
+        # the event loop never takes them over, so a second signal during the stop cannot kill the process when
+        # the loop closes and puts the default handlers back (a README block's `kill` after its Ctrl-C did).
+        if not stopped.is_set():
+            await loop.run_in_executor(None, stopped.wait, args.duration)
     finally:
         await cluster.stop(keep_metadata=args.keep_metadata)
         # End any ZooKeeper call still retrying in a worker thread (a schedule step cut short, a step given up):

@@ -146,6 +146,8 @@ class ScanItem:
     data: bytes
     mark: UnderReplicationMark | None = None
     open_keys: tuple[ViolationKey, ...] = ()
+    #: The node's last modification (ZooKeeper's mtime): the ledger's last write, for the write-cache rule.
+    written_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +229,7 @@ def scan_deep(
     state, marked = _marked(item, DEEP_CATEGORIES, now_ms=now_ms, config=config)
     step = on_metadata(
         state, version=item.version, data=item.data, changed_ms=None, answers=answers, now_ms=now_ms,
-        cluster=cluster, config=config,
+        cluster=cluster, config=config, written_ms=item.written_ms,
     )  # fmt: skip
     outcomes = [*marked, step.outcome]
     return _deep_step(item, outcomes, step.state)

@@ -10,7 +10,8 @@ Rules (each pinned by a test):
 * **versions**: a metadata event older than (or equal to, once checked) the latest version
   seen is ignored; a newer one replaces any pending retry of the older one;
 * **unknown answers** are never counted as missing: the check is retried with exponential
-  backoff (capped); violations certain already are reported at once; after the last retry
+  backoff (capped), and not before answers withheld for the bookie's write cache can be trusted
+  (the verdict's ``settles_at_ms``); violations certain already are reported at once; after the last retry
   each bookie still without an answer is ``BOOKIE_UNRESPONSIVE`` when still registered and
   ``BOOKIE_NOT_REGISTERED`` when not;
 * **resolution** is only decided by a *complete* check (every bookie answered, or the retries
@@ -98,6 +99,8 @@ class TrackedLedger:
     stuck_at_ms: int | None = None
     open: tuple[ViolationKey, ...] = ()
     reported: tuple[ReportKey, ...] = ()
+    #: The metadata node's last modification, kept with the metadata: the write-cache rule's "last write".
+    written_ms: int | None = None
 
     def timers(self) -> tuple[int, ...]:
         """The times at which this ledger needs :func:`on_timer`."""
@@ -112,7 +115,7 @@ class TrackedLedger:
         doc: dict[str, object] = {"v": self.version, "c": self.checked, "o": [list(k) for k in self.open]}
         if self.metadata is not None:
             doc["m"] = base64.b64encode(self.metadata).decode("ascii")
-        optional = {"t": self.changed_ms, "r": self.retry_at_ms, "s": self.stuck_at_ms}
+        optional = {"t": self.changed_ms, "w": self.written_ms, "r": self.retry_at_ms, "s": self.stuck_at_ms}
         doc.update({k: v for k, v in optional.items() if v is not None})
         if self.attempts:
             doc["a"] = self.attempts
@@ -136,6 +139,7 @@ class TrackedLedger:
             checked=doc["c"],
             metadata=base64.b64decode(doc["m"]) if "m" in doc else None,
             changed_ms=doc.get("t"),
+            written_ms=doc.get("w"),
             attempts=doc.get("a", 0),
             retry_at_ms=doc.get("r"),
             mark=UnderReplicationMark(tuple(mark["r"]), mark["t"]) if mark is not None else None,
@@ -208,15 +212,19 @@ def on_metadata(
     now_ms: int,
     cluster: ClusterView,
     config: TrackerConfig,
+    written_ms: int | None = None,
 ) -> Step:
     """A ledger's metadata was created or changed (``answers`` = its bookies', fetched for this version).
 
     ``answers`` None means none were fetched: the check is requested through ``Outcome.fetch``.
+    ``changed_ms``: the change's time when it was seen live (for the detection latency); ``written_ms``: the
+    metadata node's last modification, whatever the origin (for the write-cache rule of the verdict).
     """
     state = state or TrackedLedger()
     if version < state.version or (version == state.version and (state.checked or state.retry_at_ms is not None)):
         return Step(state)
     fresh = replace(state, version=version, checked=False, metadata=data, changed_ms=changed_ms, attempts=0)
+    fresh = replace(fresh, written_ms=written_ms)
     fresh = replace(fresh, retry_at_ms=None, reported=())
     try:
         metadata = decode_ledger_metadata(data)
@@ -226,7 +234,7 @@ def on_metadata(
         )
         return _complete(fresh, None, (unreadable,), VerdictKind.VIOLATED, now_ms, asked=0)
     if not needs_check(metadata):
-        return Step(replace(fresh, metadata=None), Outcome(metadata=metadata, version=version))
+        return Step(replace(fresh, metadata=None, written_ms=None), Outcome(metadata=metadata, version=version))
     if answers is None:
         return Step(fresh, Outcome(metadata=metadata, fetch=_bookies(metadata), version=version))
     return _judge(fresh, metadata, answers, now_ms=now_ms, cluster=cluster, config=config)
@@ -325,11 +333,12 @@ def _judge(
         config=config.verdict,
         cluster=cluster,
         under_replication=None if state.mark is None else replace(state.mark, ctime_ms=None),
+        written_ms=state.written_ms,
     )
     found = _not_stuck(verdict)
     asked = len(_bookies(metadata))
     if verdict.retry_bookies and state.attempts < config.retry.max_retries:
-        retry_at = now_ms + config.retry.delay_ms(state.attempts)
+        retry_at = max(now_ms + config.retry.delay_ms(state.attempts), verdict.settles_at_ms or 0)
         new = _unreported(state, found)
         pending = replace(
             state,
@@ -369,6 +378,7 @@ def _complete(
     now_open = _with_keys(still, found)
     keep = state.metadata if metadata is not None and (now_open or state.mark is not None) else None
     done = replace(state, checked=True, metadata=keep, retry_at_ms=None, open=now_open, reported=())
+    done = replace(done, written_ms=state.written_ms if keep is not None else None)
     outcome = Outcome(
         found=_unreported(state, found), resolved=resolved, check=check, metadata=metadata, version=state.version
     )

@@ -18,6 +18,11 @@ configuration go in; a :class:`Verdict` with violations in the closed vocabulary
 * a ledger marked under-replicated is not re-reported for missing replicas (replication is at
   work); only entries with no replica at all, which replication cannot repair, are reported;
 * open and in-recovery ledgers are checked only in the segments an ensemble change sealed;
+* **the write cache**: an answer read from an index (``as_of_ms``: the bookie agent over DbLedgerStorage) taken
+  before the ledger's last write (``written_ms``) plus ``config.index_lag_ms`` proves only what it lists: the
+  bookie may still hold the rest in its write cache, which reaches the index at its next flush. When such answers
+  would make a replica finding, they count as unknown instead (retried, never missing), and ``settles_at_ms``
+  says from when they can be trusted;
 * cost is O(segments × bookies × listing groups): entries are never expanded.
 """
 
@@ -26,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 
 from scrutiny.core.ledger_metadata import LedgerMetadata, LedgerState
 from scrutiny.core.periodic_sets import (
@@ -69,11 +75,17 @@ class AnswerKind(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class BookieAnswer:
-    """One bookie's answer: a listing's groups, an explicit negative, or unknown with a reason."""
+    """One bookie's answer: a listing's groups, an explicit negative, or unknown with a reason.
+
+    ``as_of_ms``: for an answer read from the bookie's index rather than from the bookie (the agent), when that
+    read began; everything the bookie had put in its index before then is in the answer. None: the bookie itself
+    answered, from everything it holds.
+    """
 
     kind: AnswerKind
     groups: tuple[SequenceGroup, ...] = ()
     reason: str = ""
+    as_of_ms: int | None = field(default=None, compare=False)  # when, not what: answers equal by content
 
     @classmethod
     def listing(cls, groups: tuple[SequenceGroup, ...] | list[SequenceGroup]) -> BookieAnswer:
@@ -131,6 +143,8 @@ class Verdict:
     state: LedgerState
     violations: tuple[Violation, ...]
     retry_bookies: tuple[str, ...]
+    #: When answers withheld for the write cache can be trusted (None: none were withheld).
+    settles_at_ms: int | None = None
 
     def as_json_dict(self) -> dict[str, object]:
         """``{"verdict", "state", "violations": [...], "retry_bookies": [...]}``."""
@@ -144,10 +158,15 @@ class Verdict:
 
 @dataclass(frozen=True, slots=True)
 class VerdictConfig:
-    """What the verdict depends on besides the evidence: placement policy and grace period."""
+    """What the verdict depends on besides the evidence: placement policy, grace period, index lag.
+
+    ``index_lag_ms``: how long after a ledger's last write an index-read answer (``as_of_ms``) may still lack
+    entries the bookie holds (DbLedgerStorage's write-cache flush interval plus a margin); 0: never.
+    """
 
     placement: PlacementConfig = PlacementConfig()
     under_replication_grace_ms: int = DEFAULT_UNDER_REPLICATION_GRACE_MS
+    index_lag_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,8 +194,53 @@ def compute_verdict(
     config: VerdictConfig = VerdictConfig(),
     cluster: ClusterView = ClusterView(),
     under_replication: UnderReplicationMark | None = None,
+    written_ms: int | None = None,
 ) -> Verdict:
-    """The ledger's verdict. A bookie of an ensemble missing from ``answers`` counts as unknown."""
+    """The ledger's verdict. A bookie of an ensemble missing from ``answers`` counts as unknown.
+
+    ``written_ms``: when the ledger was last written (its metadata's last change: the close, or the ensemble
+    change that sealed a segment); None: unknown, and no answer is withheld for the write cache.
+    """
+    judge = partial(_verdict, now_ms=now_ms, config=config, cluster=cluster, under_replication=under_replication)
+    verdict = judge(metadata, answers)
+    if written_ms is None or not config.index_lag_ms or not _blames_replicas(verdict):
+        return verdict
+    settles_at = written_ms + config.index_lag_ms
+    unflushed = {b for b, a in answers.items() if a.kind is not AnswerKind.UNKNOWN and _before(a.as_of_ms, settles_at)}
+    if not unflushed:
+        return verdict
+    withheld = {b: _withheld(a, settles_at) if b in unflushed else a for b, a in answers.items()}
+    again = judge(metadata, withheld)
+    return Verdict(again.verdict, again.state, again.violations, again.retry_bookies, settles_at_ms=settles_at)
+
+
+def _blames_replicas(verdict: Verdict) -> bool:
+    return any(v.category in _REPLICA_LEVELS or v.category is Category.MISSING_REPLICA for v in verdict.violations)
+
+
+def _before(as_of_ms: int | None, settles_at_ms: int) -> bool:
+    return as_of_ms is not None and as_of_ms < settles_at_ms
+
+
+def _withheld(answer: BookieAnswer, settles_at_ms: int) -> BookieAnswer:
+    assert answer.as_of_ms is not None
+    lag_s = (settles_at_ms - answer.as_of_ms) / 1000
+    reason = (
+        f"read from the bookie's index {lag_s:.1f} s before it can hold every entry of the ledger "
+        "(the write cache is flushed into it later): what it lacks is not known yet"
+    )
+    return BookieAnswer(AnswerKind.UNKNOWN, (), reason, answer.as_of_ms)
+
+
+def _verdict(
+    metadata: LedgerMetadata,
+    answers: Mapping[str, BookieAnswer],
+    *,
+    now_ms: int,
+    config: VerdictConfig,
+    cluster: ClusterView,
+    under_replication: UnderReplicationMark | None,
+) -> Verdict:
     closed = metadata.state is LedgerState.CLOSED
     last_entry = metadata.last_entry_id if closed else None
     spans = segment_spans(

@@ -352,11 +352,12 @@ class LocalBookies:
         progress(f"bookies: initialised a BookKeeper cluster at {METADATA_ROOT}")
 
     def _make(self, name: str, options: BookieOptions) -> BookieIdentity:
-        taken = {i.port for i in self.identities()} | {i.agent_port for i in self.identities()}
-        port = free_port()
-        agent_port = free_port() if options.storage is BookieStorage.DB else 0
-        while port in taken or agent_port in taken | {port}:
-            port, agent_port = free_port(), free_port() if agent_port else 0
+        taken = {p for i in self.identities() for p in (i.port, i.agent_port) if p}
+        needs_agent = options.storage is BookieStorage.DB
+        while True:
+            port, agent_port = free_port(), free_port() if needs_agent else 0
+            if port not in taken and agent_port not in taken | {port}:
+                break
         identity = BookieIdentity(name=name, port=port, agent_port=agent_port, options=options)
         directory = self.directory / name
         (directory / "journal").mkdir(parents=True, exist_ok=True)

@@ -40,6 +40,8 @@ METADATA_ROOT = "/ledgers"
 SHELL_MAIN = "org.apache.bookkeeper.bookie.BookieShell"
 #: What BookKeeper's start scripts give its JVMs on Java 9 and later (netty and the native checksums need them).
 _OPENS = ("java.base/java.io", "java.base/java.util.zip", "java.base/java.nio", "java.base/jdk.internal.misc")
+#: How many times ``readledger -b`` is run before its failure is an error (see entries_read_from_bookie).
+_SHELL_ATTEMPTS = 3
 #: ``readledger -b`` logs each entry the bookie returned as ``--------- Lid=L, Eid=E ---------``.
 _ENTRY_READ = re.compile(r"--------- Lid=(\d+), Eid=(\d+) ---------")
 
@@ -74,7 +76,8 @@ def _tool_command(*tail: str) -> list[str]:
 def bookkeeper_shell(metadata_service_uri: str, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
     """Run ``bookkeeper shell ARGS`` against the cluster (its exit status is the command's result)."""
     with tempfile.NamedTemporaryFile("w", prefix="scrutiny-bk-", suffix=".conf") as conf:
-        conf.write(f"metadataServiceUri={metadata_service_uri}\n")
+        # Generous client timeouts (seconds): on a loaded machine a read that times out would look like a lost entry.
+        conf.write(f"metadataServiceUri={metadata_service_uri}\nreadEntryTimeout=30\naddEntryTimeout=30\n")
         conf.flush()
         command = _tool_command(SHELL_MAIN, "-conf", conf.name, *args)
         try:
@@ -107,12 +110,15 @@ def entries_read_from_bookie(
     The shell reads each entry from that bookie alone (no fencing); an entry it lacks is logged as an error and
     left out. This is BookKeeper's own answer to "what does this bookie hold", entry by entry. With ``-b`` the
     shell's ``-le`` is exclusive in 4.17 (it reads ``first`` up to ``-le`` minus one), so ``last + 1`` is passed.
+    The 4.17 shell sometimes fails on its way out (a read callback after its client closed: exit 255,
+    ``RejectedExecutionException``); such a run is repeated, up to three times in all.
     """
     args = ("readledger", "-l", str(ledger_id), "-fe", str(first), "-le", str(last + 1), "-b", bookie_id)
-    done = bookkeeper_shell(metadata_service_uri, *args, timeout=120.0)
-    if done.returncode != 0:
-        raise LedgerToolError(f"bookkeeper shell {' '.join(args)} exited {done.returncode}: {done.stderr[-2000:]}")
-    return {int(entry) for ledger, entry in _ENTRY_READ.findall(done.stderr) if int(ledger) == ledger_id}
+    for _ in range(_SHELL_ATTEMPTS):
+        done = bookkeeper_shell(metadata_service_uri, *args, timeout=120.0)
+        if done.returncode == 0:
+            return {int(entry) for ledger, entry in _ENTRY_READ.findall(done.stderr) if int(ledger) == ledger_id}
+    raise LedgerToolError(f"bookkeeper shell {' '.join(args)} exited {done.returncode}: {done.stderr[-2000:]}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,7 +30,7 @@ from scrutiny.connectors.kafka.publisher import delete_topic
 from scrutiny.connectors.zookeeper.client import start_zookeeper_client
 from scrutiny.paths import SCENARIOS_DIR
 from scrutiny.services.local_stack import EmbeddedServices, default_state_dir
-from scrutiny.services.scenario_settings import scenario_checker_settings
+from scrutiny.services.scenario_settings import scenario_checker_settings, simulated_write_cache
 from scrutiny.settings.loader import Settings
 from scrutiny.simulator.cluster import SimCluster
 from scrutiny.simulator.model import Scenario
@@ -47,8 +47,8 @@ DEMO_SCENARIO = SCENARIOS_DIR / "demo.toml"
 
 
 def embedded_settings(base: Settings, scenario: Scenario, zookeeper: str, kafka: str) -> Settings:
-    """``base`` pointed at the embedded servers, with the scenario's checker assumptions."""
-    assumed = scenario_checker_settings(base, scenario)
+    """``base`` pointed at the embedded servers, with the scenario's checker assumptions and write cache."""
+    assumed = simulated_write_cache(scenario_checker_settings(base, scenario), scenario)
     return replace(
         assumed,
         zookeeper=replace(

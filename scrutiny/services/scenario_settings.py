@@ -35,6 +35,19 @@ def scenario_checker_settings(base: Settings, scenario: Scenario) -> Settings:
     )
 
 
+def simulated_write_cache(base: Settings, scenario: Scenario) -> Settings:
+    """``base`` with the verdict's write-cache rule set to the simulated bookies' flush interval.
+
+    Not an assumption of the ground truth (the rule only delays findings until the bookies' indexes can show them;
+    what is found in the end is the same): it lets a checker beside a simulated cluster judge at once when the
+    simulated bookies have no write cache, and exactly as late as needed when they have one.
+    """
+    flush = scenario.cluster.write_cache_flush_s
+    margin = base.verdict.write_cache_margin_seconds if flush else 0.0
+    verdict = replace(base.verdict, write_cache_flush_seconds=flush, write_cache_margin_seconds=margin)
+    return replace(base, verdict=verdict)
+
+
 def scenario_overrides(base: Settings, scenario: Scenario) -> dict[str, str]:
     """The environment variables that give a checker configured with ``base`` the scenario's assumptions.
 

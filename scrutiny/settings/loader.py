@@ -71,6 +71,7 @@ class Settings:
         return VerdictConfig(
             placement=self.placement.config(),
             under_replication_grace_ms=self.verdict.under_replication_grace_seconds * 1000,
+            index_lag_ms=self.verdict.index_lag_ms,
         )
 
     def stall_after_ms(self) -> int:

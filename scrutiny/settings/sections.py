@@ -8,6 +8,7 @@ the values documented in ``conf/scrutiny.toml``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from scrutiny.core.errors import ConfigError
@@ -17,14 +18,26 @@ from scrutiny.core.verdict import DEFAULT_UNDER_REPLICATION_GRACE_MS
 
 @dataclass(frozen=True, slots=True)
 class VerdictSection:
-    """``[verdict]``: the grace of an under-replication mark before ``UNDER_REPLICATION_STUCK``."""
+    """``[verdict]``: the grace of an under-replication mark before ``UNDER_REPLICATION_STUCK``, and how long an
+    index-read answer may lag the bookie's write cache."""
 
     under_replication_grace_seconds: int = DEFAULT_UNDER_REPLICATION_GRACE_MS // 1000
+    write_cache_flush_seconds: float = 60.0
+    write_cache_margin_seconds: float = 5.0
 
     def __post_init__(self) -> None:
         grace = self.under_replication_grace_seconds
         if grace < 0:
             raise ConfigError(f"verdict.under_replication_grace_seconds must not be negative, not {grace}")
+        for key in ("write_cache_flush_seconds", "write_cache_margin_seconds"):
+            value = getattr(self, key)
+            if not math.isfinite(value) or value < 0:
+                raise ConfigError(f"verdict.{key} must be a number of seconds ≥ 0, not {value!r}")
+
+    @property
+    def index_lag_ms(self) -> int:
+        """The verdict's ``index_lag_ms``: the write cache's flush interval plus the margin."""
+        return round((self.write_cache_flush_seconds + self.write_cache_margin_seconds) * 1000)
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,6 +71,8 @@ _BROKEN_LISTING: Final = b"\x00\x00\x00\x00\x00\x00\x00\x01" + b"\x00" * 56
 
 Groups = tuple[SequenceGroup, ...]
 Loader = Callable[[int], Groups | None]
+#: Whether a ledger's last write had reached the bookie's index at a time (ms): the write cache's flushes.
+Indexed = Callable[[int, int], bool]
 
 
 class SimBookieError(ScrutinyError):
@@ -139,10 +141,13 @@ class FaultSwitch:
 class MemoryListingBackend:
     """The agent's :class:`~scrutiny.agent.server.ListingBackend` over an :class:`EntryStore`."""
 
-    def __init__(self, store: EntryStore, faults: FaultSwitch, *, hang_s: float = HANG_S) -> None:
+    def __init__(
+        self, store: EntryStore, faults: FaultSwitch, *, hang_s: float = HANG_S, indexed: Indexed | None = None
+    ) -> None:
         self._store = store
         self._faults = faults
         self._hang_s = hang_s
+        self._indexed = indexed
         self._released = threading.Event()
 
     def release(self) -> None:
@@ -168,6 +173,8 @@ class MemoryListingBackend:
             return LedgerAnswer.unknown(ledger_id, f"bookie status {fault.status}")
         if fault is not None and fault.kind is FaultKind.GARBAGE:
             return LedgerAnswer(ledger_id, ListingStatus.POSITIVE, listing=_BROKEN_LISTING, as_of_ms=now_ms)
+        if self._indexed is not None and not self._indexed(ledger_id, now_ms):
+            return LedgerAnswer(ledger_id, ListingStatus.NO_LEDGER, as_of_ms=now_ms)  # still in the write cache
         groups = self._store.get(ledger_id)
         if groups is None:
             return LedgerAnswer(ledger_id, ListingStatus.NO_LEDGER, as_of_ms=now_ms)
@@ -210,8 +217,10 @@ class SimBookie:
         v3_port: int = 0,
         agent_port: int = 0,
         seed: int | None = None,
+        indexed: Indexed | None = None,
     ) -> None:
         self.bookie_id = bookie_id
+        self.indexed = indexed
         self.store = store
         self.faults = FaultSwitch(fault, limbo)
         self.encoding = encoding
@@ -277,7 +286,7 @@ class SimBookie:
 
     def _start_agent(self) -> int:
         for port in dict.fromkeys((self._agent_port, 0)):
-            backend = MemoryListingBackend(self.store, self.faults)
+            backend = MemoryListingBackend(self.store, self.faults, indexed=self.indexed)
             config = AgentServerConfig(
                 listen=f"{self.host}:{port}", bookie_id=self.bookie_id, max_concurrent_calls=8, grace_s=0.5
             )

@@ -260,6 +260,8 @@ class SimCluster:
         self._known_dirs: set[str] = set()
         self._registered: dict[str, str] = {}
         self._ctime_ms = 0
+        #: When each ledger's metadata was last written (ms): its last write, for the write cache's flushes.
+        self._written_ms: dict[int, int] = {}
         self._schedule_task: asyncio.Task[None] | None = None
         self._on_change: list[Callable[[AppliedChange], None]] = []
 
@@ -407,7 +409,17 @@ class SimCluster:
                 limbo=state.limbo,
                 encoding=encoding,
                 seed=self.scenario.seed * 1000 + index,
+                indexed=self._indexed if self.scenario.cluster.write_cache_flush_s > 0 else None,
             )
+
+    def _indexed(self, ledger_id: int, now_ms: int) -> bool:
+        """Whether the ledger's last write was flushed into the bookies' indexes by ``now_ms``: a flush every
+        ``write_cache_flush_s`` from the bookies' start has happened since."""
+        written = self._written_ms.get(ledger_id)
+        if written is None:
+            return True
+        every = max(1, round(self.scenario.cluster.write_cache_flush_s * 1000))
+        return (now_ms - self._ctime_ms) // every > (written - self._ctime_ms) // every
 
     def _loader(self, bookie_id: str) -> Callable[[int], Any]:
         state = self.state
@@ -483,6 +495,8 @@ class SimCluster:
         self._pipeline.ensure_parents(paths, self._known_dirs)
         nodes = ((path, self._metadata(spec)) for path, spec in zip(paths, specs, strict=True))
         self.stats.ledgers = self._pipeline.transactions(nodes)
+        written = int(self._clock() * 1000)
+        self._written_ms.update(dict.fromkeys((spec.ledger_id for spec in specs), written))
         self.stats.extra.update(prepare_s=prepared - started, write_s=time.perf_counter() - prepared)
 
     def _metadata(self, spec: LedgerSpec) -> bytes:
@@ -507,6 +521,7 @@ class SimCluster:
                 self._pipeline.create_tree([(path, self._metadata(spec))], self._known_dirs)
             else:
                 client.set(path, self._metadata(spec))
+            self._written_ms[ledger_id] = int(self._clock() * 1000)
         for ledger_id in sorted(change.deleted):
             for path in (ledger_path(ledger_id, root=root), underreplication_path(ledger_id, root=root)):
                 with contextlib.suppress(NoNodeError):

@@ -182,6 +182,7 @@ _CLUSTER_KEYS: Final = (
     "rack_group",
     "instance_id",
     "v3_encoding",
+    "write_cache_flush_seconds",
     "bookies",
     "racks",
     "readonly",
@@ -210,12 +211,16 @@ def _parse_cluster(doc: Mapping[str, Any], seed: int) -> tuple[ClusterSpec, list
         uuid.UUID(int=random.Random(f"instance:{seed}").getrandbits(128), version=4)
     )
     ids = _bookie_ids(table.get("bookies"), where.at("bookies"))
+    flush = table.get("write_cache_flush_seconds", 0.0)
+    if isinstance(flush, bool) or not isinstance(flush, int | float) or not 0 <= flush <= 3600:
+        raise where.at("write_cache_flush_seconds").fail("must be a number of seconds from 0 to 3600")
     spec = ClusterSpec(
         ledgers_root=root,
         racks_path=racks_path,
         rack_group=_str(table.get("rack_group", "default"), where.at("rack_group")),
         instance_id=instance,
         v3_encoding=encoding,
+        write_cache_flush_s=float(flush),
     )
     return spec, ids, table
 

@@ -1,7 +1,8 @@
 """Bookie answers as bytes, to travel in a row from the fetch stage to the stateful processor.
 
 A JSON object: bookie id -> ``["L", base64 listing]`` (the compact listing bytes of
-:mod:`scrutiny.core.listing_codec`), ``["N"]`` (no ledger) or ``["U", reason]`` (unknown).
+:mod:`scrutiny.core.listing_codec`), ``["N"]`` (no ledger) or ``["U", reason]`` (unknown), each with the answer's
+``as_of_ms`` appended when it has one (an index read: the write-cache rule of the verdict needs it).
 Written and read by this job only, within one micro-batch.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 
 from scrutiny.core.listing_codec import decode_listing, encode_listing
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
@@ -17,14 +19,16 @@ from scrutiny.core.verdict import AnswerKind, BookieAnswer
 
 def encode_answers(answers: Mapping[str, BookieAnswer]) -> bytes:
     """``answers`` as compact JSON bytes."""
-    doc: dict[str, list[str]] = {}
+    doc: dict[str, list[str | int]] = {}
     for bookie, answer in answers.items():
+        item: list[str | int]
         if answer.kind is AnswerKind.LISTING:
-            doc[bookie] = ["L", base64.b64encode(encode_listing(answer.groups)).decode("ascii")]
+            item = ["L", base64.b64encode(encode_listing(answer.groups)).decode("ascii")]
         elif answer.kind is AnswerKind.NO_LEDGER:
-            doc[bookie] = ["N"]
+            item = ["N"]
         else:
-            doc[bookie] = ["U", answer.reason]
+            item = ["U", answer.reason]
+        doc[bookie] = item if answer.as_of_ms is None else [*item, answer.as_of_ms]
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
@@ -32,10 +36,13 @@ def decode_answers(data: bytes) -> dict[str, BookieAnswer]:
     """The inverse of :func:`encode_answers`."""
     out: dict[str, BookieAnswer] = {}
     for bookie, item in json.loads(data).items():
+        size = 1 if item[0] == "N" else 2
+        as_of = int(item[size]) if len(item) > size else None
         if item[0] == "L":
-            out[bookie] = BookieAnswer.listing(decode_listing(base64.b64decode(item[1])))
+            answer = BookieAnswer.listing(decode_listing(base64.b64decode(item[1])))
         elif item[0] == "N":
-            out[bookie] = BookieAnswer.no_ledger()
+            answer = BookieAnswer.no_ledger()
         else:
-            out[bookie] = BookieAnswer.unknown(item[1])
+            answer = BookieAnswer.unknown(item[1])
+        out[bookie] = answer if as_of is None else replace(answer, as_of_ms=as_of)
     return out

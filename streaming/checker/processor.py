@@ -170,6 +170,7 @@ class LedgerProcessor(StatefulProcessor):
                 version=event.stat.version,
                 data=event.metadata,
                 changed_ms=event.stat.mtime_ms if event.origin == pb.Origin.LIVE else None,
+                written_ms=event.stat.mtime_ms or None,
                 answers=decode_answers(answers) if answers else None,
                 now_ms=now_ms,
                 cluster=self._cluster(),

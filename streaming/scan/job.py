@@ -331,7 +331,7 @@ def _select(observed: MetadataView, options: ScanOptions, prior: dict[int, list[
         if options.bookie is not None and not involves_bookie(node.data, options.bookie):
             continue
         keys = tuple(prior.get(ledger_id, ()))
-        items.append(ScanItem(ledger_id, node.stat.version, node.data, marks.get(ledger_id), keys))
+        items.append(ScanItem(ledger_id, node.stat.version, node.data, marks.get(ledger_id), keys, node.stat.mtime_ms))
     every_ledger = options.selection.everything and options.bookie is None
     gone_ids = {lid: tuple(keys) for lid, keys in prior.items() if lid not in observed.ledgers}
     racks: dict[str, str] = {}
@@ -362,6 +362,7 @@ def input_table(items: list[ScanItem]) -> pa.Table:
             "mark_replicas": [None if i.mark is None else list(i.mark.replicas) for i in items],
             "mark_ctime": [None if i.mark is None else i.mark.ctime_ms for i in items],
             "open_keys": [encode_keys(list(i.open_keys)) for i in items],
+            "written_ms": [i.written_ms for i in items],
         },
         schema=INPUT_SCHEMA,
     )

@@ -47,6 +47,7 @@ INPUT_SCHEMA = pa.schema(
         pa.field("mark_replicas", pa.list_(pa.string())),
         pa.field("mark_ctime", pa.int64()),
         pa.field("open_keys", pa.string()),
+        pa.field("written_ms", pa.int64()),
     ]
 )
 OUTPUT_SCHEMA = pa.schema(
@@ -170,6 +171,7 @@ def input_items(batch: pa.RecordBatch) -> Iterator[ScanItem]:
             data=columns["data"][index],
             mark=mark,
             open_keys=decode_keys(keys_text),
+            written_ms=columns["written_ms"][index],
         )
 
 

@@ -31,6 +31,9 @@ def test_file_then_environment(tmp_path: Path) -> None:
     settings = load_settings(path, env=env)
     assert settings.verdict_config.placement.policy is PlacementPolicy.RACKAWARE
     assert settings.verdict_config.under_replication_grace_ms == 5000
+    assert settings.verdict_config.index_lag_ms == 65_000  # Pulsar's 60 s flush and a 5 s margin by default
+    env = {"SCRUTINY_VERDICT_WRITE_CACHE_FLUSH_SECONDS": "10", "SCRUTINY_VERDICT_WRITE_CACHE_MARGIN_SECONDS": "0.5"}
+    assert load_settings(path, env=env).verdict_config.index_lag_ms == 10_500
     assert load_settings(env={"SCRUTINY_CONFIG": str(path)}).source == str(path)
 
 
@@ -45,6 +48,7 @@ def test_file_then_environment(tmp_path: Path) -> None:
         ('[placement]\npolicy = "random"\n', "placement.policy must be one of"),
         ("[placement]\nmin_racks_per_write_quorum = 0\n", "must be a positive integer"),
         ("[verdict]\nunder_replication_grace_seconds = -1\n", "must not be negative"),
+        ("[verdict]\nwrite_cache_flush_seconds = -1.0\n", "verdict.write_cache_flush_seconds must be a number"),
         ("[verdict\n", "not valid TOML"),
     ],
 )

@@ -547,3 +547,51 @@ def _listening(port: int) -> bool:
     with socket.socket() as probe:
         probe.settimeout(1)
         return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_the_agents_see_a_ledger_only_after_the_write_cache_is_flushed(zk_client: KazooClient) -> None:
+    """As measured on real DbLedgerStorage bookies: NO_LEDGER from every agent until the first flush after the
+    ledger's last write, then its entries; BookKeeper's v3 request (the bookie itself) lists them at once."""
+    flush_s = 1.5
+    scenario = parse_scenario(HEAD.replace("bookies = 6", f"bookies = 6\nwrite_cache_flush_seconds = {flush_s}")
+                              + '[[ledgers]]\nid = 1\nensemble = ["bookie-1", "bookie-2", "bookie-3"]\n')  # fmt: skip
+
+    async def check(cluster: SimCluster) -> None:
+        agent = cluster.bookies["bookie-1"].agent_address
+        first = (await agent_answers(agent, [1]))[1]
+        assert first.kind is AnswerKind.NO_LEDGER and first.as_of_ms is not None  # still in the write cache
+        assert (await v3_answers(v3_address(cluster, "bookie-1"), [1]))[1].kind is AnswerKind.LISTING
+        deadline = time.monotonic() + 2 * flush_s + 1
+        later = first
+        while later.kind is AnswerKind.NO_LEDGER and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+            later = (await agent_answers(agent, [1]))[1]
+        assert later.kind is AnswerKind.LISTING and later.groups  # the flush put it in the index
+        assert later.as_of_ms is not None and later.as_of_ms > first.as_of_ms
+
+    run(lambda: with_cluster(scenario, zk_client, check))
+
+
+def test_a_second_stop_signal_while_simulate_winds_down_is_still_a_clean_stop(
+    zookeeper_server: ServerEndpoint, zk_root_client: KazooClient
+) -> None:
+    """Ctrl-C, then ``kill`` (SIGTERM) again and again until it is gone, as a script stopping it does: exit 0."""
+    chroot = f"/scrutiny-test/simulate-twice-{uuid.uuid4().hex[:8]}"
+    zk_root_client.ensure_path(chroot)
+    command = [sys.executable, "-m", "scrutiny.cli", "simulate", str(EXAMPLE)]
+    command += ["--zookeeper", f"{zookeeper_server.address}{chroot}"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        assert json.loads(process.stdout.readline())["scenario"] == "example"
+        process.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 20
+        while process.poll() is None and time.monotonic() < deadline:
+            process.send_signal(signal.SIGTERM)  # lands in every phase of the stop, the interpreter's exit too
+            time.sleep(0.005)
+        assert process.wait(timeout=5) == 0, process.stderr.read() if process.stderr else ""
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        zk_root_client.delete(chroot, recursive=True)

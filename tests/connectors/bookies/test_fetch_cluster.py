@@ -301,11 +301,14 @@ def test_auto_uses_the_agent_and_batches_many_ledgers_per_call(
     chunked = fetchers(max_ledgers_per_call=250, max_in_flight_per_bookie=500).fetch(wanted, registrations)
     assert chunked.rpcs == 9 == served(cluster)[0] - 3
     assert chunked.answers == one_call.answers
+    # The agent reads an index: each answer says as of when (the verdict's write-cache rule needs it).
+    assert all(a.as_of_ms is not None for answers in one_call.answers.values() for a in answers.values())
     # v3: one request per ledger, at most max_in_flight_per_bookie in flight, same answers.
     v3 = fetchers(protocol="v3", max_in_flight_per_bookie=64).fetch(wanted, registrations, timeout_s=5.0)
     assert v3.rpcs == 1800 == served(cluster)[1]
     assert {s.protocol for s in v3.per_bookie.values()} == {"v3"}
     assert v3.answers == one_call.answers
+    assert all(a.as_of_ms is None for answers in v3.answers.values() for a in answers.values())  # the bookie itself
 
 
 @pytest.mark.parametrize("protocol", ["auto", "v3"])
