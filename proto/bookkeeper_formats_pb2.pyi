@@ -75,6 +75,20 @@ class UnderreplicatedLedgerFormat(_message.Message):
     ctime: int
     def __init__(self, replica: _Optional[_Iterable[str]] = ..., ctime: _Optional[int] = ...) -> None: ...
 
+class CookieFormat(_message.Message):
+    __slots__ = ("bookieHost", "journalDir", "ledgerDirs", "instanceId", "indexDirs")
+    BOOKIEHOST_FIELD_NUMBER: _ClassVar[int]
+    JOURNALDIR_FIELD_NUMBER: _ClassVar[int]
+    LEDGERDIRS_FIELD_NUMBER: _ClassVar[int]
+    INSTANCEID_FIELD_NUMBER: _ClassVar[int]
+    INDEXDIRS_FIELD_NUMBER: _ClassVar[int]
+    bookieHost: str
+    journalDir: str
+    ledgerDirs: str
+    instanceId: str
+    indexDirs: str
+    def __init__(self, bookieHost: _Optional[str] = ..., journalDir: _Optional[str] = ..., ledgerDirs: _Optional[str] = ..., instanceId: _Optional[str] = ..., indexDirs: _Optional[str] = ...) -> None: ...
+
 class LockDataFormat(_message.Message):
     __slots__ = ("bookieId",)
     BOOKIEID_FIELD_NUMBER: _ClassVar[int]

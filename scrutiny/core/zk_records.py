@@ -1,8 +1,9 @@
 """The small records BookKeeper and Pulsar keep in ZooKeeper, parsed and formatted.
 
 Covers the under-replication mark (protobuf text), the replication lock and auditor vote
-(protobuf text), the ``LAYOUT`` node, a bookie's ``BookieServiceInfoFormat`` registration
-(binary protobuf) and Pulsar's rack map (JSON in ``/bookies``). Pure functions: every parser
+(protobuf text), the ``LAYOUT`` node, a bookie's cookie (a version line, then protobuf text), a
+bookie's ``BookieServiceInfoFormat`` registration (binary protobuf) and Pulsar's rack map (JSON in
+``/bookies``). Pure functions: every parser
 returns a value or raises :class:`~scrutiny.core.errors.FormatError`, never another exception.
 """
 
@@ -224,6 +225,75 @@ def format_layout(layout: Layout) -> bytes:
     if not 0 <= layout.manager_version <= 9_999_999_999:
         raise FormatError(_LAYOUT, f"ledger manager version {layout.manager_version} is out of range")
     return f"{layout.layout_version}\n{layout.manager_class}:{layout.manager_version}".encode()
+
+
+# --------------------------------------------------------------------------- cookie
+
+_COOKIE: Final = "cookie"
+#: The cookie layout BookKeeper 4.x writes; 4 is read too (same text body). Older layouts were plain text.
+COOKIE_VERSION: Final = 5
+_COOKIE_VERSIONS: Final = (4, 5)
+
+
+@dataclass(frozen=True, slots=True)
+class Cookie:
+    """A bookie's cookie (``<root>/cookies/<id>``): the bookie it names and what it was formatted with.
+
+    ``journal_dir`` is BookKeeper's string as stored (its journal directories); ``ledger_dirs`` and ``index_dirs``
+    are decoded from BookKeeper's ``"<count>\t<dir>\t<dir>..."`` form (``index_dirs`` None: not stored).
+    A cookie that changes (another ``instance_id``, other directories) means the bookie was formatted again.
+    """
+
+    bookie_host: str
+    journal_dir: str
+    ledger_dirs: tuple[str, ...]
+    instance_id: str | None = None
+    index_dirs: tuple[str, ...] | None = None
+    version: int = COOKIE_VERSION
+
+
+def parse_cookie(data: bytes) -> Cookie:
+    """Decode a cookie: a layout version line (4 or 5), then ``CookieFormat`` as protobuf text.
+
+    Raises FormatError on another version, bad text, a missing required field (``bookieHost``, ``journalDir``,
+    ``ledgerDirs``) or a directory list whose count does not match its entries.
+    """
+    head, newline, body = data.partition(b"\n")
+    if not newline or not head.strip().isdigit() or int(head) not in _COOKIE_VERSIONS:
+        raise FormatError(_COOKIE, f"first line {head[:20]!r} is not a cookie layout version (4 or 5)")
+    msg = _text_parse(body, pb.CookieFormat(), _COOKIE)
+    missing = [name for name in ("bookieHost", "journalDir", "ledgerDirs") if not msg.HasField(name)]
+    if missing:
+        raise FormatError(_COOKIE, f"required field {missing[0]} is missing")
+    return Cookie(
+        bookie_host=msg.bookieHost,
+        journal_dir=msg.journalDir,
+        ledger_dirs=_cookie_dirs(msg.ledgerDirs, "ledgerDirs"),
+        instance_id=msg.instanceId if msg.HasField("instanceId") else None,
+        index_dirs=_cookie_dirs(msg.indexDirs, "indexDirs") if msg.HasField("indexDirs") else None,
+        version=int(head),
+    )
+
+
+def format_cookie(cookie: Cookie) -> bytes:
+    """The cookie as BookKeeper writes it; ``parse_cookie(format_cookie(c)) == c``."""
+    msg = pb.CookieFormat(
+        bookieHost=cookie.bookie_host,
+        journalDir=cookie.journal_dir,
+        ledgerDirs="\t".join((str(len(cookie.ledger_dirs)), *cookie.ledger_dirs)),
+    )
+    if cookie.instance_id is not None:
+        msg.instanceId = cookie.instance_id
+    if cookie.index_dirs is not None:
+        msg.indexDirs = "\t".join((str(len(cookie.index_dirs)), *cookie.index_dirs))
+    return f"{cookie.version}\n".encode() + _text_format(msg)
+
+
+def _cookie_dirs(text: str, field_name: str) -> tuple[str, ...]:
+    count, *dirs = text.split("\t")
+    if not count.isdigit() or int(count) != len(dirs):
+        raise FormatError(_COOKIE, f"{field_name} {text[:60]!r} is not '<count>\\t<dir>...' with that many dirs")
+    return tuple(dirs)
 
 
 # --------------------------------------------------------------------------- bookie service info

@@ -57,9 +57,11 @@ from scrutiny.core.zk_paths import (
     underreplication_path,
 )
 from scrutiny.core.zk_records import (
+    Cookie,
     Layout,
     UnderReplicationMark,
     format_bookie_service_info,
+    format_cookie,
     format_layout,
     format_pulsar_racks,
     format_underreplication_mark,
@@ -78,7 +80,6 @@ DEFAULT_WINDOW: Final = 64
 DEFAULT_BATCH: Final = 500
 #: How long :meth:`SimCluster.stop` waits for each of its ZooKeeper steps (unregistering, removing the metadata).
 STOP_ZOOKEEPER_TIMEOUT_S: Final = 5.0
-_COOKIE_VERSION: Final = 5
 
 
 class SimClusterError(ScrutinyError):
@@ -131,13 +132,8 @@ def metadata_bytes(spec: LedgerSpec, *, ctime_ms: int | None = None, seed: int =
 
 def cookie_bytes(bookie_id: str, instance_id: str) -> bytes:
     """A bookie's cookie as BookKeeper writes it: version line, then CookieFormat as protobuf text."""
-    return (
-        f"{_COOKIE_VERSION}\n"
-        f'bookieHost: "{bookie_id}"\n'
-        f'journalDir: "/simulated/{bookie_id}/journal"\n'
-        f'ledgerDirs: "1\\t/simulated/{bookie_id}/ledgers"\n'
-        f'instanceId: "{instance_id}"\n'
-    ).encode()
+    journal, ledgers = f"/simulated/{bookie_id}/journal", (f"/simulated/{bookie_id}/ledgers",)
+    return format_cookie(Cookie(bookie_id, journal, ledgers, instance_id=instance_id))
 
 
 def mark_bytes(spec: LedgerSpec, started_at_ms: int) -> bytes | None:
