@@ -114,7 +114,12 @@ def _run(args: argparse.Namespace) -> int:
     try:
         server.serve_forever()
     except KeyboardInterrupt:
-        pass
+        server.stop()
+        # Read-only: nothing to write back. Leave at once, even while a request thread is still busy (a first page
+        # load imports the charting libraries for seconds, and the interpreter's exit would wait for that).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     finally:
         server.stop()
     return 0

@@ -15,7 +15,8 @@ prints one JSON document instead: ``services`` (name -> state, pid, address, log
 ``up --bookies N`` also starts N real Apache BookKeeper bookies on the services' ZooKeeper, each
 with the bookie agent beside it when it runs DbLedgerStorage, and prints
 ``SCRUTINY_BOOKIES_AGENT_OVERRIDES`` so the checker asks those agents. ``bookie stop|start|wipe ID``
-kills, restarts or wipes one of them (:mod:`scrutiny.services.bookkeeper`).
+kills, restarts or wipes one of them (:mod:`scrutiny.services.bookkeeper`); ``autorecovery start|stop`` runs
+BookKeeper's own Auditor and ReplicationWorker beside them (:mod:`scrutiny.services.autorecovery`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from pathlib import Path
 
 from scrutiny.cli.commands import COMMAND_HELP
 from scrutiny.cli.common import add_config_argument, count_argument, positive_count_argument, seconds_argument
-from scrutiny.services.bookkeeper import BookieOptions, BookieStatus, BookieStorage
+from scrutiny.services.autorecovery import AutoRecoveryOptions
+from scrutiny.services.bookkeeper import BookieOptions, BookieStatus, BookieStorage, agent_overrides
 from scrutiny.services.local_stack import AGENT_OVERRIDES_ENV, EmbeddedServices, resolve_state_dir
 from scrutiny.services.servers import ENV_NAMES, ServicesError, ServiceState, ServiceStatus
 from scrutiny.settings.loader import load_settings
@@ -84,7 +86,29 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     bookie.add_argument("bookie_action", choices=BOOKIE_ACTIONS, metavar="stop|start|wipe")
     bookie.add_argument("bookie_id", metavar="BOOKIE_ID", help="the bookie's id (127.0.0.1:PORT) or name (bookie-1)")
-    for action in (up, status, down, bookie):
+    recovery = actions.add_parser(
+        "autorecovery",
+        help="start or stop BookKeeper's AutoRecovery (Auditor and ReplicationWorker) beside the local bookies",
+        description="start: (re)start AutoRecovery with these intervals and return once an auditor is elected; "
+        "stop: stop it. Intervals in seconds, 0 turns that check off.",
+    )
+    recovery.add_argument("recovery_action", choices=("start", "stop"), metavar="start|stop")
+    defaults = AutoRecoveryOptions()
+    for flag, dest, default, text in (
+        ("--check-interval", "periodic_check_s", defaults.periodic_check_s, "every ledger's entries checked"),
+        ("--bookie-check-interval", "bookie_check_s", defaults.bookie_check_s, "lost bookies looked for"),
+        ("--replicas-check-interval", "replicas_check_s", defaults.replicas_check_s, "closed ledgers' replicas"),
+        (
+            "--lost-bookie-recovery-delay",
+            "lost_bookie_recovery_delay_s",
+            defaults.lost_bookie_recovery_delay_s,
+            "how long a bookie may be gone before its ledgers are marked",
+        ),
+    ):
+        recovery.add_argument(
+            flag, dest=dest, type=count_argument, default=default, metavar="S", help=f"{text} (default %(default)s)"
+        )
+    for action in (up, status, down, bookie, recovery):
         action.add_argument("--state-dir", help="state directory (default: services.state_dir, then XDG)")
         add_config_argument(action)
     up.add_argument("--format", choices=FORMATS, default="sh", help="output lines for eval (sh) or env files")
@@ -95,6 +119,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     status.set_defaults(handler=_status)
     down.set_defaults(handler=_down)
     bookie.set_defaults(handler=_bookie)
+    recovery.set_defaults(handler=_autorecovery)
 
 
 def shell_lines(variables: Mapping[str, str], fmt: str = "sh") -> list[str]:
@@ -145,7 +170,9 @@ def _status(args: argparse.Namespace) -> int:
     statuses = services.status()
     bookies = services.bookie_status()
     if args.format == "json":
-        print(json.dumps(_status_document(services.state_dir, statuses, bookies), indent=2))
+        document = _status_document(services.state_dir, statuses, bookies)
+        document["autorecovery"] = services.autorecovery().status().to_json()
+        print(json.dumps(document, indent=2))
         return _status_exit(statuses)
     lines = [f"# state_dir={services.state_dir}"]
     variables: dict[str, str] = {}
@@ -157,7 +184,7 @@ def _status(args: argparse.Namespace) -> int:
             _progress(f"{status.name} is {status.state}; last lines of {status.log_file}:")
             print(status.log_tail(), file=sys.stderr)
     lines += [f"# {bookie.describe()}" for bookie in bookies]
-    overrides = ",".join(f"{b.id}={b.agent}" for b in bookies if b.agent)
+    overrides = agent_overrides(bookies)
     if overrides:
         variables[AGENT_OVERRIDES_ENV] = overrides
     print("\n".join(lines + shell_lines(variables, args.format)))
@@ -195,6 +222,26 @@ def _bookie(args: argparse.Namespace) -> int:
     except ServicesError as error:
         raise _one_line_error(error) from None
     print(status.describe())
+    return 0
+
+
+def _autorecovery(args: argparse.Namespace) -> int:
+    recovery = _services(args).autorecovery()
+    try:
+        if args.recovery_action == "stop":
+            status = recovery.stop()
+        else:
+            options = AutoRecoveryOptions(
+                periodic_check_s=args.periodic_check_s,
+                bookie_check_s=args.bookie_check_s,
+                replicas_check_s=args.replicas_check_s,
+                lost_bookie_recovery_delay_s=args.lost_bookie_recovery_delay_s,
+            )
+            status = recovery.start(options)
+    except ServicesError as error:
+        raise _one_line_error(error) from None
+    pid = f" pid={status.pid}" if status.pid else ""
+    print(f"autorecovery {status.state}{pid} log={status.log_file}")
     return 0
 
 

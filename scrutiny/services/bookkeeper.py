@@ -29,7 +29,7 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -37,8 +37,14 @@ from pathlib import Path
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from scrutiny.paths import BOOKKEEPER_JARS, BOOKKEEPER_LOGGING
-from scrutiny.services.bookkeeper_tools import METADATA_ROOT, bookkeeper_shell, jvm_options, metadata_service_uri
+from scrutiny.paths import BOOKKEEPER_LOGGING
+from scrutiny.services.bookkeeper_tools import (
+    METADATA_ROOT,
+    bookkeeper_classpath,
+    bookkeeper_shell,
+    jvm_options,
+    metadata_service_uri,
+)
 from scrutiny.services.servers import (
     BOOKIE,
     BOOKIE_AGENT,
@@ -48,6 +54,7 @@ from scrutiny.services.servers import (
     LOOPBACK,
     PROBES,
     STATE_FILE,
+    Progress,
     RunningServer,
     ServicesError,
     ServiceState,
@@ -55,6 +62,7 @@ from scrutiny.services.servers import (
     is_same_process,
     java_binary,
     kill_process,
+    quiet,
     read_record,
     spawn_server,
     stop_process,
@@ -62,12 +70,11 @@ from scrutiny.services.servers import (
 )
 
 __all__ = [
-    "METADATA_ROOT",
     "BookieOptions",
     "BookieStatus",
     "BookieStorage",
     "LocalBookies",
-    "metadata_service_uri",
+    "agent_overrides",
 ]
 
 BOOKIE_MAIN = "org.apache.bookkeeper.server.Main"
@@ -236,11 +243,9 @@ def _state_of(name: str, directory: Path) -> tuple[ServiceState, int | None]:
     return ServiceState.UNRESPONSIVE, record.pid
 
 
-Progress = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    return None
+def agent_overrides(bookies: Iterable[BookieStatus]) -> str:
+    """``[bookies] agent_overrides`` for these bookies: ``id=host:port,...`` (those with an agent)."""
+    return ",".join(f"{b.id}={b.agent}" for b in bookies if b.agent)
 
 
 class LocalBookies:
@@ -304,13 +309,9 @@ class LocalBookies:
             agent_pid=agent_pid,
         )
 
-    def agent_overrides(self) -> str:
-        """``[bookies] agent_overrides`` for these bookies: ``id=host:port,...`` (DbLedgerStorage bookies only)."""
-        return ",".join(f"{i.id}={LOOPBACK}:{i.agent_port}" for i in self.identities() if i.has_agent)
-
     # --- bringing up -----------------------------------------------------------------------------
 
-    def up(self, count: int, options: BookieOptions | None = None, progress: Progress = _quiet) -> list[BookieStatus]:
+    def up(self, count: int, options: BookieOptions | None = None, progress: Progress = quiet) -> list[BookieStatus]:
         """Make bookies 1..``count`` run (new ones made with ``options``; existing ones keep theirs), with agents.
 
         The cluster is initialised first when ZooKeeper has none. All bookies start at once and this returns
@@ -341,7 +342,7 @@ class LocalBookies:
             raise
         return [self._status_of(i) for i in identities]
 
-    def init_cluster(self, progress: Progress = _quiet) -> None:
+    def init_cluster(self, progress: Progress = quiet) -> None:
         """Initialise the BookKeeper cluster in ZooKeeper (``shell initnewcluster``) unless it exists."""
         with self._zookeeper() as client:
             if client.exists(f"{METADATA_ROOT}/INSTANCEID") is not None:
@@ -380,7 +381,7 @@ class LocalBookies:
             "-XX:+UseSerialGC",
             *jvm_options(BOOKKEEPER_LOGGING),
             "-cp",
-            _classpath(),
+            bookkeeper_classpath(),
             BOOKIE_MAIN,
             "-c",
             str(config),
@@ -479,7 +480,7 @@ class LocalBookies:
             kill_process(record)
             (directory / STATE_FILE).unlink(missing_ok=True)
 
-    def down(self, progress: Progress = _quiet) -> None:
+    def down(self, progress: Progress = quiet) -> None:
         """Stop every agent and bookie recorded here (SIGTERM, then SIGKILL) and remove their state and data."""
         failures: list[str] = []
         for identity in self.identities():
@@ -510,9 +511,3 @@ class LocalBookies:
         finally:
             client.stop()
             client.close()
-
-
-def _classpath() -> str:
-    if not (BOOKKEEPER_JARS / "bookkeeper-server.jar").is_file():
-        raise ServicesError(f"BookKeeper's jars are not in {BOOKKEEPER_JARS}: run scripts/setup")
-    return str(BOOKKEEPER_JARS / "*")

@@ -27,6 +27,7 @@ from scrutiny.services.servers import ServicesError, java_binary
 __all__ = [
     "METADATA_ROOT",
     "LedgerToolError",
+    "bookkeeper_classpath",
     "bookkeeper_shell",
     "entries_read_from_bookie",
     "jvm_options",
@@ -67,10 +68,15 @@ def jvm_options(logging_config: Path) -> list[str]:
     ]
 
 
-def _tool_command(*tail: str) -> list[str]:
+def bookkeeper_classpath() -> str:
+    """BookKeeper's class path (``.jvm/bookkeeper/*``); ServicesError when ``scripts/setup`` has not resolved it."""
     if not (BOOKKEEPER_JARS / "bookkeeper-server.jar").is_file():
         raise ServicesError(f"BookKeeper's jars are not in {BOOKKEEPER_JARS}: run scripts/setup")
-    return [java_binary(), "-Xmx256m", *jvm_options(BOOKKEEPER_TOOLS_LOGGING), "-cp", str(BOOKKEEPER_JARS / "*"), *tail]
+    return str(BOOKKEEPER_JARS / "*")
+
+
+def _tool_command(*tail: str) -> list[str]:
+    return [java_binary(), "-Xmx256m", *jvm_options(BOOKKEEPER_TOOLS_LOGGING), "-cp", bookkeeper_classpath(), *tail]
 
 
 def bookkeeper_shell(metadata_service_uri: str, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:

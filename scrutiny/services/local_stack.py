@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from scrutiny.services.bookkeeper import BookieOptions, BookieStatus, LocalBookies
+from scrutiny.services.autorecovery import LocalAutoRecovery
+from scrutiny.services.bookkeeper import BookieOptions, BookieStatus, LocalBookies, agent_overrides
 from scrutiny.services.servers import (
     CRASHED_LOG_FILE,
     DEFAULT_START_TIMEOUT,
@@ -49,6 +50,7 @@ from scrutiny.services.servers import (
 #: The variable ``services up`` prints for the bookie agents of the local bookies (``[bookies] agent_overrides``).
 AGENT_OVERRIDES_ENV = "SCRUTINY_BOOKIES_AGENT_OVERRIDES"
 BOOKIES_DIR = "bookies"
+AUTORECOVERY_DIR = "autorecovery"
 _POLL_S = 0.05
 
 
@@ -75,7 +77,7 @@ class UpResult:
 
     def env(self) -> dict[str, str]:
         """The endpoints' variables, and the bookie agents' addresses when there are local bookies with agents."""
-        overrides = ",".join(f"{b.id}={b.agent}" for b in self.bookies if b.agent)
+        overrides = agent_overrides(self.bookies)
         return self.endpoints.env() | ({AGENT_OVERRIDES_ENV: overrides} if overrides else {})
 
 
@@ -125,6 +127,16 @@ class EmbeddedServices:
         zookeeper = record.address if record is not None else ""
         return LocalBookies(
             self.state_dir / BOOKIES_DIR, zookeeper, start_timeout=self.start_timeout, stop_timeout=self.stop_timeout
+        )
+
+    def autorecovery(self) -> LocalAutoRecovery:
+        """BookKeeper's AutoRecovery beside the local bookies (started on demand)."""
+        bookies = self.bookies()
+        return LocalAutoRecovery(
+            bookies.directory / AUTORECOVERY_DIR,
+            bookies.zookeeper,
+            start_timeout=self.start_timeout,
+            stop_timeout=self.stop_timeout,
         )
 
     def bookie_status(self) -> list[BookieStatus]:
@@ -275,6 +287,7 @@ class EmbeddedServices:
         failures: list[ServicesError] = []
         with self._locked():
             try:
+                self.autorecovery().stop()
                 self.bookies().down(progress)
             except ServicesError as error:
                 failures.append(error)

@@ -49,6 +49,8 @@ SERVICE_NAMES = (ZOOKEEPER, KAFKA)
 #: Record names of the real local bookies and their agents (``scrutiny.services.bookkeeper``).
 BOOKIE = "bookie"
 BOOKIE_AGENT = "bookie-agent"
+#: Record name of BookKeeper's AutoRecovery beside them (``scrutiny.services.autorecovery``): it has no port.
+AUTORECOVERY = "autorecovery"
 #: The environment variable that points every command at each service.
 ENV_NAMES = {ZOOKEEPER: "SCRUTINY_ZOOKEEPER", KAFKA: "SCRUTINY_KAFKA"}
 STATE_FILE = "state.json"
@@ -471,6 +473,7 @@ PROBES: dict[str, Callable[[str, int, float], bool]] = {
     KAFKA: kafka_answers,
     BOOKIE: accepts_connections,
     BOOKIE_AGENT: accepts_connections,
+    AUTORECOVERY: lambda _host, _port, _timeout: True,  # no port: its process living is all there is to probe
 }
 
 

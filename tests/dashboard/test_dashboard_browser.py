@@ -189,11 +189,23 @@ def test_the_command_serves_with_its_token_and_stops_on_ctrl_c(data_dir: Path) -
         assert TOKEN not in line  # a given token is never printed
         assert_token_guard(line.split()[2])
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=15) == 0
+        try:
+            assert process.wait(timeout=15) == 0
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"no exit 15 s after SIGINT; {_signal_state(process.pid)}") from None
     finally:
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
+
+
+def _signal_state(pid: int) -> str:
+    """The process's signal masks and thread count (why a signal did nothing), from /proc."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError as error:
+        return f"no /proc entry ({error})"
+    return ", ".join(line for line in lines if line.startswith(("SigIgn", "SigCgt", "SigBlk", "Threads", "State")))
 
 
 def read_line(process: subprocess.Popen[str], *, timeout_s: float) -> str:

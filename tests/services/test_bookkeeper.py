@@ -30,7 +30,7 @@ from scrutiny.core.sequence_groups import SequenceGroup
 from scrutiny.core.striping import write_set
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
 from scrutiny.core.zk_paths import ledger_path
-from scrutiny.core.zk_records import parse_bookie_service_info, parse_layout
+from scrutiny.core.zk_records import format_cookie, parse_bookie_service_info, parse_cookie, parse_layout
 from scrutiny.services.bookkeeper import BookieOptions, BookieStorage
 from scrutiny.services.bookkeeper_tools import METADATA_ROOT, entries_read_from_bookie, ledger_tool
 from scrutiny.services.local_stack import EmbeddedServices
@@ -156,6 +156,14 @@ def test_every_znode_the_real_cluster_wrote_decodes(cluster: Cluster) -> None:
         for bookie in registered:
             info = parse_bookie_service_info(client.get(f"{METADATA_ROOT}/available/{bookie}")[0])
             assert info is not None and info.endpoints, bookie
+        statuses = {b.id: b for b in cluster.services.bookie_status()}
+        assert sorted(client.get_children(f"{METADATA_ROOT}/cookies")) == sorted(statuses)
+        for bookie, status in statuses.items():
+            data = client.get(f"{METADATA_ROOT}/cookies/{bookie}")[0]
+            cookie = parse_cookie(data)
+            assert (cookie.bookie_host, cookie.instance_id) == (bookie, instance_id)
+            assert cookie.ledger_dirs == (str(status.ledger_dir),) and cookie.journal_dir == str(status.journal_dir)
+            assert format_cookie(cookie) == data  # byte for byte
         ledger_nodes: list[bytes] = []
         stack = [f"{METADATA_ROOT}/00"]
         while stack:

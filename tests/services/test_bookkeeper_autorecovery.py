@@ -1,0 +1,96 @@
+"""BookKeeper's own AutoRecovery beside real bookies: its marks are read as such, and after its ReplicationWorker has
+re-replicated a lost bookie's ledgers the checker finds them healthy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from scrutiny.core.ledger_metadata import decode_ledger_metadata
+from scrutiny.core.zk_paths import ledger_path, underreplication_path
+from scrutiny.core.zk_records import UnderReplicationMark, parse_underreplication_mark
+from scrutiny.services.bookkeeper import BookieOptions
+from scrutiny.services.bookkeeper_tools import METADATA_ROOT, ledger_tool
+from scrutiny.services.local_stack import EmbeddedServices
+from scrutiny.services.servers import ServiceState
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_lost_bookies_ledgers_are_marked_replicated_and_then_healthy(tmp_path: Path) -> None:
+    services = EmbeddedServices(tmp_path / "services", start_timeout=60.0)
+    try:
+        result = services.up(bookies=4, bookie_options=BookieOptions(flush_interval_ms=1000))
+        uri = services.bookies().metadata_service_uri
+        ledgers = ledger_tool(uri, "create", "--entries", "20", "--count", "6")  # E=3 of 4 bookies
+        held = Counter(b for ledger in ledgers for b in ledger["segments"][0]["bookies"])
+        victim = held.most_common(1)[0][0]
+        affected = {ledger["ledger_id"] for ledger in ledgers if victim in ledger["segments"][0]["bookies"]}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SCRUTINY_")} | result.env()
+        env |= {"SCRUTINY_SERVICES_STATE_DIR": str(tmp_path / "services"), "SPARK_LOCAL_IP": "127.0.0.1"}
+        env |= {"PYSPARK_PYTHON": sys.executable, "SCRUTINY_VERDICT_WRITE_CACHE_FLUSH_SECONDS": "1"}
+
+        started = _cli(env, "services", "autorecovery", "start", "--bookie-check-interval", "2")
+        assert started.returncode == 0 and started.stdout.startswith("autorecovery running pid="), started.stderr
+        status = json.loads(_cli(env, "services", "status", "--format", "json").stdout)
+        assert status["autorecovery"]["state"] == "running"
+
+        services.bookies().stop(victim)  # a bookie lost for good: lostBookieRecoveryDelay 0
+        client = KazooClient(hosts=result.endpoints.zookeeper)
+        client.start(timeout=10)
+        try:
+            marks = _watch_until_replicated(client, affected, victim, deadline_s=120)
+        finally:
+            client.stop()
+            client.close()
+        assert marks, "no under-replication mark was seen"
+        assert all(victim in mark.replicas for mark in marks.values()), marks  # the Auditor names the lost bookie
+
+        scan = _cli(env, "scan", "--deep", "--data-dir", str(tmp_path / "data"), "--format", "json", timeout=600)
+        summary = json.loads(scan.stdout)
+        assert scan.returncode == 0 and summary["status"] == "HEALTHY", scan.stdout[-3000:] + scan.stderr[-2000:]
+        assert summary["ledgers_checked"] == len(ledgers)
+
+        stopped = _cli(env, "services", "autorecovery", "stop")
+        assert stopped.returncode == 0 and services.autorecovery().status().state is ServiceState.STOPPED
+    finally:
+        services.down()
+
+
+def _watch_until_replicated(
+    client: KazooClient, affected: set[int], victim: str, *, deadline_s: float
+) -> dict[int, UnderReplicationMark]:
+    """Poll the marks and ledgers until no affected ledger has the victim in an ensemble or a mark; the marks seen."""
+    marks: dict[int, UnderReplicationMark] = {}
+    deadline = time.monotonic() + deadline_s
+    while True:
+        pending = set()
+        for ledger_id in affected:
+            try:
+                data, _ = client.get(underreplication_path(ledger_id, root=METADATA_ROOT))
+                marks[ledger_id] = parse_underreplication_mark(data)
+                pending.add(ledger_id)
+            except NoNodeError:
+                pass
+            metadata = decode_ledger_metadata(client.get(ledger_path(ledger_id, root=METADATA_ROOT))[0])
+            if any(victim in segment.ensemble for segment in metadata.segments):
+                pending.add(ledger_id)
+        if not pending:
+            return marks
+        assert time.monotonic() < deadline, f"still under-replicated: {sorted(pending)}, marks seen: {marks}"
+        time.sleep(0.05)
+
+
+def _cli(env: dict[str, str], *args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "scrutiny.cli", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout, check=False)
