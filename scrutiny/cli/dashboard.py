@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import signal
 import sys
 from collections.abc import Mapping
 
@@ -111,6 +112,10 @@ def _run(args: argparse.Namespace) -> int:
         print(f"scrutiny dashboard: {server.url()}", flush=True)
     every = f"{args.refresh_seconds:g}"
     print(f"scrutiny dashboard: serving {data_dir}, refreshing every {every} s; Ctrl-C stops", flush=True)
+    # SIGINT and SIGTERM stop it, even when it was started with SIGINT ignored (a background job of a script,
+    # where Python installs no Ctrl-C handler of its own), as they stop every long-running command.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _interrupt)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -123,3 +128,7 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         server.stop()
     return 0
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
