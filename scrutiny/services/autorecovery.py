@@ -21,22 +21,20 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kazoo.client import KazooClient
-
 from scrutiny.core.zk_paths import auditor_election_path
 from scrutiny.paths import BOOKKEEPER_LOGGING
+from scrutiny.services.bookkeeper import LocalBookies
 from scrutiny.services.bookkeeper_tools import METADATA_ROOT, bookkeeper_classpath, jvm_options, metadata_service_uri
 from scrutiny.services.servers import (
     AUTORECOVERY,
-    DEFAULT_START_TIMEOUT,
-    DEFAULT_STOP_TIMEOUT,
+    LOG_FILE,
     STATE_FILE,
     RunningServer,
     ServicesError,
     ServiceState,
-    is_same_process,
     java_binary,
     read_record,
+    recorded_state,
     spawn_server,
     stop_process,
 )
@@ -45,6 +43,8 @@ __all__ = ["AutoRecoveryOptions", "AutoRecoveryStatus", "LocalAutoRecovery"]
 
 AUTORECOVERY_MAIN = "org.apache.bookkeeper.replication.AutoRecoveryMain"
 CONFIG_FILE = "ar.conf"
+#: Its directory among the bookies' (``<state_dir>/bookies/autorecovery``).
+AUTORECOVERY_DIR = "autorecovery"
 _POLL_S = 0.2
 
 
@@ -94,36 +94,23 @@ class AutoRecoveryStatus:
 
 
 class LocalAutoRecovery:
-    """AutoRecovery in ``directory`` against the ZooKeeper at ``zookeeper`` (one at a time)."""
+    """AutoRecovery beside ``bookies`` (in their directory, on their ZooKeeper, with their timeouts; one at a time)."""
 
-    def __init__(
-        self,
-        directory: Path | str,
-        zookeeper: str,
-        *,
-        start_timeout: float = DEFAULT_START_TIMEOUT,
-        stop_timeout: float = DEFAULT_STOP_TIMEOUT,
-    ) -> None:
-        self.directory = Path(directory)
-        self.zookeeper = zookeeper
-        self.start_timeout = start_timeout
-        self.stop_timeout = stop_timeout
+    def __init__(self, bookies: LocalBookies) -> None:
+        self.bookies = bookies
+        self.directory = bookies.directory / AUTORECOVERY_DIR
 
     def status(self) -> AutoRecoveryStatus:
         """Running while its recorded process lives; crashed when it died; stopped when none is recorded."""
-        record = read_record(self.directory)
-        log_file = self.directory / "server.log"
-        if record is None:
-            return AutoRecoveryStatus(ServiceState.STOPPED, None, log_file)
-        state = ServiceState.RUNNING if is_same_process(record) else ServiceState.CRASHED
-        return AutoRecoveryStatus(state, record.pid, log_file)
+        state, record = recorded_state(AUTORECOVERY, self.directory)
+        return AutoRecoveryStatus(state, None if record is None else record.pid, self.directory / LOG_FILE)
 
     def start(self, options: AutoRecoveryOptions | None = None) -> AutoRecoveryStatus:
         """Start it (a running one is stopped first, so new intervals apply); return once an auditor is elected."""
         self.stop()
         self.directory.mkdir(parents=True, exist_ok=True)
         config = self.directory / CONFIG_FILE
-        config.write_text((options or AutoRecoveryOptions()).config(self.zookeeper))
+        config.write_text((options or AutoRecoveryOptions()).config(self.bookies.zookeeper))
         command = [
             java_binary(),
             "-Xmx128m",
@@ -139,7 +126,7 @@ class LocalAutoRecovery:
         try:
             self._wait_elected(server)
         except BaseException:
-            server.stop(self.stop_timeout)
+            server.stop(self.bookies.stop_timeout)
             raise
         return self.status()
 
@@ -147,23 +134,18 @@ class LocalAutoRecovery:
         """Stop it (SIGTERM, then SIGKILL) if it runs."""
         record = read_record(self.directory)
         if record is not None:
-            stop_process(record, self.stop_timeout)
+            stop_process(record, self.bookies.stop_timeout)
             with contextlib.suppress(FileNotFoundError):
                 (self.directory / STATE_FILE).unlink()
         return self.status()
 
     def _wait_elected(self, server: RunningServer) -> None:
-        deadline = time.monotonic() + self.start_timeout
+        deadline = time.monotonic() + self.bookies.start_timeout
         election = auditor_election_path(root=METADATA_ROOT)
-        client = KazooClient(hosts=self.zookeeper, timeout=5.0)
-        client.start(timeout=10.0)
-        try:
+        with self.bookies.zookeeper_client() as client:
             while not (client.exists(election) and client.get_children(election)):
                 if not server.is_alive():
                     raise ServicesError("AutoRecovery exited before an auditor was elected", log_tail=server.log_tail())
                 if time.monotonic() >= deadline:
                     raise ServicesError("AutoRecovery elected no auditor in time", log_tail=server.log_tail())
                 time.sleep(_POLL_S)
-        finally:
-            client.stop()
-            client.close()

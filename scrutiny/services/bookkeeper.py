@@ -37,6 +37,12 @@ from pathlib import Path
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from scrutiny.connectors.zookeeper.client import (
+    ZooKeeperUnreachableError,
+    close_zookeeper_client,
+    start_zookeeper_client,
+)
+from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
 from scrutiny.paths import BOOKKEEPER_LOGGING
 from scrutiny.services.bookkeeper_tools import (
     METADATA_ROOT,
@@ -52,18 +58,17 @@ from scrutiny.services.servers import (
     DEFAULT_STOP_TIMEOUT,
     LOG_FILE,
     LOOPBACK,
-    PROBES,
     STATE_FILE,
     Progress,
     RunningServer,
     ServicesError,
     ServiceState,
     free_port,
-    is_same_process,
     java_binary,
     kill_process,
     quiet,
     read_record,
+    recorded_state,
     spawn_server,
     stop_process,
     wait_ready,
@@ -233,14 +238,8 @@ def _write_identity(directory: Path, identity: BookieIdentity) -> None:
 
 
 def _state_of(name: str, directory: Path) -> tuple[ServiceState, int | None]:
-    record = read_record(directory)
-    if record is None:
-        return ServiceState.STOPPED, None
-    if not is_same_process(record):
-        return ServiceState.CRASHED, record.pid
-    if PROBES[name](record.host, record.port, 1.0):
-        return ServiceState.RUNNING, record.pid
-    return ServiceState.UNRESPONSIVE, record.pid
+    state, record = recorded_state(name, directory)
+    return state, None if record is None else record.pid
 
 
 def agent_overrides(bookies: Iterable[BookieStatus]) -> str:
@@ -344,7 +343,7 @@ class LocalBookies:
 
     def init_cluster(self, progress: Progress = quiet) -> None:
         """Initialise the BookKeeper cluster in ZooKeeper (``shell initnewcluster``) unless it exists."""
-        with self._zookeeper() as client:
+        with self.zookeeper_client() as client:
             if client.exists(f"{METADATA_ROOT}/INSTANCEID") is not None:
                 return
         done = bookkeeper_shell(self.metadata_service_uri, "initnewcluster", timeout=60.0)
@@ -401,7 +400,7 @@ class LocalBookies:
             raise ServicesError(f"bookie {bookie_id} did not start: {failure}", log_tail=server.log_tail())
 
     def _wait_registered(self, server: RunningServer, bookie_id: str, deadline: float) -> str | None:
-        with self._zookeeper() as client:
+        with self.zookeeper_client() as client:
             while client.exists(f"{METADATA_ROOT}/available/{bookie_id}") is None:
                 if not server.is_alive():
                     return "the process exited"
@@ -469,7 +468,7 @@ class LocalBookies:
             (agent_dir / STATE_FILE).unlink(missing_ok=True)
         for sub in ("journal", "ledgers"):
             shutil.rmtree(self.directory / identity.name / sub, ignore_errors=True)
-        with self._zookeeper() as client, contextlib.suppress(NoNodeError):
+        with self.zookeeper_client() as client, contextlib.suppress(NoNodeError):
             client.delete(f"{METADATA_ROOT}/cookies/{identity.id}")
         return self.start(bookie)
 
@@ -500,14 +499,13 @@ class LocalBookies:
         shutil.rmtree(self.directory, ignore_errors=True)
 
     @contextlib.contextmanager
-    def _zookeeper(self) -> Iterator[KazooClient]:
-        client = KazooClient(hosts=self.zookeeper, timeout=5.0)
+    def zookeeper_client(self) -> Iterator[KazooClient]:
+        """A started client of the cluster's ZooKeeper (the project's client and retries), closed on exit."""
         try:
-            client.start(timeout=10.0)
-        except Exception as error:
-            raise ServicesError(f"cannot reach ZooKeeper at {self.zookeeper}: {error}") from None
+            client = start_zookeeper_client(ZooKeeperSection(), timeout_s=10.0, hosts=self.zookeeper)
+        except ZooKeeperUnreachableError as error:
+            raise ServicesError(str(error)) from None
         try:
             yield client
         finally:
-            client.stop()
-            client.close()
+            close_zookeeper_client(client)

@@ -42,6 +42,7 @@ from scrutiny.services.servers import (
     log_tail,
     quiet,
     read_record,
+    recorded_state,
     start_kafka,
     start_zookeeper,
     stop_process,
@@ -50,7 +51,6 @@ from scrutiny.services.servers import (
 #: The variable ``services up`` prints for the bookie agents of the local bookies (``[bookies] agent_overrides``).
 AGENT_OVERRIDES_ENV = "SCRUTINY_BOOKIES_AGENT_OVERRIDES"
 BOOKIES_DIR = "bookies"
-AUTORECOVERY_DIR = "autorecovery"
 _POLL_S = 0.05
 
 
@@ -131,13 +131,7 @@ class EmbeddedServices:
 
     def autorecovery(self) -> LocalAutoRecovery:
         """BookKeeper's AutoRecovery beside the local bookies (started on demand)."""
-        bookies = self.bookies()
-        return LocalAutoRecovery(
-            bookies.directory / AUTORECOVERY_DIR,
-            bookies.zookeeper,
-            start_timeout=self.start_timeout,
-            stop_timeout=self.stop_timeout,
-        )
+        return LocalAutoRecovery(self.bookies())
 
     def bookie_status(self) -> list[BookieStatus]:
         """Each local bookie's state and its agent's (empty when ``up`` started none)."""
@@ -177,16 +171,9 @@ class EmbeddedServices:
 
     def _status_of(self, name: str) -> ServiceStatus:
         directory = self.service_dir(name)
-        record = read_record(directory)
-        if record is None:
-            return ServiceStatus(name, ServiceState.STOPPED, None, directory / LOG_FILE)
-        if not is_same_process(record):
-            state = ServiceState.CRASHED
-        elif PROBES[name](record.host, record.port, 1.0):
-            state = ServiceState.RUNNING
-        else:
-            state = ServiceState.UNRESPONSIVE
-        return ServiceStatus(name, state, record, Path(record.log_file))
+        state, record = recorded_state(name, directory)
+        log_file = Path(record.log_file) if record is not None else directory / LOG_FILE
+        return ServiceStatus(name, state, record, log_file)
 
     def up(
         self,

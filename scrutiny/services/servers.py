@@ -477,6 +477,19 @@ PROBES: dict[str, Callable[[str, int, float], bool]] = {
 }
 
 
+def recorded_state(name: str, directory: Path) -> tuple[ServiceState, ServiceRecord | None]:
+    """What ``directory/state.json`` says of a server and whether it holds: stopped (no record), crashed (its
+    process is gone), running (it answers its probe) or unresponsive."""
+    record = read_record(directory)
+    if record is None:
+        return ServiceState.STOPPED, None
+    if not is_same_process(record):
+        return ServiceState.CRASHED, record
+    if PROBES[name](record.host, record.port, 1.0):
+        return ServiceState.RUNNING, record
+    return ServiceState.UNRESPONSIVE, record
+
+
 # --- one server ----------------------------------------------------------------------------------
 
 
