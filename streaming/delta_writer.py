@@ -11,10 +11,10 @@
   version is not above the one recorded. A batch re-run after a crash between two table commits therefore writes
   only the tables that do not hold it. The outcome reported per table (written or already held) comes from the
   version recorded before the write; the decision to skip is Delta's.
-* **Order**: ``violations``, ``ledger_checks`` and ``open_violations`` are written at the same time (three Spark
-  jobs in parallel: a Delta write is mostly fixed cost, so a batch takes one write's time, not three), and
-  ``checker_runs`` only after all three committed — a row in ``checker_runs`` means the whole batch is in. A table
-  with no rows in a batch gets no commit (``checker_runs`` always gets its row).
+* **Order**: ``violations``, ``ledger_checks``, ``open_violations`` and ``rejected_events`` are written at the same
+  time (Spark jobs in parallel: a Delta write is mostly fixed cost, so a batch takes one write's time, not one per
+  table), and ``checker_runs`` only after all of them committed — a row in ``checker_runs`` means the whole batch
+  is in. A table with no rows in a batch gets no commit (``checker_runs`` always gets its row).
 * ``app_id`` must identify the stream *and its checkpoint* (Spark numbers batches from 0 again with a new
   checkpoint; a reused ``app_id`` would skip them all). A batch id below a table's recorded one is logged.
 * **Tables exist** after :meth:`CheckerTables.ensure_tables` (created with their schema if missing, the three history
@@ -30,7 +30,7 @@ transaction settings live on a session only the MERGE uses, so they never reach 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
@@ -52,14 +52,17 @@ from scrutiny.connectors.tables.schemas import (
     OPEN_VIOLATIONS,
     OPEN_VIOLATIONS_MERGE,
     READABLE_SCHEMAS,
+    REJECTED_EVENTS,
     REPAIR_ACTIONS,
     TABLE_NAMES,
     VIOLATIONS,
+    WRITTEN_TABLES,
     OutputSchemaError,
     RunRecord,
     conform_output,
     ledger_check_rows,
     open_violation_changes,
+    rejected_event_rows,
     run_rows,
     violation_rows,
 )
@@ -86,12 +89,13 @@ DESCRIPTIONS: Final[Mapping[str, str]] = {
     OPEN_VIOLATIONS: "Scrutiny: current state of each violation key (MERGE)",
     LEDGER_CHECKS: "Scrutiny: every completed ledger check (append-only)",
     CHECKER_RUNS: "Scrutiny: one row per checker batch (append-only)",
+    REJECTED_EVENTS: "Scrutiny: every record of the topic the checker could not use (append-only)",
     REPAIR_ACTIONS: "Scrutiny: every under-replication mark a fix made or skipped (append-only)",
 }
 
 
 #: Tables created with ``delta.appendOnly=true``: the checker's history tables and the fix's record.
-_APPEND_ONLY: Final = (*APPEND_TABLES, REPAIR_ACTIONS)
+_APPEND_ONLY: Final = (*APPEND_TABLES, REJECTED_EVENTS, REPAIR_ACTIONS)
 
 
 class WriteOutcome(StrEnum):
@@ -211,7 +215,7 @@ def _check_schema(name: str, actual: StructType, expected: StructType) -> None:
 
 
 class CheckerTables:
-    """The writer of the four tables for one stream (``app_id``); see the module docstring for its guarantees.
+    """The writer of the checker's tables for one stream (``app_id``); see the module docstring for its guarantees.
 
     Not thread-safe; one instance per driver.
     """
@@ -224,13 +228,17 @@ class CheckerTables:
         self.data_dir = data_dir
         self.app_id = app_id
         self._ready = False
+        self._created: set[str] = set()
 
     def uri(self, name: str) -> str:
         """The location of table ``name``."""
         return location(self.data_dir, name)
 
     def ensure_tables(self) -> tuple[str, ...]:
-        """Create the missing tables (empty, with their schema); check the others' schema. Returns those created."""
+        """Create the four tables if missing (empty, with their schema); check the others' schema; those created.
+
+        ``rejected_events`` is created with its first row (most streams never have one).
+        """
         created = tuple(name for name in TABLE_NAMES if ensure_table(self.spark, self.data_dir, name))
         if created:
             log.info("created Delta tables %s under %s", ", ".join(created), self.data_dir)
@@ -253,8 +261,12 @@ class CheckerTables:
         """The last batch fully written (``checker_runs`` is committed last), or None: for the startup log."""
         return self.committed_batch(CHECKER_RUNS)
 
-    def write_batch(self, batch_id: int, output: pa.Table, run: RunRecord) -> WriteResult:
-        """Write batch ``batch_id`` to all four tables exactly once (tables that already hold it are skipped).
+    def write_batch(
+        self, batch_id: int, output: pa.Table, run: RunRecord, *, rejected: Sequence[Mapping[str, object]] = ()
+    ) -> WriteResult:
+        """Write batch ``batch_id`` to every table exactly once (tables that already hold it are skipped).
+
+        ``rejected``: the batch's "rejected" records (records of the topic the checker could not use).
 
         Raises OutputSchemaError (nothing written) on bad output; an error mid-way leaves the committed tables
         committed, and calling again with the same batch completes the rest.
@@ -268,11 +280,12 @@ class CheckerTables:
             VIOLATIONS: violation_rows(conformed, batch_id=batch_id, source=run.source),
             LEDGER_CHECKS: ledger_check_rows(conformed, batch_id=batch_id, source=run.source),
             OPEN_VIOLATIONS: open_violation_changes(conformed, batch_id=batch_id, source=run.source),
+            REJECTED_EVENTS: rejected_event_rows(rejected, batch_id=batch_id, run_id=run.run_id),
             CHECKER_RUNS: run_rows(run, batch_id=batch_id),
         }
         if not self._ready:
             self.ensure_tables()
-        first, last = TABLE_NAMES[:-1], TABLE_NAMES[-1]
+        first, last = WRITTEN_TABLES[:-1], WRITTEN_TABLES[-1]
         with ThreadPoolExecutor(max_workers=len(first), thread_name_prefix="delta-write") as pool:
             pending = [pool.submit(self._write_table, name, rows[name], batch_id) for name in first]
             writes = [future.result() for future in pending]  # the first error is raised once all have ended
@@ -281,6 +294,9 @@ class CheckerTables:
     def _write_table(self, name: str, rows: pa.Table, batch_id: int) -> TableWrite:
         if not rows.num_rows and name != CHECKER_RUNS:
             return TableWrite(name, WriteOutcome.EMPTY)  # a re-run that finds rows here never wrote them before
+        if name == REJECTED_EVENTS and name not in self._created:
+            ensure_table(self.spark, self.data_dir, name)
+            self._created.add(name)
         done = self.committed_batch(name)
         held = done is not None and done >= batch_id
         if done is not None and done > batch_id:

@@ -9,8 +9,9 @@ their decode error.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
-from scrutiny.core.errors import FormatError
+from scrutiny.core.errors import FormatError, ScrutinyError
 from scrutiny.core.ledger_metadata import decode_ledger_metadata
 from scrutiny.core.metadata_view import ChangeKind, MetadataChange, Node
 from scrutiny.core.zk_records import parse_underreplication_mark
@@ -18,6 +19,37 @@ from scrutiny.proto import ledger_events_pb2 as pb
 
 CLUSTER_KEY = b"cluster"
 Origin = pb.Origin
+
+#: Events about one ledger (keyed by its id); every other known kind is cluster-wide.
+LEDGER_KINDS = frozenset(
+    {
+        pb.EventKind.LEDGER_CREATED,
+        pb.EventKind.LEDGER_CHANGED,
+        pb.EventKind.LEDGER_DELETED,
+        pb.EventKind.UNDER_REPLICATION_MARKED,
+        pb.EventKind.UNDER_REPLICATION_CLEARED,
+    }
+)
+_KNOWN_KINDS = frozenset(v for v in pb.EventKind.values() if v != pb.EventKind.EVENT_KIND_UNSPECIFIED)
+
+
+class RejectReason(StrEnum):
+    """Why a record of the topic cannot be used (the ``reason`` column of ``rejected_events``)."""
+
+    UNDECODABLE = "undecodable"  # no value, or bytes that are not a ledger event
+    UNKNOWN_KIND = "unknown_kind"  # no event kind, or one this version does not know
+    FOREIGN_CLUSTER = "foreign_cluster"  # published for another ledgers root
+    BAD_LEDGER_ID = "bad_ledger_id"  # a ledger event with a negative ledger id
+    BAD_KEY = "bad_key"  # the Kafka key is not the one the watcher gives that event
+
+
+class RejectedEventError(ScrutinyError):
+    """A record the checker skips: ``reason`` (closed set) and ``details`` (words an operator can act on)."""
+
+    def __init__(self, reason: RejectReason, details: str) -> None:
+        self.reason = reason
+        self.details = details
+        super().__init__(f"{reason.value}: {details}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,13 +102,52 @@ def metadata_error(data: bytes) -> str:
 
 def parse_event(data: bytes) -> pb.LedgerEvent:
     """An event from its Kafka value; raises FormatError on bytes that are not one."""
+    event = _decode(data)
+    if event.kind == pb.EventKind.EVENT_KIND_UNSPECIFIED:
+        raise FormatError("ledger event", "no event kind")
+    return event
+
+
+def _decode(data: bytes) -> pb.LedgerEvent:
     event = pb.LedgerEvent()
     try:
         event.ParseFromString(data)
     except Exception as error:  # protobuf raises DecodeError and, on some inputs, others
         raise FormatError("ledger event", str(error) or type(error).__name__) from error
-    if event.kind == pb.EventKind.EVENT_KIND_UNSPECIFIED:
-        raise FormatError("ledger event", "no event kind")
+    return event
+
+
+def accept_event(key: bytes | None, value: bytes | None, ledgers_root: str) -> pb.LedgerEvent:
+    """The event of one Kafka record, if the checker of ``ledgers_root`` can use it; RejectedEventError if not.
+
+    Usable means: a ledger event (protobuf) of a known kind, published for ``ledgers_root`` (events that carry
+    no root are taken), a ledger event's id not negative, and the key the watcher gives it (the ledger id in
+    decimal ASCII, or :data:`CLUSTER_KEY` for cluster-wide events).
+    """
+    if not value:
+        raise RejectedEventError(RejectReason.UNDECODABLE, "the record has no value")
+    try:
+        event = _decode(value)
+    except FormatError as error:
+        raise RejectedEventError(RejectReason.UNDECODABLE, f"not a ledger event ({error.reason})") from None
+    if event.kind not in _KNOWN_KINDS:
+        known = "has no kind" if event.kind == pb.EventKind.EVENT_KIND_UNSPECIFIED else f"has kind {event.kind}"
+        raise RejectedEventError(RejectReason.UNKNOWN_KIND, f"the event {known}, not one this version knows")
+    if event.ledgers_root and event.ledgers_root != ledgers_root:
+        raise RejectedEventError(
+            RejectReason.FOREIGN_CLUSTER,
+            f"published for ledgers root {event.ledgers_root!r}, this checker watches {ledgers_root!r}",
+        )
+    ledger_event = event.kind in LEDGER_KINDS
+    if ledger_event and event.ledger_id < 0:
+        raise RejectedEventError(RejectReason.BAD_LEDGER_ID, f"ledger id {event.ledger_id} is negative")
+    expected = ledger_key(event.ledger_id) if ledger_event else CLUSTER_KEY
+    if key != expected:
+        shown = "no key" if key is None else f"key {key.decode('utf-8', 'replace')!r}"
+        raise RejectedEventError(
+            RejectReason.BAD_KEY,
+            f"{shown} on a {pb.EventKind.Name(event.kind)} event, expected {expected.decode('ascii')!r}",
+        )
     return event
 
 

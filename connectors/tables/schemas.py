@@ -191,8 +191,30 @@ REPAIR_ACTIONS_SCHEMA: Final = pa.schema(
         _field("at", UTC_TIMESTAMP, nullable=False),
     ]
 )
-#: Every table a reader may ask for by name: the checker's four and the fix's record.
-READABLE_SCHEMAS: Final[Mapping[str, pa.Schema]] = {**TABLE_SCHEMAS, REPAIR_ACTIONS: REPAIR_ACTIONS_SCHEMA}
+#: The records of the topic the streaming checker could not use (docs/tables.md), written with each batch.
+REJECTED_EVENTS: Final = "rejected_events"
+REJECTED_EVENTS_SCHEMA: Final = pa.schema(
+    [
+        _field("rejected_at", UTC_TIMESTAMP, nullable=False),
+        _field("kafka_partition", pa.int32(), nullable=False),
+        _field("kafka_offset", pa.int64(), nullable=False),
+        _field("kafka_key", pa.string()),
+        _field("reason", pa.string(), nullable=False),
+        _field("details", pa.string(), nullable=False),
+        _field("value_bytes", pa.int64(), nullable=False),
+        _field("value_head", pa.string(), nullable=False),
+        _field("batch_id", pa.int64(), nullable=False),
+        _field("run_id", pa.string(), nullable=False),
+    ]
+)
+#: The tables the checker's writer commits per batch, in order (``checker_runs`` last: the "batch done" marker).
+WRITTEN_TABLES: Final = (VIOLATIONS, LEDGER_CHECKS, OPEN_VIOLATIONS, REJECTED_EVENTS, CHECKER_RUNS)
+#: Every table a reader may ask for by name: the checker's four, the rejected records and the fix's record.
+READABLE_SCHEMAS: Final[Mapping[str, pa.Schema]] = {
+    **TABLE_SCHEMAS,
+    REJECTED_EVENTS: REJECTED_EVENTS_SCHEMA,
+    REPAIR_ACTIONS: REPAIR_ACTIONS_SCHEMA,
+}
 
 #: The MERGE source of ``open_violations``: one row per key with the batch's net effect on it.
 #: ``has_violation`` false means "resolve the open row, if any"; ``first_seen`` is used only on insert.
@@ -515,6 +537,16 @@ def run_rows(run: RunRecord, *, batch_id: int) -> pa.Table:
         "source": run.source,
     }
     return pa.Table.from_pylist([row], schema=CHECKER_RUNS_SCHEMA)
+
+
+def rejected_event_rows(records: Sequence[Mapping[str, object]], *, batch_id: int, run_id: str) -> pa.Table:
+    """The ``rejected_events`` rows of a batch's "rejected" records (the fetch stage's JSON, widened)."""
+    names = [f.name for f in REJECTED_EVENTS_SCHEMA if f.name not in ("rejected_at", "batch_id", "run_id")]
+    rows = [
+        {"rejected_at": r["at"], **{n: r.get(n) for n in names}, "batch_id": batch_id, "run_id": run_id}
+        for r in records
+    ]
+    return pa.Table.from_pylist(rows, schema=REJECTED_EVENTS_SCHEMA)
 
 
 def violation_records(table: pa.Table) -> list[dict[str, object]]:

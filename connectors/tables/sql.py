@@ -33,7 +33,7 @@ import duckdb
 from deltalake import DeltaTable
 
 from scrutiny.connectors.tables.delta import live_dataset, table_uri
-from scrutiny.connectors.tables.schemas import REPAIR_ACTIONS, TABLE_NAMES
+from scrutiny.connectors.tables.schemas import REJECTED_EVENTS, REPAIR_ACTIONS, TABLE_NAMES
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.paths import SQL_VIEWS_DIR
 
@@ -233,7 +233,8 @@ class SqlEngine:
 
     @property
     def missing_tables(self) -> tuple[str, ...]:
-        """The checker's tables that the data directory does not hold (``repair_actions`` is expected to be absent)."""
+        """The checker's tables that the data directory does not hold (``repair_actions`` and ``rejected_events`` may
+        well be absent)."""
         return tuple(name for name in self._catalog.missing if name in TABLE_NAMES)
 
     @property
@@ -282,8 +283,9 @@ class SqlEngine:
                 self._catalog.missing.append(name)
         if not self._catalog.tables:
             raise DataDirError(f"data directory {self.data_dir} holds none of the tables {', '.join(TABLE_NAMES)}")
-        if not self._register(REPAIR_ACTIONS):  # there only after a `scan --fix`
-            self._catalog.missing.append(REPAIR_ACTIONS)
+        for optional in (REPAIR_ACTIONS, REJECTED_EVENTS):  # there only after a `scan --fix`, a rejected record
+            if not self._register(optional):
+                self._catalog.missing.append(optional)
 
     def _register(self, name: str) -> bool:
         """Register table ``name`` if the data directory holds it; whether it does."""

@@ -15,12 +15,12 @@ from collections.abc import Mapping
 from typing import Final
 
 from scrutiny.core.ledger_tracker import TrackedLedger
-from scrutiny.streaming.checker.records import STATS_KEY
 
 #: Ledgers per bucket (a power of two, so a bucket is a run of ids).
 BUCKET_SIZE: Final = 64
-#: The bucket of the ``ledger_id`` column as a Spark SQL expression (the figures rows keep :data:`STATS_KEY`).
-BUCKET_EXPRESSION: Final = f"CASE WHEN ledger_id < 0 THEN {STATS_KEY} ELSE ledger_id DIV {BUCKET_SIZE} END"
+#: The bucket of the ``ledger_id`` column as a Spark SQL expression. The fetch stage's own rows (figures, rejected
+#: records: :mod:`scrutiny.streaming.checker.records`) have negative keys, which are their own buckets.
+BUCKET_EXPRESSION: Final = f"CASE WHEN ledger_id < 0 THEN ledger_id ELSE ledger_id DIV {BUCKET_SIZE} END"
 
 
 def encode_bucket(states: Mapping[int, TrackedLedger]) -> bytes:

@@ -175,7 +175,7 @@ def start_checker(
         max_offsets_per_trigger=checker.max_offsets_per_trigger,
     )
     raw = spark.readStream.format(FORMAT).options(**options).load()
-    prepared = raw.select("offset", "value").mapInArrow(PrepareEvents(config), PREPARED_DDL)
+    prepared = raw.select("partition", "offset", "key", "value").mapInArrow(PrepareEvents(config), PREPARED_DDL)
     checked = (
         prepared.withColumn("bucket", expr(BUCKET_EXPRESSION))
         .groupBy("bucket")

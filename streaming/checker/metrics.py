@@ -8,7 +8,8 @@ _BATCH_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
 class JobMetrics:
-    """Batch duration, events, checks, RPCs, retries pending, violations by category, lag, liveness."""
+    """Batch duration, events, checks, RPCs, retries pending, violations by category, rejected records, lag,
+    liveness."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
@@ -24,6 +25,12 @@ class JobMetrics:
         )
         self.violations = Counter(
             "scrutiny_checker_violations", "Violations found, by category", ["category"], registry=r
+        )
+        self.rejected = Counter(
+            "scrutiny_checker_rejected_events",
+            "Records of the topic skipped because the checker cannot use them, by reason",
+            ["reason"],
+            registry=r,
         )
         self.resolved = Counter("scrutiny_checker_resolved", "Violations resolved", registry=r)
         self.lag = Gauge("scrutiny_checker_lag_records", "Records in Kafka not yet processed", registry=r)

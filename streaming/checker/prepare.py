@@ -6,6 +6,11 @@ check (closed, or with sealed segments) it asks the ensemble's bookies, all ledg
 at once, batched per bookie. Cluster-wide events (bookies, racks, ticks) are not passed on: they
 only refresh the cluster view; a tick's part is to make the micro-batch run so timers fire.
 
+No record of the topic can stop the job: a record the checker cannot use (no value, bytes that
+are not an event, an unknown kind, another cluster's events, a negative ledger id, a key that is
+not the event's) is passed on under :data:`REJECTED_KEY` with its partition, offset and reason,
+and the sink records it in ``rejected_events``.
+
 One extra row per partition range (``ledger_id`` = :data:`STATS_KEY`) carries the stage's
 figures (events read, RPCs) to the processor, which sums them for ``checker_runs``.
 """
@@ -21,6 +26,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from scrutiny.connectors.bookies.fetch import shared_fetcher
+from scrutiny.connectors.kafka.events import LEDGER_KINDS, RejectedEventError, accept_event
 from scrutiny.core.errors import FormatError, ScrutinyError
 from scrutiny.core.ledger_metadata import decode_ledger_metadata
 from scrutiny.core.ledger_tracker import needs_check
@@ -28,7 +34,7 @@ from scrutiny.core.verdict import BookieAnswer
 from scrutiny.proto import ledger_events_pb2 as pb
 from scrutiny.streaming.checker.answer_codec import encode_answers
 from scrutiny.streaming.checker.config import JobConfig
-from scrutiny.streaming.checker.records import STATS_KEY
+from scrutiny.streaming.checker.records import REJECTED_KEY, STATS_KEY
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +48,8 @@ PREPARED_SCHEMA = pa.schema(
 )
 PREPARED_DDL = "ledger_id long, offset long, event binary, answers binary"
 _METADATA = (pb.EventKind.LEDGER_CREATED, pb.EventKind.LEDGER_CHANGED)
-_LEDGER_KINDS = (
-    *_METADATA,
-    pb.EventKind.LEDGER_DELETED,
-    pb.EventKind.UNDER_REPLICATION_MARKED,
-    pb.EventKind.UNDER_REPLICATION_CLEARED,
-)
+#: How much of a rejected record's value is kept (as hex) to show what it was.
+VALUE_HEAD_BYTES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,41 @@ class EventRow:
     event: pb.LedgerEvent
 
 
+@dataclass(frozen=True, slots=True)
+class RejectedRow:
+    """A record of the topic the checker cannot use, where it is and why."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    rejected: RejectedEventError
+
+    def to_json(self) -> bytes:
+        """The row's ``event`` column: what ``rejected_events`` records of it."""
+        value = self.value or b""
+        doc = {
+            "kafka_partition": self.partition,
+            "kafka_offset": self.offset,
+            "kafka_key": None if self.key is None else self.key.decode("utf-8", "replace"),
+            "reason": self.rejected.reason.value,
+            "details": self.rejected.details,
+            "value_bytes": len(value),
+            "value_head": value[:VALUE_HEAD_BYTES].hex(),
+        }
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+
+@dataclass(slots=True)
+class ReadEvents:
+    """A partition range's records sorted out: ledger events in offset order, rejected records, counts."""
+
+    rows: list[EventRow]
+    rejected: list[RejectedRow]
+    events: int = 0
+    cluster_events: int = 0
+
+
 class PrepareEvents:
     """The ``mapInArrow`` function (picklable: holds only the :class:`JobConfig`)."""
 
@@ -69,7 +106,8 @@ class PrepareEvents:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Every ledger event of the partition range, with answers on the ones to check."""
         started = time.monotonic()
-        rows, events, cluster_events = ledger_rows(batches)
+        read = ledger_rows(batches, self.config.ledgers_root)
+        rows, cluster_events = read.rows, read.cluster_events
         wanted = ledgers_to_check(rows)
         answers: dict[int, bytes] = {}
         rpcs = 0
@@ -83,8 +121,10 @@ class PrepareEvents:
                 unknown = BookieAnswer.unknown(f"cluster view unavailable: {error}")
                 fetched = {k: dict.fromkeys(v[1], unknown) for k, v in wanted.items()}
             answers = {wanted[ledger][0]: encode_answers(got) for ledger, got in fetched.items() if ledger in wanted}
-        figures = {"events": events, "rpcs": rpcs, "fetched": len(wanted), "fetch_ms": _ms(started)}
-        yield _batch(rows, answers, figures)
+        figures = {"events": read.events, "rpcs": rpcs, "fetched": len(wanted), "fetch_ms": _ms(started)}
+        if read.rejected:
+            figures["rejected"] = len(read.rejected)
+        yield _batch(rows, read.rejected, answers, figures)
 
 
 def fetch_answers(
@@ -101,26 +141,24 @@ def fetch_answers(
     return result.rpcs, result.answers
 
 
-def ledger_rows(batches: Iterator[pa.RecordBatch]) -> tuple[list[EventRow], int, int]:
-    """The ledger events (undecodable records are skipped and counted as events), in offset order."""
-    rows: list[EventRow] = []
-    events = cluster_events = 0
+def ledger_rows(batches: Iterator[pa.RecordBatch], ledgers_root: str) -> ReadEvents:
+    """The ledger events (offset order) and the rejected records of Kafka rows (partition, offset, key, value)."""
+    read = ReadEvents([], [])
     for batch in batches:
-        offsets = batch.column("offset").to_pylist()
-        values = batch.column("value").to_pylist()
-        for offset, value in zip(offsets, values, strict=True):
-            events += 1
-            event = pb.LedgerEvent()
+        columns = (batch.column(name).to_pylist() for name in ("partition", "offset", "key", "value"))
+        for partition, offset, key, value in zip(*columns, strict=True):
+            read.events += 1
             try:
-                event.ParseFromString(value or b"")
-            except Exception:
+                event = accept_event(key, value, ledgers_root)
+            except RejectedEventError as rejected:
+                read.rejected.append(RejectedRow(partition, offset, key, value, rejected))
                 continue
-            if event.kind in _LEDGER_KINDS:
-                rows.append(EventRow(event.ledger_id, offset, value, event))
+            if event.kind in LEDGER_KINDS:
+                read.rows.append(EventRow(event.ledger_id, offset, value, event))
             elif event.kind != pb.EventKind.TICK:
-                cluster_events += 1
-    rows.sort(key=lambda r: r.offset)
-    return rows, events, cluster_events
+                read.cluster_events += 1
+    read.rows.sort(key=lambda r: r.offset)
+    return read
 
 
 def ledgers_to_check(rows: list[EventRow]) -> dict[int, tuple[int, tuple[str, ...]]]:
@@ -145,11 +183,14 @@ def ledgers_to_check(rows: list[EventRow]) -> dict[int, tuple[int, tuple[str, ..
     return wanted
 
 
-def _batch(rows: list[EventRow], answers: dict[int, bytes], figures: dict[str, int]) -> pa.RecordBatch:
-    ledger_ids = [r.ledger_id for r in rows] + [STATS_KEY]
-    offsets = [r.offset for r in rows] + [0]
-    events: list[bytes | None] = [*(r.value for r in rows), json.dumps(figures).encode()]
-    fetched: list[bytes | None] = [answers.get(r.offset) for r in rows] + [None]
+def _batch(
+    rows: list[EventRow], rejected: list[RejectedRow], answers: dict[int, bytes], figures: dict[str, int]
+) -> pa.RecordBatch:
+    ledger_ids = [r.ledger_id for r in rows] + [REJECTED_KEY] * len(rejected) + [STATS_KEY]
+    offsets = [r.offset for r in rows] + [r.offset for r in rejected] + [0]
+    events: list[bytes | None] = [*(r.value for r in rows), *(r.to_json() for r in rejected)]
+    events.append(json.dumps(figures).encode())
+    fetched: list[bytes | None] = [answers.get(r.offset) for r in rows] + [None] * (len(rejected) + 1)
     return pa.RecordBatch.from_arrays(
         [pa.array(ledger_ids, pa.int64()), pa.array(offsets, pa.int64()), pa.array(events), pa.array(fetched)],
         schema=PREPARED_SCHEMA,

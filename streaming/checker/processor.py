@@ -48,7 +48,16 @@ from scrutiny.streaming.checker.answer_codec import decode_answers
 from scrutiny.streaming.checker.buckets import decode_bucket, encode_bucket
 from scrutiny.streaming.checker.config import JobConfig
 from scrutiny.streaming.checker.prepare import fetch_answers
-from scrutiny.streaming.checker.records import STATS_KEY, Record, narrow, outcome_records, retry_records, stats_records
+from scrutiny.streaming.checker.records import (
+    REJECTED_KEY,
+    STATS_KEY,
+    Record,
+    narrow,
+    outcome_records,
+    rejected_records,
+    retry_records,
+    stats_records,
+)
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +85,12 @@ class LedgerProcessor(StatefulProcessor):
         rows: Iterator[Any],
         timerValues: TimerValues,  # noqa: N803
     ) -> Iterator[Any]:
-        """A bucket's events of this batch (or the stats rows under :data:`STATS_KEY`)."""
+        """A bucket's events of this batch (or the fetch stage's own rows: :data:`STATS_KEY`, :data:`REJECTED_KEY`)."""
         now_ms = timerValues.getCurrentProcessingTimeInMs()
         ordered = sorted(rows, key=lambda r: r["offset"])
-        if int(key[0]) == STATS_KEY:
-            yield from self._rows(
-                stats_records([row["event"] for row in ordered], now_ms=now_ms, source=self.config.source)
-            )
+        if int(key[0]) in (STATS_KEY, REJECTED_KEY):
+            made = stats_records if int(key[0]) == STATS_KEY else rejected_records
+            yield from self._rows(made([row["event"] for row in ordered], now_ms=now_ms, source=self.config.source))
             return
         by_ledger: dict[int, list[Any]] = {}
         for row in ordered:

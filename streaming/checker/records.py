@@ -21,8 +21,10 @@ from scrutiny.core.verdict import Violation
 NARROW_DDL = "record string, ledger_id long, at timestamp, payload string"
 _NARROW_KEYS = ("record", "ledger_id", "at")
 
-#: The key of the fetch stage's figures rows (no ledger has a negative id).
+#: The key of the fetch stage's figures rows (no ledger has a negative id: the fetch stage rejects one).
 STATS_KEY = -1
+#: The key of the records the fetch stage rejected (their details as JSON in the ``event`` column).
+REJECTED_KEY = -2
 
 #: The custom-metadata key under which Pulsar names a ledger's topic.
 PULSAR_TOPIC_KEY = "pulsar/managed-ledger"
@@ -70,6 +72,15 @@ def stats_records(figures: list[bytes], *, now_ms: int, source: str) -> list[Rec
     return [
         {"record": "stats", "ledger_id": STATS_KEY, "at": at, "details": bytes(f).decode(), "source": source}
         for f in figures
+    ]
+
+
+def rejected_records(rejected: list[bytes], *, now_ms: int, source: str) -> list[Record]:
+    """One "rejected" record per record the fetch stage could not use (its JSON: partition, offset, reason...)."""
+    at = utc(now_ms)
+    return [
+        {"record": "rejected", "ledger_id": REJECTED_KEY, "at": at, "source": source, **json.loads(bytes(r))}
+        for r in rejected
     ]
 
 

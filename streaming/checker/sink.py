@@ -97,12 +97,14 @@ class BatchSink:
             lag_records=self.lag(),
             source=self.source,
         )
-        result = self.tables.write_batch(batch_id, records, run)
+        rejected = [r for r in rows if r["record"] == "rejected"]
+        result = self.tables.write_batch(batch_id, records, run, rejected=rejected)
         summary.seconds = time.monotonic() - clock
         summary.compute_seconds = computed
         if CHECKER_RUNS in result.skipped:
             log.info("batch %d was already written (a re-run after a restart): figures not counted again", batch_id)
             return
+        self._report_rejected(rejected)
         self._publish(summary, run)
 
     def _track_retries(self, rows: list[dict[str, object]]) -> None:
@@ -113,6 +115,22 @@ class BatchSink:
                 self.pending.add(ledger)
             elif row["record"] == "check":
                 self.pending.discard(ledger)
+
+    def _report_rejected(self, rejected: list[dict[str, object]]) -> None:
+        """Count the records of the topic the checker skipped, and say where the first of them is."""
+        for reason, count in Counter(str(r["reason"]) for r in rejected).items():
+            self.metrics.rejected.labels(reason).inc(count)
+        if rejected:
+            first = rejected[0]
+            log.warning(
+                "skipped %d record(s) of the topic that the checker cannot use (table rejected_events); first:"
+                " partition %s offset %s, %s: %s",
+                len(rejected),
+                first["kafka_partition"],
+                first["kafka_offset"],
+                first["reason"],
+                first["details"],
+            )
 
     def _publish(self, summary: BatchSummary, run: RunRecord) -> None:
         m = self.metrics

@@ -25,11 +25,13 @@ from scrutiny.connectors.tables.schemas import (
     OPEN_VIOLATION_KEY,
     OPEN_VIOLATIONS,
     OUTPUT_SCHEMA,
+    REJECTED_EVENTS,
     REPAIR_ACTIONS,
     TABLE_NAMES,
     TABLE_SCHEMAS,
     VIOLATIONS,
     VIOLATIONS_SCHEMA,
+    WRITTEN_TABLES,
     OutputSchemaError,
     RunRecord,
     conform_output,
@@ -180,7 +182,8 @@ def test_an_empty_batch_creates_all_tables_and_commits_only_its_run(tables: Chec
     assert not Path(str(tables.data_dir)).exists()  # asking does not create anything
     result = tables.write_batch(0, empty_output(), run_record())
     assert result.written == (CHECKER_RUNS,)
-    assert tuple(w.table for w in result.tables if w.outcome is WriteOutcome.EMPTY) == TABLE_NAMES[:-1]
+    assert tuple(w.table for w in result.tables if w.outcome is WriteOutcome.EMPTY) == WRITTEN_TABLES[:-1]
+    assert not Path(tables.uri(REJECTED_EVENTS)).exists()  # created with its first row only
     for name in TABLE_NAMES:
         table = read_table(tables.data_dir, name)
         assert table.schema.equals(TABLE_SCHEMAS[name])

@@ -376,10 +376,13 @@ def test_repair_actions_time_reads_unquoted_as_fixed_at(spark: SparkSession, dat
     assert result.rows == [(5, at(5), at(5))]
 
 
-def test_repair_actions_before_any_fix_is_named_as_missing(data_dir: Path) -> None:
-    message = f"table 'repair_actions' does not exist in data directory {data_dir}"
+@pytest.mark.parametrize("table", ["repair_actions", "rejected_events"])
+def test_an_optional_table_not_written_yet_is_named_as_missing(data_dir: Path, table: str) -> None:
+    message = f"table '{table}' does not exist in data directory {data_dir}"
     with SqlEngine(data_dir, now=NOW) as engine, pytest.raises(MissingTableError, match=message):
-        engine.query("SELECT ledger_id, action FROM repair_actions")
+        engine.query(f"SELECT * FROM {table}")
+    with SqlEngine(data_dir, now=NOW) as engine:
+        assert table not in engine.missing_tables
 
 
 def test_a_data_dir_without_tables_is_an_error(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from scrutiny.connectors.tables.delta import read_table
 from scrutiny.streaming.checker.job import checkpoint_stream_id
 from scrutiny.streaming.checker.metrics import JobMetrics
-from scrutiny.streaming.checker.records import NARROW_DDL, narrow
+from scrutiny.streaming.checker.records import NARROW_DDL, REJECTED_KEY, narrow
 from scrutiny.streaming.checker.sink import BatchSink, BatchSummary
 from scrutiny.streaming.delta_writer import CheckerTables
 
@@ -31,7 +31,22 @@ def rows() -> list[dict[str, object]]:
         {**base, "record": "violation", "ledger_id": 5, "category": "MISSING_REPLICA", "severity": "critical"},
         {**base, "record": "check", "ledger_id": 5, "verdict": "VIOLATED", "violation_count": 2},
         {**base, "record": "resolved", "ledger_id": 6, "category": "ACK_QUORUM_ONE"},
+        {**base, **rejected(17, "bad_key"), "ledger_id": REJECTED_KEY},
+        {**base, **rejected(18, "undecodable"), "ledger_id": REJECTED_KEY},
     ]
+
+
+def rejected(offset: int, reason: str) -> dict[str, object]:
+    return {
+        "record": "rejected",
+        "kafka_partition": 1,
+        "kafka_offset": offset,
+        "kafka_key": "9",
+        "reason": reason,
+        "details": f"{reason} at {offset}",
+        "value_bytes": 2,
+        "value_head": "ffff",
+    }
 
 
 def test_a_batch_lands_once_with_its_figures(spark: SparkSession, tmp_path: Path) -> None:
@@ -55,6 +70,21 @@ def test_a_batch_lands_once_with_its_figures(spark: SparkSession, tmp_path: Path
     assert registry.get_sample_value("scrutiny_checker_checks_total", {"verdict": "VIOLATED"}) == 1
     assert registry.get_sample_value("scrutiny_checker_lag_records") == 3
     assert registry.get_sample_value("scrutiny_checker_retries_pending") == 1
+    skipped = read_table(tmp_path, "rejected_events").to_pylist()
+    assert [(r["kafka_partition"], r["kafka_offset"], r["reason"], r["batch_id"]) for r in skipped] == [
+        (1, 17, "bad_key", 0),
+        (1, 18, "undecodable", 0),
+    ]
+    assert skipped[0]["rejected_at"] == AT and skipped[0]["run_id"] == "r1" and skipped[0]["value_head"] == "ffff"
+    assert registry.get_sample_value("scrutiny_checker_rejected_events_total", {"reason": "bad_key"}) == 1
+
+
+def test_a_stream_without_rejected_records_has_no_rejected_events_table(spark: SparkSession, tmp_path: Path) -> None:
+    kept = [r for r in rows() if r["record"] != "rejected"]
+    sink = BatchSink(CheckerTables(spark, tmp_path, app_id="test"), run_id="r1")
+    sink(spark.createDataFrame([narrow(r) for r in kept], schema=NARROW_DDL), 0)
+    assert read_table(tmp_path, "checker_runs").num_rows == 1
+    assert not (tmp_path / "rejected_events").exists()
 
 
 def test_a_checkpoint_names_its_stream_once_on_a_path_or_a_uri(spark: SparkSession, tmp_path: Path) -> None:
