@@ -9,6 +9,8 @@ serves the result as a :class:`ClusterSnapshot` for ``ttl_s`` seconds.
 Guarantees: a snapshot is one consistent read (never a mix of two); when ZooKeeper fails (not
 connected, an error during the read) the last snapshot is served again, with a warning logged, and
 the read is retried after ``ttl_s``; with no snapshot at all :class:`ClusterCacheError` is raised.
+:meth:`CachedClusterReader.ledgers_present` answers whether ledgers still exist, after a sync (never from a
+server behind the one the watcher read), and is never cached.
 A rack node that does not parse keeps the racks of the last snapshot (none at first) and says so in
 :attr:`ClusterSnapshot.racks_problem`: racks are never silently replaced by defaults, which would
 make healthy placements fail.
@@ -25,6 +27,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -41,8 +44,8 @@ from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
 from scrutiny.connectors.zookeeper.tree import read_optional, read_registrations
 from scrutiny.core.errors import ConfigError, FormatError, PathError, ScrutinyError
 from scrutiny.core.verdict import ClusterView
-from scrutiny.core.zk_paths import check_root
-from scrutiny.core.zk_records import parse_pulsar_racks
+from scrutiny.core.zk_paths import LedgerManager, check_root, layout_path, ledger_path
+from scrutiny.core.zk_records import parse_layout, parse_pulsar_racks
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +113,7 @@ class CachedClusterReader:
         self._snapshot: ClusterSnapshot | None = None
         self._read_at = 0.0
         self._stale = False
+        self._manager: LedgerManager | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -157,6 +161,43 @@ class CachedClusterReader:
         age_s = time.time() - snapshot.read_at_ms / 1000
         logger.warning("ZooKeeper read failed (%s); serving the cluster snapshot of %.1f s ago", reason, age_s)
         return snapshot
+
+    def ledgers_present(self, ledger_ids: Collection[int]) -> frozenset[int]:
+        """Those of ``ledger_ids`` whose metadata znode exists now (where the LAYOUT node's ledger manager puts it).
+
+        The reads follow a ``sync`` of the ledgers root, so a server lagging behind the leader cannot call a
+        ledger gone that the watcher has seen. ClusterCacheError when ZooKeeper cannot answer them all.
+        """
+        if not ledger_ids:
+            return frozenset()
+        try:
+            with self._lock:
+                client = self._connected_client()
+            client.sync(self.ledgers_root)
+            manager = self._ledger_manager(client)
+            pending = {
+                ledger: client.exists_async(ledger_path(ledger, manager=manager, root=self.ledgers_root))
+                for ledger in ledger_ids
+            }
+            deadline = time.monotonic() + self.connect_timeout_s
+            return frozenset(
+                ledger
+                for ledger, result in pending.items()
+                if result.get(timeout=max(0.0, deadline - time.monotonic())) is not None
+            )
+        except (*ZOOKEEPER_ERRORS, _NotConnectedError) as error:
+            reason = str(error) or type(error).__name__
+            raise ClusterCacheError(f"cannot read the ledgers' znodes from ZooKeeper: {reason}") from error
+
+    def _ledger_manager(self, client: KazooClient) -> LedgerManager:
+        """The LAYOUT node's ledger manager (read once; hierarchical, BookKeeper's default, when there is none)."""
+        if self._manager is None:
+            data = read_optional(client, layout_path(root=self.ledgers_root))
+            try:
+                self._manager = parse_layout(data).manager if data is not None else LedgerManager.HIERARCHICAL
+            except FormatError as error:
+                raise ClusterCacheError(f"the LAYOUT node does not parse: {error}") from error
+        return self._manager
 
     def invalidate(self) -> None:
         """Make the next :meth:`get` read ZooKeeper."""

@@ -24,7 +24,11 @@ Rules (each pinned by a test):
 * **one row per finding per check**: what an incomplete check reported is not reported again
   when the retries complete it, unless a later answer changed its severity or its entries;
 * **bounded state**: the metadata bytes are kept only while a retry is pending, a violation is
-  open or a mark is set; what stays for a healthy ledger is its version and change time.
+  open or a mark is set; what stays for a healthy ledger is its version and change time;
+* **deleted unseen**: a ledger can be deleted while no watcher sees it (the watcher down, its snapshot
+  then simply not naming the ledger). While a ledger has findings open it is confirmed to exist every
+  ``confirm_interval_ms`` (:func:`with_confirmation` keeps that timer; the processor re-reads the znode),
+  and a ledger found gone is :func:`on_deleted`: its findings resolve and it is forgotten.
 """
 
 from __future__ import annotations
@@ -83,6 +87,8 @@ class TrackerConfig:
 
     verdict: VerdictConfig = VerdictConfig()
     retry: RecheckPolicy = RecheckPolicy()
+    #: How often a ledger with open findings is confirmed to still exist (0: only when another timer is due).
+    confirm_interval_ms: int = 600_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +107,16 @@ class TrackedLedger:
     reported: tuple[ReportKey, ...] = ()
     #: The metadata node's last modification, kept with the metadata: the write-cache rule's "last write".
     written_ms: int | None = None
+    #: When to confirm again that the ledger exists (set while findings are open: :func:`with_confirmation`).
+    confirm_at_ms: int | None = None
 
     def timers(self) -> tuple[int, ...]:
-        """The times at which this ledger needs :func:`on_timer`."""
-        return tuple(sorted({t for t in (self.retry_at_ms, self.stuck_at_ms) if t is not None}))
+        """The times at which this ledger needs :func:`on_timer` (or, for ``confirm_at_ms``, a look at its znode)."""
+        return tuple(sorted({t for t in (self.retry_at_ms, self.stuck_at_ms, self.confirm_at_ms) if t is not None}))
+
+    def watched(self) -> bool:
+        """Whether anything would be reported of this ledger later: findings open, a mark, a pending timer."""
+        return bool(self.open or self.mark is not None or self.timers())
 
     def to_bytes(self) -> bytes:
         """Compact JSON for the state store."""
@@ -115,7 +127,13 @@ class TrackedLedger:
         doc: dict[str, object] = {"v": self.version, "c": self.checked, "o": [list(k) for k in self.open]}
         if self.metadata is not None:
             doc["m"] = base64.b64encode(self.metadata).decode("ascii")
-        optional = {"t": self.changed_ms, "w": self.written_ms, "r": self.retry_at_ms, "s": self.stuck_at_ms}
+        optional = {
+            "t": self.changed_ms,
+            "w": self.written_ms,
+            "r": self.retry_at_ms,
+            "s": self.stuck_at_ms,
+            "e": self.confirm_at_ms,
+        }
         doc.update({k: v for k, v in optional.items() if v is not None})
         if self.attempts:
             doc["a"] = self.attempts
@@ -144,6 +162,7 @@ class TrackedLedger:
             retry_at_ms=doc.get("r"),
             mark=UnderReplicationMark(tuple(mark["r"]), mark["t"]) if mark is not None else None,
             stuck_at_ms=doc.get("s"),
+            confirm_at_ms=doc.get("e"),
             open=tuple((k[0], k[1], k[2]) for k in doc["o"]),
             # Older states kept 3-field keys: dropped, so at worst a pending retry reports a row again.
             reported=tuple((k[0], k[1], k[2], k[3], k[4]) for k in doc.get("p", ()) if len(k) == 5),
@@ -292,6 +311,18 @@ def on_cleared(state: TrackedLedger | None) -> Step:
     cleared = replace(state, mark=None, stuck_at_ms=None, open=remaining)
     step = _recheck(cleared)
     return Step(step.state, replace(step.outcome, resolved=resolved))
+
+
+def with_confirmation(state: TrackedLedger | None, *, now_ms: int, config: TrackerConfig) -> TrackedLedger | None:
+    """``state`` with its existence confirmation scheduled: while findings are open, one due every
+    ``config.confirm_interval_ms`` (a future one is kept); none when nothing is open or the interval is 0."""
+    if state is None:
+        return None
+    if not state.open or config.confirm_interval_ms <= 0:
+        return state if state.confirm_at_ms is None else replace(state, confirm_at_ms=None)
+    if state.confirm_at_ms is not None and state.confirm_at_ms > now_ms:
+        return state
+    return replace(state, confirm_at_ms=now_ms + config.confirm_interval_ms)
 
 
 def on_timer(state: TrackedLedger, *, now_ms: int) -> Step:

@@ -57,7 +57,11 @@ def job_config(settings: Settings, fetch: FetchConfig | None = None, *, source: 
         ledgers_root=ledgers_root(settings),
         racks_path=settings.watcher.racks_path,
         fetch=fetch or fetch_config_from_settings(settings.bookies),
-        tracker=TrackerConfig(verdict=settings.verdict_config, retry=retry),
+        tracker=TrackerConfig(
+            verdict=settings.verdict_config,
+            retry=retry,
+            confirm_interval_ms=round(checker.exists_check_seconds * 1000),
+        ),
         source=source,
         fetch_timeout_s=checker.fetch_timeout_seconds,
         cluster_ttl_s=checker.cluster_cache_seconds,

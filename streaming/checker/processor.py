@@ -8,6 +8,12 @@ each ledger concerned, store the bucket's small states as one value in the Rocks
 timers equal to what the states need, do the fetch a due retry asks for, and return the records of
 :mod:`scrutiny.streaming.checker.records`.
 
+A ledger deleted while no watcher saw it (a full snapshot then just leaves it out) is found by reading ZooKeeper:
+before a due timer does anything, and for a bucket that receives snapshot or resync events, for its ledgers that
+still have findings open or a timer set (:meth:`LedgerProcessor._forget_deleted`); a ledger whose znode is gone is
+deleted like on a deletion event. Ledgers with findings open also have a timer of their own for this
+(``TrackerConfig.confirm_interval_ms``), so a bucket whose every ledger was deleted unseen is cleaned too.
+
 Guarantees: events of one ledger are applied in offset order (the order of a mark and the
 metadata does not change the outcome: see :mod:`scrutiny.core.ledger_tracker`); only the newest
 metadata event of a batch is checked (earlier ones are superseded); nothing a ledger sends can raise out of here
@@ -40,6 +46,7 @@ from scrutiny.core.ledger_tracker import (
     on_marked,
     on_metadata,
     on_timer,
+    with_confirmation,
 )
 from scrutiny.core.verdict import BookieAnswer, ClusterView
 from scrutiny.core.zk_records import UnderReplicationMark
@@ -92,20 +99,26 @@ class LedgerProcessor(StatefulProcessor):
             made = stats_records if int(key[0]) == STATS_KEY else rejected_records
             yield from self._rows(made([row["event"] for row in ordered], now_ms=now_ms, source=self.config.source))
             return
-        by_ledger: dict[int, list[Any]] = {}
+        by_ledger: dict[int, list[tuple[Any, pb.LedgerEvent]]] = {}
+        walked = False  # a snapshot or resync names every ledger that exists
         for row in ordered:
-            by_ledger.setdefault(int(row["ledger_id"]), []).append(row)
+            event = pb.LedgerEvent.FromString(row["event"])
+            walked = walked or event.origin in (pb.Origin.SNAPSHOT, pb.Origin.RESYNC)
+            by_ledger.setdefault(int(row["ledger_id"]), []).append((row, event))
         before = self._load()
         states = dict(before)
         records: list[Record] = []
-        for ledger_id, ledger_rows in by_ledger.items():
+        for ledger_id, events in by_ledger.items():
             try:
-                state, found = self._apply_events(ledger_id, states.get(ledger_id), ledger_rows, now_ms)
+                state, found = self._apply_events(ledger_id, states.get(ledger_id), events, now_ms)
             except Exception:
                 log.exception("ledger %d: events not applied; the state is kept for a later try", ledger_id)
                 continue
-            _put(states, ledger_id, state)
+            self._put(states, ledger_id, state, now_ms)
             records += found
+        if walked:
+            unnamed = [lid for lid, state in states.items() if lid not in by_ledger and state.watched()]
+            records += self._forget_deleted(states, unnamed, now_ms)
         self._save(before, states, now_ms)
         yield from self._rows(records)
 
@@ -119,9 +132,12 @@ class LedgerProcessor(StatefulProcessor):
         now_ms = timerValues.getCurrentProcessingTimeInMs()
         before = self._load()
         states = dict(before)
+        due = [lid for lid, state in before.items() if any(t <= now_ms for t in state.timers())]
+        gone = self._forget_deleted(states, due, now_ms)  # no timer acts on a ledger deleted unseen
         stepped: dict[int, tuple[Step, list[Record]]] = {}
-        for ledger_id, state in before.items():
-            if any(t <= now_ms for t in state.timers()):
+        for ledger_id in due:
+            state = states.get(ledger_id)
+            if state is not None:
                 try:
                     step = on_timer(state, now_ms=now_ms)
                 except Exception:
@@ -131,7 +147,7 @@ class LedgerProcessor(StatefulProcessor):
                 stepped[ledger_id] = (step, found)
         wanted = {lid: step.outcome.fetch for lid, (step, _) in stepped.items() if step.outcome.fetch and step.state}
         answers = self._fetch(wanted)
-        records: list[Record] = []
+        records = gone
         for ledger_id, (timed, found) in stepped.items():
             step, more = timed, list[Record]()
             if ledger_id in wanted:
@@ -142,7 +158,7 @@ class LedgerProcessor(StatefulProcessor):
                     continue
             records += found + more
             records += retry_records(ledger_id, before[ledger_id], step.state, now_ms=now_ms, source=self.config.source)
-            _put(states, ledger_id, step.state)
+            self._put(states, ledger_id, step.state, now_ms)
         self._save(before, states, now_ms)
         yield from self._rows(records)
 
@@ -152,11 +168,10 @@ class LedgerProcessor(StatefulProcessor):
     # ------------------------------------------------------------------ applying events
 
     def _apply_events(
-        self, ledger_id: int, state: TrackedLedger | None, rows: list[Any], now_ms: int
+        self, ledger_id: int, state: TrackedLedger | None, parsed: list[tuple[Any, pb.LedgerEvent]], now_ms: int
     ) -> tuple[TrackedLedger | None, list[Record]]:
-        """One ledger's events of the batch, in offset order: its new state and records."""
+        """One ledger's events of the batch (rows and their events), in offset order: its new state and records."""
         records: list[Record] = []
-        parsed = [(row, pb.LedgerEvent.FromString(row["event"])) for row in rows]
         newest = max((i for i, (_, e) in enumerate(parsed) if e.kind in _METADATA or e.kind == _DELETED), default=-1)
         for index, (row, event) in enumerate(parsed):
             if event.kind in _METADATA and index != newest:
@@ -223,6 +238,36 @@ class LedgerProcessor(StatefulProcessor):
         )
         return done, outcome_records(ledger_id, done.outcome, now_ms=now_ms, source=self.config.source)
 
+    def _forget_deleted(self, states: dict[int, TrackedLedger], ledgers: list[int], now_ms: int) -> list[Record]:
+        """Drop from ``states`` those of ``ledgers`` whose znode is gone (their findings resolve); their records.
+
+        When ZooKeeper cannot say, every ledger is kept (and asked again at its next timer or snapshot).
+        """
+        if not ledgers:
+            return []
+        try:
+            present = self.config.cluster_reader().ledgers_present(ledgers)
+        except ScrutinyError as error:
+            log.warning("cannot confirm that %d ledger(s) still exist (%s); kept", len(ledgers), error)
+            return []
+        records: list[Record] = []
+        for ledger_id in ledgers:
+            if ledger_id not in present:
+                state = states.pop(ledger_id)
+                step = on_deleted(state)
+                log.info("ledger %d was deleted unseen (no deletion event): its findings resolve", ledger_id)
+                records += outcome_records(ledger_id, step.outcome, now_ms=now_ms, source=self.config.source)
+                records += retry_records(ledger_id, state, None, now_ms=now_ms, source=self.config.source)
+        return records
+
+    def _put(self, states: dict[int, TrackedLedger], ledger_id: int, state: TrackedLedger | None, now_ms: int) -> None:
+        """A stepped ledger's new state (None: forgotten), with its existence confirmation scheduled."""
+        kept = with_confirmation(state, now_ms=now_ms, config=self.config.tracker)
+        if kept is None:
+            states.pop(ledger_id, None)
+        else:
+            states[ledger_id] = kept
+
     # ------------------------------------------------------------------ state, timers, cluster
 
     def _load(self) -> dict[int, TrackedLedger]:
@@ -262,10 +307,3 @@ class LedgerProcessor(StatefulProcessor):
         for record in records:
             kind, ledger_id, at, payload = narrow(record)
             yield Row(record=kind, ledger_id=ledger_id, at=at, payload=payload)
-
-
-def _put(states: dict[int, TrackedLedger], ledger_id: int, state: TrackedLedger | None) -> None:
-    if state is None:
-        states.pop(ledger_id, None)
-    else:
-        states[ledger_id] = state

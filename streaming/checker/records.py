@@ -59,7 +59,10 @@ def outcome_records(ledger_id: int, outcome: Outcome, *, now_ms: int, source: st
 def retry_records(
     ledger_id: int, before: TrackedLedger | None, after: TrackedLedger | None, *, now_ms: int, source: str
 ) -> list[Record]:
-    """A "retry" record when a step scheduled a new delayed re-check (the driver counts the pending ones)."""
+    """A "retry" record when a step scheduled a new delayed re-check, a "forgotten" one when a step dropped a ledger
+    (deleted) that had one pending: the driver counts the pending ones."""
+    if after is None and before is not None and before.retry_at_ms is not None:
+        return [{"record": "forgotten", "ledger_id": ledger_id, "at": utc(now_ms), "source": source}]
     if after is None or after.retry_at_ms is None or (before is not None and before.retry_at_ms == after.retry_at_ms):
         return []
     record = {"record": "retry", "ledger_id": ledger_id, "at": utc(now_ms), "metadata_version": after.version}

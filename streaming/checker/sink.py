@@ -113,7 +113,7 @@ class BatchSink:
             assert isinstance(ledger, int)
             if row["record"] == "retry":
                 self.pending.add(ledger)
-            elif row["record"] == "check":
+            elif row["record"] in ("check", "forgotten"):
                 self.pending.discard(ledger)
 
     def _report_rejected(self, rejected: list[dict[str, object]]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,6 +21,7 @@ from scrutiny.core.ledger_tracker import (
     on_marked,
     on_metadata,
     on_timer,
+    with_confirmation,
 )
 from scrutiny.core.sequence_groups import from_entries
 from scrutiny.core.verdict import BookieAnswer, ClusterView, VerdictConfig, VerdictKind
@@ -184,6 +187,25 @@ def test_deletion_resolves_everything_and_forgets_the_ledger() -> None:
     assert on_deleted(None).outcome.resolved == ()
 
 
+def test_a_ledger_with_findings_open_is_confirmed_to_exist_every_interval_and_a_healthy_one_never() -> None:
+    answers = healthy()
+    answers["b2:3181"] = BookieAnswer.no_ledger()
+    found = changed(None, 1, answers).state
+    assert found is not None and found.open and found.confirm_at_ms is None  # scheduled by the caller
+    config = TrackerConfig(confirm_interval_ms=30_000)
+    armed = with_confirmation(found, now_ms=5_000, config=config)
+    assert armed is not None and armed.confirm_at_ms == 35_000 and 35_000 in armed.timers() and armed.watched()
+    assert with_confirmation(armed, now_ms=20_000, config=config) is armed  # a future one is kept
+    again = with_confirmation(on_timer(armed, now_ms=35_000).state, now_ms=35_000, config=config)
+    assert again is not None and again.confirm_at_ms == 65_000 and again.open == armed.open
+    healed = changed(again, 2, healthy()).state
+    assert healed is not None and not healed.open
+    settled = with_confirmation(healed, now_ms=40_000, config=config)
+    assert settled is not None and settled.confirm_at_ms is None and not settled.timers() and not settled.watched()
+    never = with_confirmation(found, now_ms=5_000, config=TrackerConfig(confirm_interval_ms=0))
+    assert never is found and with_confirmation(None, now_ms=0, config=config) is None
+
+
 def test_stuck_mark_reported_after_grace_and_resolved_when_cleared() -> None:
     marked = on_marked(None, UnderReplicationMark(("b1:3181",), 10_000), now_ms=20_000, config=CONFIG)
     assert marked.state is not None and marked.state.stuck_at_ms == 70_000
@@ -249,6 +271,7 @@ def test_state_round_trips_through_bytes(  # noqa: PLR0917 - one argument per st
     state = TrackedLedger(
         version, checked, metadata, times[0], attempts, times[1], mark, times[2], tuple(keys), tuple(reported)
     )
+    state = replace(state, written_ms=times[1], confirm_at_ms=times[2])
     assert TrackedLedger.from_bytes(state.to_bytes()) == state
 
 

@@ -8,6 +8,7 @@ directory; everything is stopped afterwards, whatever happens.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -112,6 +113,26 @@ class SimulatedCluster:
 
 
 @contextmanager
+def running_watcher(settings: Settings, watcher_id: str = "test-watcher") -> Iterator[None]:
+    """A watcher publishing the settings' cluster to their topic, in a thread, stopped and closed on exit.
+
+    A new one knows no earlier state: it starts with a full snapshot.
+    """
+    stop = threading.Event()
+    watcher = watcher_from_settings(settings, watcher_id, WatcherMetrics())
+    watcher_thread = threading.Thread(target=watcher.run, args=(stop,), name="watcher", daemon=True)
+    try:
+        watcher_thread.start()
+        yield
+    finally:
+        stop.set()
+        if watcher_thread.is_alive():
+            watcher_thread.join(timeout=30)
+        watcher.zk.stop()
+        watcher.zk.close()
+
+
+@contextmanager
 def simulated_cluster(
     zk_client: KazooClient, settings: Settings, scenario: Scenario, *, schedule: bool = False, watch: bool = True
 ) -> Iterator[SimulatedCluster]:
@@ -120,22 +141,13 @@ def simulated_cluster(
     thread = threading.Thread(target=loop.run_forever, name="sim-cluster", daemon=True)
     thread.start()
     cluster = SimCluster(scenario, zk_client, replace=True)
-    stop = threading.Event()
-    watcher = watcher_from_settings(settings, "test-watcher", WatcherMetrics())
-    watcher_thread = threading.Thread(target=watcher.run, args=(stop,), name="watcher", daemon=True)
     try:
         asyncio.run_coroutine_threadsafe(cluster.start(), loop).result(timeout=120)
         if schedule:
             loop.call_soon_threadsafe(cluster.start_schedule)
-        if watch:
-            watcher_thread.start()
-        yield SimulatedCluster(cluster, loop)
+        with running_watcher(settings) if watch else contextlib.nullcontext():
+            yield SimulatedCluster(cluster, loop)
     finally:
-        stop.set()
-        if watcher_thread.is_alive():
-            watcher_thread.join(timeout=30)
-        watcher.zk.stop()
-        watcher.zk.close()
         asyncio.run_coroutine_threadsafe(cluster.stop(), loop).result(timeout=120)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
@@ -143,10 +155,16 @@ def simulated_cluster(
 
 @contextmanager
 def running_checker(
-    spark: SparkSession, zk_client: KazooClient, settings: Settings, scenario: Scenario, *, schedule: bool = True
+    spark: SparkSession,
+    zk_client: KazooClient,
+    settings: Settings,
+    scenario: Scenario,
+    *,
+    schedule: bool = True,
+    watch: bool = True,
 ) -> Iterator[Harness]:
-    """Cluster (running its schedule unless told not to), watcher and checker, all stopped on exit."""
-    with simulated_cluster(zk_client, settings, scenario, schedule=schedule) as simulated:
+    """Cluster (running its schedule unless told not to), watcher (unless told not to) and checker, stopped on exit."""
+    with simulated_cluster(zk_client, settings, scenario, schedule=schedule, watch=watch) as simulated:
         harness = Harness(settings, simulated.cluster, start_checker(spark, settings), simulated.loop)
         try:
             yield harness

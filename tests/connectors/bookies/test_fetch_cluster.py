@@ -23,8 +23,8 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_acl
 from scrutiny.connectors.bookies.fetch import FetchConfig, FetchResult, ListingFetcher, shared_fetcher
 from scrutiny.connectors.zookeeper.cluster_cache import CachedClusterReader, ClusterCacheError, shared_reader
 from scrutiny.core.verdict import AnswerKind
-from scrutiny.core.zk_paths import available_path
-from scrutiny.core.zk_records import parse_bookie_service_info
+from scrutiny.core.zk_paths import LedgerManager, available_path, layout_path, ledger_path
+from scrutiny.core.zk_records import Layout, format_layout, parse_bookie_service_info
 from scrutiny.settings.loader import Settings
 from scrutiny.simulator.cluster import SimCluster
 from scrutiny.simulator.model import Action, Event
@@ -434,3 +434,30 @@ def test_shared_reader_is_one_per_process_and_pickles_as_its_settings(sim: Sim, 
             copy.close()
     finally:
         one.close()
+
+
+def test_ledgers_present_reads_the_znodes_after_a_sync_in_the_layout_s_manager(
+    zk_client: KazooClient, readers: Callable[..., CachedClusterReader]
+) -> None:
+    long_id, short_ids = 2**40 + 7, [0, 5, 64, 9_999_999]
+    for ledger in [*short_ids, long_id]:
+        zk_client.create(ledger_path(ledger, root="/ledgers"), b"x", makepath=True)
+    reader = readers()
+    asked = [*short_ids, long_id, 6, 65, 2**40 + 8]
+    assert reader.ledgers_present(asked) == frozenset([*short_ids, long_id])
+    zk_client.delete(ledger_path(64, root="/ledgers"))
+    assert reader.ledgers_present(asked) == frozenset([0, 5, 9_999_999, long_id])  # never cached
+    assert reader.ledgers_present([]) == frozenset()
+
+
+def test_ledgers_present_follows_a_flat_layout_and_fails_loudly_without_zookeeper(
+    zk_client: KazooClient, readers: Callable[..., CachedClusterReader], zk_settings: Any
+) -> None:
+    layout = format_layout(Layout(1, "flat", 1))
+    zk_client.create(layout_path(root="/ledgers"), layout, makepath=True)
+    zk_client.create(ledger_path(12, manager=LedgerManager.FLAT, root="/ledgers"), b"x", makepath=True)
+    zk_client.create(ledger_path(13, root="/ledgers"), b"x", makepath=True)  # where hierarchical would put it
+    assert readers().ledgers_present([12, 13]) == frozenset([12])
+    unreachable = replace(zk_settings, connect="127.0.0.1:1")
+    with pytest.raises(ClusterCacheError, match="ledgers' znodes"):
+        CachedClusterReader(unreachable, "/ledgers", connect_timeout_s=0.5).ledgers_present([12])

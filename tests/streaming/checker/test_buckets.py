@@ -22,6 +22,8 @@ states = st.builds(
     retry_at_ms=st.none() | st.integers(0, 2**45),
     mark=st.none() | st.builds(UnderReplicationMark, st.tuples(st.text(max_size=8)), st.none() | st.integers(0, 2**45)),
     stuck_at_ms=st.none() | st.integers(0, 2**45),
+    written_ms=st.none() | st.integers(0, 2**45),
+    confirm_at_ms=st.none() | st.integers(0, 2**45),
     open=st.lists(
         st.tuples(st.sampled_from(["NO_REPLICA", "MISSING_REPLICA"]), st.text(max_size=8), st.integers(-1, 99)),
         max_size=3,
