@@ -14,6 +14,9 @@ still have findings open or a timer set (:meth:`LedgerProcessor._forget_deleted`
 deleted like on a deletion event. Ledgers with findings open also have a timer of their own for this
 (``TrackerConfig.confirm_interval_ms``), so a bucket whose every ledger was deleted unseen is cleaned too.
 
+Times: every record carries the real time of its step (the wall clock when the verdict was reached, after its
+bookies answered), never the micro-batch's start; a batch replayed after a crash stamps the time of the replay.
+
 Guarantees: events of one ledger are applied in offset order (the order of a mark and the
 metadata does not change the outcome: see :mod:`scrutiny.core.ledger_tracker`); only the newest
 metadata event of a batch is checked (earlier ones are superseded); nothing a ledger sends can raise out of here
@@ -24,6 +27,7 @@ tries again; the other ledgers of its bucket go on).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -93,7 +97,7 @@ class LedgerProcessor(StatefulProcessor):
         timerValues: TimerValues,  # noqa: N803
     ) -> Iterator[Any]:
         """A bucket's events of this batch (or the fetch stage's own rows: :data:`STATS_KEY`, :data:`REJECTED_KEY`)."""
-        now_ms = timerValues.getCurrentProcessingTimeInMs()
+        now_ms = _now_ms(timerValues.getCurrentProcessingTimeInMs())  # the fetch stage's answers are in already
         ordered = sorted(rows, key=lambda r: r["offset"])
         if int(key[0]) in (STATS_KEY, REJECTED_KEY):
             made = stats_records if int(key[0]) == STATS_KEY else rejected_records
@@ -129,7 +133,7 @@ class LedgerProcessor(StatefulProcessor):
         expiredTimerInfo: ExpiredTimerInfo,  # noqa: N803
     ) -> Iterator[Any]:
         """Timers of some ledgers of this bucket are due: every due one is handled, the retries' fetches at once."""
-        now_ms = timerValues.getCurrentProcessingTimeInMs()
+        now_ms = _now_ms(timerValues.getCurrentProcessingTimeInMs())
         before = self._load()
         states = dict(before)
         due = [lid for lid, state in before.items() if any(t <= now_ms for t in state.timers())]
@@ -147,18 +151,21 @@ class LedgerProcessor(StatefulProcessor):
                 stepped[ledger_id] = (step, found)
         wanted = {lid: step.outcome.fetch for lid, (step, _) in stepped.items() if step.outcome.fetch and step.state}
         answers = self._fetch(wanted)
+        judged_ms = _now_ms(now_ms)  # the retries' verdicts are reached once their bookies have answered
         records = gone
         for ledger_id, (timed, found) in stepped.items():
             step, more = timed, list[Record]()
             if ledger_id in wanted:
                 try:
-                    step, more = self._answered(ledger_id, timed, answers[ledger_id], now_ms)
+                    step, more = self._answered(ledger_id, timed, answers[ledger_id], judged_ms)
                 except Exception:
                     log.exception("ledger %d: retry not judged; the state is kept", ledger_id)
                     continue
             records += found + more
-            records += retry_records(ledger_id, before[ledger_id], step.state, now_ms=now_ms, source=self.config.source)
-            self._put(states, ledger_id, step.state, now_ms)
+            records += retry_records(
+                ledger_id, before[ledger_id], step.state, now_ms=judged_ms, source=self.config.source
+            )
+            self._put(states, ledger_id, step.state, judged_ms)
         self._save(before, states, now_ms)
         yield from self._rows(records)
 
@@ -210,7 +217,7 @@ class LedgerProcessor(StatefulProcessor):
     def _fetched(self, ledger_id: int, step: Step, now_ms: int) -> tuple[Step, list[Record]]:
         """Do the fetch a step asked for and apply its answers."""
         answers = self._fetch({ledger_id: step.outcome.fetch})
-        return self._answered(ledger_id, step, answers[ledger_id], now_ms)
+        return self._answered(ledger_id, step, answers[ledger_id], _now_ms(now_ms))
 
     def _fetch(self, wanted: dict[int, tuple[str, ...]]) -> dict[int, dict[str, BookieAnswer]]:
         """Every wanted ledger's answers, all in one fetch (batched per bookie); unknown when the fetch fails."""
@@ -307,3 +314,8 @@ class LedgerProcessor(StatefulProcessor):
         for record in records:
             kind, ledger_id, at, payload = narrow(record)
             yield Row(record=kind, ledger_id=ledger_id, at=at, payload=payload)
+
+
+def _now_ms(floor_ms: int) -> int:
+    """The wall clock in milliseconds, never before ``floor_ms`` (Spark's time of the batch, or an earlier step's)."""
+    return max(floor_ms, time.time_ns() // 1_000_000)
