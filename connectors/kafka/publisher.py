@@ -77,6 +77,7 @@ class EventPublisher:
         self._lock = threading.Lock()
         self.broken: str | None = None
         self._pending = threading.BoundedSemaphore(config.max_pending)
+        self._in_flight = 0
         self._producer = KafkaProducer(
             **self._options,
             acks="all",
@@ -139,16 +140,29 @@ class EventPublisher:
         except BaseException:
             self._pending.release()
             raise
+        with self._lock:
+            self._in_flight += 1
         future.add_callback(lambda _: self._acked(kind, started))
         future.add_errback(self._failed)
 
-    def _acked(self, kind: int, started: float) -> None:
+    @property
+    def unacknowledged(self) -> int:
+        """Events handed to the producer that Kafka has not acknowledged (nor failed) yet."""
+        with self._lock:
+            return self._in_flight
+
+    def _done(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
         self._pending.release()
+
+    def _acked(self, kind: int, started: float) -> None:
+        self._done()
         if self._on_ack is not None:
             self._on_ack(kind, time.monotonic() - started)
 
     def _failed(self, error: Exception) -> None:
-        self._pending.release()
+        self._done()
         log.error("an event could not be delivered to %s: %s", self.config.topic, error)
         self.broken = str(error)
 

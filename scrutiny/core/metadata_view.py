@@ -149,6 +149,47 @@ def _bookie_transition(was: str | None, now: str | None) -> ChangeKind | None:
     return ChangeKind.BOOKIE_WRITABLE if was == "readonly" else ChangeKind.BOOKIE_REGISTERED
 
 
+class Savepoint:
+    """Entries of a known state as they were before a batch of changes (:meth:`KnownState.savepoint`).
+
+    :meth:`keep` is called before an entry may change (``kind``: "ledger", "mark", "racks", "bookies"; ``ident``: the
+    ledger id, or 0); :meth:`restore` puts every kept entry back as it was.
+    """
+
+    def __init__(self, view: MetadataView) -> None:
+        self._view = view
+        self._ledgers: dict[int, Node | None] = {}
+        self._marks: dict[int, Node | None] = {}
+        self._racks: list[bytes | None] = []
+        self._bookies: list[tuple[dict[str, bytes], dict[str, bytes]]] = []
+
+    def keep(self, kind: str, ident: int) -> None:
+        """Remember one entry's value now (the first time it is kept counts)."""
+        view = self._view
+        if kind == "ledger":
+            self._ledgers.setdefault(ident, view.ledgers.get(ident))
+        elif kind == "mark":
+            self._marks.setdefault(ident, view.marks.get(ident))
+        elif kind == "racks" and not self._racks:
+            self._racks.append(view.racks)
+        elif kind == "bookies" and not self._bookies:
+            self._bookies.append((view.writable, view.readonly))
+
+    def restore(self) -> None:
+        """Put every kept entry back."""
+        view = self._view
+        for nodes, kept in ((view.ledgers, self._ledgers), (view.marks, self._marks)):
+            for ident, node in kept.items():
+                if node is None:
+                    nodes.pop(ident, None)
+                else:
+                    nodes[ident] = node
+        if self._racks:
+            view.racks = self._racks[0]
+        if self._bookies:
+            view.writable, view.readonly = self._bookies[0]
+
+
 class KnownState:
     """The last state published, updated change by change; refuses changes that would go backwards."""
 
@@ -157,9 +198,21 @@ class KnownState:
 
     def resync(self, observed: MetadataView) -> list[MetadataChange]:
         """The changes from what was published to ``observed``, which becomes the known state."""
-        changes = diff(self.view, observed)
-        self.view = observed
+        changes = self.changes_to(observed)
+        self.adopt(observed)
         return changes
+
+    def changes_to(self, observed: MetadataView) -> list[MetadataChange]:
+        """The changes from what was published to ``observed`` (the known state stays as it is)."""
+        return diff(self.view, observed)
+
+    def adopt(self, observed: MetadataView) -> None:
+        """``observed`` is published: it becomes the known state."""
+        self.view = observed
+
+    def savepoint(self) -> Savepoint:
+        """A record of the entries about to change, to put them back if what changes them is not published."""
+        return Savepoint(self.view)
 
     def ledger(self, ledger_id: int, node: Node | None) -> MetadataChange | None:
         """A ledger node read after a notification (None: it is gone); None when nothing new."""

@@ -13,24 +13,29 @@ watcher:
    (origin LIVE), and sends a TICK to every partition every ``tick_interval_s``.
 
 It stops publishing as soon as its ZooKeeper connection is suspended (it may be losing its
-leadership), adds the watches again and resyncs on every reconnect, and goes back to the
-election when the session is lost. Errors from ZooKeeper or Kafka are logged, counted and
-retried with backoff; they never end the process. If Kafka gives up on an event after the
-delivery timeout, the whole state is published again as a snapshot.
+leadership), also while it waits for Kafka, adds the watches again and resyncs on every reconnect,
+and goes back to the election when the session is lost. Errors from ZooKeeper or Kafka are logged,
+counted and retried with backoff; they never end the process. If Kafka gives up on an event after
+the delivery timeout, the whole state is published again as a snapshot.
+
+Nothing is lost on the way: the state the watcher remembers as published (what the next resync
+compares with) advances only once Kafka has acknowledged the events of a walk or of a batch of
+notifications; a walk or batch interrupted half-way (the session lost while Kafka is down) leaves it
+where it was, so the next resync publishes those changes again. While Kafka is down, memory stays
+bounded: the producer holds at most ``max_pending`` events, and notifications are kept once per node
+(:mod:`scrutiny.watcher.inbox`); ``scrutiny_watcher_held_back`` says how much waits.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import queue
 import random
 import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from kazoo.exceptions import KazooException, LockTimeout
 from kazoo.protocol.states import KazooState, KeeperState, WatchedEvent
@@ -58,6 +63,7 @@ from scrutiny.core.zk_paths import (
 )
 from scrutiny.core.zk_records import parse_layout
 from scrutiny.proto import ledger_events_pb2 as pb
+from scrutiny.watcher.inbox import Inbox
 from scrutiny.watcher.metrics import WatcherMetrics
 
 log = logging.getLogger(__name__)
@@ -77,6 +83,10 @@ class WatcherConfig:
 
 class LeadershipLost(ScrutinyError):  # noqa: N818 - a state, not a failure
     """The ZooKeeper session ended: the watcher is no longer the active one."""
+
+
+class ConnectionSuspended(ScrutinyError):  # noqa: N818 - a state, not a failure
+    """The ZooKeeper connection is suspended: publish nothing until it is back, then resync."""
 
 
 _EXPECTED_ERRORS = (KazooException, PublishError, LeadershipLost, OSError, ScrutinyError)
@@ -106,7 +116,8 @@ class Watcher:
         self.epoch = 0
         self.leading = threading.Event()
         self._stop = threading.Event()
-        self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._inbox = Inbox()
+        self._held_back_logged = 0.0
 
     # ------------------------------------------------------------------ the outer loop
 
@@ -174,58 +185,71 @@ class Watcher:
 
     def _lead(self, stop: threading.Event) -> None:
         publisher = self._publisher_ready()
-        self._drain_queue()
+        self._inbox.clear()
         layout = self._checked_layout()
         self._add_watches(layout)
-        self._resync(layout, publisher)
+        walk = True
         next_tick = time.monotonic() + self.config.tick_interval_s
         while not stop.is_set():
-            timeout = max(0.0, next_tick - time.monotonic())
             try:
-                kind, item = self._queue.get(timeout=min(timeout, 0.5))
-            except queue.Empty:
-                kind, item = "", None
-            if kind == "state":
-                self._on_state_item(item, layout, publisher, stop)
-            elif kind == "node":
-                self._live(layout, publisher, [item, *self._more_nodes()])
-            if publisher.broken:
-                publisher = self._rebuild_publisher(layout)
-            if time.monotonic() >= next_tick:
-                self._publish(publisher, marker_event(pb.EventKind.TICK, pb.Origin.LIVE, self._me(), **self._now()))
-                next_tick = time.monotonic() + self.config.tick_interval_s
+                if walk:
+                    self._resync(layout, publisher)
+                    walk = False
+                item = self._inbox.take(max(0.0, min(next_tick - time.monotonic(), 0.5)), batch=self.config.batch)
+                if isinstance(item, list):
+                    self._live(layout, publisher, item)
+                elif item is not None:
+                    self._on_state_item(item)
+                    walk = True  # reconnected: changes may have been missed
+                    self._add_watches(layout)
+                    continue
+                if publisher.broken:
+                    publisher = self._rebuild_publisher(layout)
+                if time.monotonic() >= next_tick:
+                    tick = marker_event(pb.EventKind.TICK, pb.Origin.LIVE, self._me(), **self._now())
+                    self._publish(publisher, tick)
+                    next_tick = time.monotonic() + self.config.tick_interval_s
+                self._report_held_back(publisher)
+            except ConnectionSuspended:
+                log.warning("ZooKeeper connection suspended: publishing paused until it is back")
+                self._wait_reconnected(stop)
+                self._add_watches(layout)
+                walk = True
 
-    def _on_state_item(self, state: str, layout: TreeLayout, publisher: EventPublisher, stop: threading.Event) -> None:
+    def _on_state_item(self, state: str) -> None:
         if state == KazooState.LOST:
             raise LeadershipLost("ZooKeeper session lost")
         if state == KazooState.SUSPENDED:
-            log.warning("ZooKeeper connection suspended: publishing paused")
-            self._wait_reconnected(stop)
-        # Reconnected (CONNECTED, or back from SUSPENDED): changes may have been missed.
-        self._add_watches(layout)
-        self._resync(layout, publisher)
+            raise ConnectionSuspended("ZooKeeper connection suspended")
 
     def _wait_reconnected(self, stop: threading.Event) -> None:
+        """Until the session is back (its notifications stay in the inbox: the resync covers them)."""
         while not stop.is_set():
-            try:
-                kind, item = self._queue.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            if kind != "state":
-                continue  # notifications from before the suspension: the resync covers them
-            if item == KazooState.LOST:
+            state = self._inbox.take_state(0.5)
+            if state == KazooState.LOST:
                 raise LeadershipLost("ZooKeeper session lost while suspended")
-            if item == KazooState.CONNECTED:
+            if state == KazooState.CONNECTED:
                 log.info("ZooKeeper connection back: resyncing")
                 return
+
+    def _check_leadership(self) -> None:
+        """Raise when this watcher must stop publishing now: stopped, session lost, or connection suspended.
+
+        A state change not handled yet counts too: kazoo may already have a new session (CONNECTED) after a loss.
+        """
+        pending = self._inbox.pending_states()
+        if self._stop.is_set() or self.zk.state == KazooState.LOST or KazooState.LOST in pending:
+            raise LeadershipLost("stopped, or the ZooKeeper session was lost")
+        if self.zk.state == KazooState.SUSPENDED or KazooState.SUSPENDED in pending:
+            raise ConnectionSuspended("ZooKeeper connection suspended")
 
     def _on_state(self, state: str) -> None:
         """kazoo's listener (its own thread): record and hand over, never block."""
         self.metrics.session_state(str(state))
-        self._queue.put(("state", state))
+        self._inbox.put_state(state)
 
     def _on_node(self, event: WatchedEvent) -> None:
-        self._queue.put(("node", event.path))
+        self._inbox.put_path(event.path)
 
     def _add_watches(self, layout: TreeLayout) -> None:
         self.zk.ensure_path(layout.root)
@@ -247,11 +271,13 @@ class Watcher:
     # ------------------------------------------------------------------ resync and live changes
 
     def _resync(self, layout: TreeLayout, publisher: EventPublisher) -> None:
+        """Walk the tree and publish what differs from the state published; that state becomes the walk's once Kafka
+        acknowledged every event (an interruption leaves it as it was: the next walk publishes the changes again)."""
         started = time.monotonic()
         origin = pb.Origin.SNAPSHOT if self.known is None else pb.Origin.RESYNC
         view = read_cluster(self.zk, layout, progress=self._progress)
         known = self.known or KnownState()
-        changes = known.resync(view)
+        changes = known.changes_to(view)
         me = self._me()
         self._publish(publisher, marker_event(pb.EventKind.SNAPSHOT_BEGIN, origin, me, **self._now()))
         for change in changes:
@@ -262,7 +288,8 @@ class Watcher:
         end.snapshot.bookies = len(view.writable) + len(view.readonly)
         end.snapshot.duration_ms = int((time.monotonic() - started) * 1000)
         self._publish(publisher, end)
-        publisher.flush()
+        self._flush(publisher)
+        known.adopt(view)
         self.known = known
         self.metrics.resyncs.labels(pb.Origin.Name(origin)).inc()
         self.metrics.resync_duration.observe(time.monotonic() - started)
@@ -275,48 +302,31 @@ class Watcher:
             time.monotonic() - started,
         )
 
-    def _more_nodes(self) -> list[str]:
-        """Further queued notifications, up to a batch (state changes go back to the queue's front)."""
-        paths: list[str] = []
-        while len(paths) < self.config.batch:
-            try:
-                kind, item = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if kind != "node":
-                self._requeue_first(kind, item)
-                break
-            paths.append(item)
-        return paths
-
-    def _requeue_first(self, kind: str, item: Any) -> None:
-        with self._queue.mutex:
-            self._queue.queue.appendleft((kind, item))
-            self._queue.not_empty.notify()
-
-    def _drain_queue(self) -> None:
-        while True:
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                return
-
     def _live(self, layout: TreeLayout, publisher: EventPublisher, paths: list[str]) -> None:
         """Read the current state of the notified nodes and publish what is new, in notification order.
 
         A node notified several times is read once, at the place of its last notification, so its
         event follows those of the other nodes notified before (a ledger's mark cleared, then the
-        ledger deleted, stays in that order).
+        ledger deleted, stays in that order). The state published keeps the batch's changes only once
+        Kafka acknowledged them all: an interrupted batch is undone there, and the next walk sends it again.
         """
-        assert self.known is not None
+        known = self.known
+        assert known is not None
         targets = _classify(layout, paths)
         found = read_nodes(self.zk, [path for (kind, _), path in targets.items() if kind in ("ledger", "mark")])
         now = self._now()
-        for (kind, ident), path in targets.items():
-            for change in self._changes(kind, ident, found.get(path), layout):
-                if change.node is not None and change.kind.value.startswith("LEDGER_"):
-                    self.metrics.change_lag.observe(node_stat_lag(change.node, now["observed_ms"]))
-                self._publish(publisher, event_for_change(change, pb.Origin.LIVE, self._me(), **now))
+        undo = known.savepoint()
+        try:
+            for (kind, ident), path in targets.items():
+                undo.keep(kind, ident)
+                for change in self._changes(kind, ident, found.get(path), layout):
+                    if change.node is not None and change.kind.value.startswith("LEDGER_"):
+                        self.metrics.change_lag.observe(node_stat_lag(change.node, now["observed_ms"]))
+                    self._publish(publisher, event_for_change(change, pb.Origin.LIVE, self._me(), **now))
+            self._flush(publisher)
+        except BaseException:
+            undo.restore()
+            raise
 
     def _changes(self, kind: str, ident: int, node: Node | None, layout: TreeLayout) -> list[MetadataChange]:
         assert self.known is not None
@@ -333,21 +343,42 @@ class Watcher:
     # ------------------------------------------------------------------ publishing
 
     def _publish(self, publisher: EventPublisher, event: pb.LedgerEvent) -> None:
-        """Hand one event to Kafka, retrying with backoff while Kafka does not take it (nothing is dropped)."""
+        """Hand one event to Kafka, retrying with backoff while Kafka does not take it (nothing is dropped).
+
+        Never while the connection is suspended or the session lost, however long Kafka makes it wait.
+        """
         attempt = 0
         while True:
+            self._check_leadership()
             try:
                 publisher.publish(event)
                 break
             except PublishError as error:
                 self.metrics.errors.labels("kafka").inc()
-                if self.zk.state == KazooState.LOST or self._stop.is_set():
-                    raise LeadershipLost("stopped or lost the session while Kafka was unavailable") from error
-                log.warning("Kafka does not take events (%s); retrying", error)
+                self._report_held_back(publisher, f"Kafka does not take events ({error})")
                 self._stop.wait(self.config.backoff.delay(attempt, random.random()))
                 attempt += 1
         self.metrics.published(event.kind)
         self.metrics.last_event.set(self._clock())
+
+    def _flush(self, publisher: EventPublisher) -> None:
+        """Wait until Kafka acknowledged every event sent, checking the leadership between short waits."""
+        while True:
+            self._check_leadership()
+            try:
+                publisher.flush(timeout_s=FLUSH_WAIT_S)
+                return
+            except PublishError:
+                self._report_held_back(publisher, "Kafka has not acknowledged every event yet")
+
+    def _report_held_back(self, publisher: EventPublisher, why: str = "") -> None:
+        """Set the held-back gauges; with ``why``, log them (at most every few seconds)."""
+        events, nodes = publisher.unacknowledged, self._inbox.waiting_paths()
+        self.metrics.held_back.labels("events").set(events)
+        self.metrics.held_back.labels("notifications").set(nodes)
+        if why and time.monotonic() - self._held_back_logged >= HELD_BACK_LOG_S:
+            self._held_back_logged = time.monotonic()
+            log.warning("%s; held back: %d event(s) unacknowledged, %d node(s) to read again", why, events, nodes)
 
     def _publisher_ready(self) -> EventPublisher:
         if self._publisher is None:
@@ -370,6 +401,12 @@ class Watcher:
 
     def _now(self) -> dict[str, int]:
         return {"observed_ms": int(self._clock() * 1000)}
+
+
+#: How long one wait for Kafka's acknowledgements lasts before the leadership is checked again.
+FLUSH_WAIT_S = 0.5
+#: How often, at most, the watcher logs what it holds back while Kafka does not take or acknowledge events.
+HELD_BACK_LOG_S = 10.0
 
 
 def _lock_sequence(node: str | None) -> int:

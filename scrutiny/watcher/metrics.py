@@ -36,6 +36,12 @@ class WatcherMetrics:
         self.session = Gauge(
             "scrutiny_watcher_zookeeper_session", "1 for the current ZooKeeper session state", ["state"], registry=r
         )
+        self.held_back = Gauge(
+            "scrutiny_watcher_held_back",
+            "What waits while Kafka does not take or acknowledge events: events unacknowledged, nodes to read again",
+            ["what"],
+            registry=r,
+        )
         self.errors = Counter("scrutiny_watcher_errors", "Errors retried, by where", ["where"], registry=r)
         self.last_event = Gauge(
             "scrutiny_watcher_last_event_timestamp_seconds", "When the last event was published", registry=r

@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import copy
+
+from hypothesis import given
+from hypothesis import strategies as st
+
 from scrutiny.core.metadata_view import ChangeKind, KnownState, MetadataView, Node, NodeStat, diff, node_stat_lag
 
 
@@ -84,3 +89,51 @@ def test_marks_and_racks() -> None:
 def test_lag() -> None:
     assert node_stat_lag(node(0), 2500) == 0.5
     assert node_stat_lag(node(0), 0) == 0.0
+
+
+_nodes = st.none() | st.builds(node, st.integers(1, 50), st.sampled_from([b"x", b"y"]), st.integers(1, 3))
+_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("ledger"), st.integers(0, 4), _nodes),
+        st.tuples(st.just("mark"), st.integers(0, 4), _nodes),
+        st.tuples(st.just("racks"), st.just(0), st.none() | st.sampled_from([b"{}", b"[]"])),
+        st.tuples(st.just("bookies"), st.just(0), st.sampled_from(["a", "b", "ab"])),
+    ),
+    max_size=12,
+)
+
+
+@given(_steps, _steps)
+def test_a_savepoint_restores_exactly_what_a_batch_changed(before: list, batch: list) -> None:  # type: ignore[type-arg]
+    """Reference: a deep copy of the view taken before the batch."""
+    state = KnownState()
+    for step in before:
+        _apply(state, step)
+    reference = copy.deepcopy(state.view)
+    savepoint = state.savepoint()
+    for kind, ident, value in batch:
+        savepoint.keep(kind, ident)
+        _apply(state, (kind, ident, value))
+    savepoint.restore()
+    assert state.view == reference
+
+
+def test_changes_to_leaves_the_known_state_until_adopted() -> None:
+    state = KnownState(MetadataView(ledgers={1: node(3)}))
+    observed = MetadataView(ledgers={2: node(4)})
+    assert kinds(state.changes_to(observed)) == [("LEDGER_DELETED", 1), ("LEDGER_CREATED", 2)]
+    assert state.view.ledgers == {1: node(3)}  # nothing published yet
+    state.adopt(observed)
+    assert state.changes_to(observed) == []
+
+
+def _apply(state: KnownState, step: tuple) -> None:  # type: ignore[type-arg]
+    kind, ident, value = step
+    if kind == "ledger":
+        state.ledger(ident, value)
+    elif kind == "mark":
+        state.mark(ident, value)
+    elif kind == "racks":
+        state.racks(value)
+    else:
+        state.bookies({b: b"" for b in value}, {})

@@ -62,7 +62,7 @@ def metadata(state: LedgerState = LedgerState.OPEN, last: int = -1, segments: in
 
 @contextmanager
 def running_watcher(
-    settings: Settings, chroot: str, topic: str, watcher_id: str, *, kafka: str | None = None
+    settings: Settings, chroot: str, topic: str, watcher_id: str, *, kafka: str | None = None, max_pending: int = 20_000
 ) -> Iterator[Watcher]:
     """A watcher on its own client and thread, stopped and closed afterwards whatever happens."""
     zk = PersistentWatchClient(hosts=settings.zookeeper.connect + chroot, timeout=6.0)
@@ -71,7 +71,7 @@ def running_watcher(
         zk,
         lambda: EventPublisher(
             kafka_client_config(kafka_settings).kwargs("scrutiny-watcher"),
-            TopicConfig(topic, partitions=3, max_block_ms=2000),
+            TopicConfig(topic, partitions=3, max_block_ms=2000, max_pending=max_pending),
         ),
         WatcherConfig(layout=TreeLayout(), watcher_id=watcher_id, tick_interval_s=0.5, backoff=Backoff(0.05, 0.5)),
     )
@@ -144,6 +144,7 @@ def test_snapshot_then_live_changes_in_order(
         zk_client.delete(ledger_path(LONG_ID))
         zk_client.delete(available_bookie_path("bk2:3181"))  # a bookie lost
         final = converges(service_settings, topic, zk_client)
+        wait_until(lambda: _ticked_everywhere(events(service_settings, topic)), 20, "a tick on every partition")
     records = events(service_settings, topic)
     assert final.backwards == 0
     by_ledger = _kinds_by_ledger(records)
@@ -161,6 +162,11 @@ def test_snapshot_then_live_changes_in_order(
     for kind in (*cluster_kinds, "TICK"):
         assert {r.partition for r in records if pb.EventKind.Name(r.event.kind) == kind} == partitions, kind
     assert all(r.key == b"cluster" for r in records if not r.event.ledger_id)
+
+
+def _ticked_everywhere(records: list[Record]) -> bool:
+    ticked = {r.partition for r in records if r.event.kind == pb.EventKind.TICK}
+    return bool(ticked) and ticked == {r.partition for r in records}
 
 
 def _kinds_by_ledger(records: list[Record]) -> dict[int, list[tuple[str, str]]]:
@@ -246,6 +252,38 @@ def test_kafka_unavailable_for_a_while(service_settings: Settings, zk_client: Ka
             finally:
                 os.kill(broker.pid, signal.SIGCONT)
             final = converges(service_settings, "events", zk_client, broker.address)
+        assert final.backwards == 0
+    finally:
+        broker.stop()
+
+
+def test_changes_cut_off_by_a_lost_session_while_kafka_is_down_are_published_later(
+    service_settings: Settings, zk_client: KazooClient, tmp_path: Path
+) -> None:
+    """The remembered state advances only past what Kafka acknowledged: nothing a lost session interrupts is lost."""
+    broker = start_kafka(tmp_path / "kafka")
+    try:
+        seed(zk_client)
+        with running_watcher(
+            service_settings, zk_client.chroot, "events", "w1", kafka=broker.address, max_pending=3
+        ) as watcher:
+            assert watcher.leading.wait(20)
+            converges(service_settings, "events", zk_client, broker.address)
+            os.kill(broker.pid, signal.SIGSTOP)  # the broker stops answering, keeps its data
+            try:
+                for ledger_id in range(400, 420):
+                    zk_client.create(ledger_path(ledger_id), metadata(), makepath=True)
+                zk_client.delete(ledger_path(LONG_ID))
+                held = watcher.metrics.held_back.labels("events")
+                wait_until(lambda: held._value.get() >= 1, 30, "the watcher to hold events back")
+                _expire_session(service_settings, watcher.zk)  # publishing stops half-way through the batch
+                wait_until(lambda: watcher.epoch > 0 and watcher.leading.is_set(), 30, "a new leadership")
+                zk_client.delete(ledger_path(1))  # while the new leadership's walk waits for Kafka too
+                zk_client.delete(ledger_path(401))
+            finally:
+                os.kill(broker.pid, signal.SIGCONT)
+            final = converges(service_settings, "events", zk_client, broker.address)
+            assert watcher.metrics.resyncs.labels("RESYNC")._value.get() >= 1
         assert final.backwards == 0
     finally:
         broker.stop()
