@@ -17,6 +17,10 @@
   is in. A table with no rows in a batch gets no commit (``checker_runs`` always gets its row).
 * ``app_id`` must identify the stream *and its checkpoint* (Spark numbers batches from 0 again with a new
   checkpoint; a reused ``app_id`` would skip them all). A batch id below a table's recorded one is logged.
+* **Concurrent writers.** The stream and any number of scans may write the same tables at once: appends never
+  conflict, and a write that meets Delta's optimistic-concurrency conflict (two MERGEs of ``open_violations`` at
+  the same time) is tried again, up to ``conflict_attempts`` times with a randomised growing wait. Trying again is
+  safe: the identifiers above make Delta skip a write that did commit.
 * **Tables exist** after :meth:`CheckerTables.ensure_tables` (created with their schema if missing, the three history
   tables with ``delta.appendOnly=true``, all without deletion vectors so that the JVM-free readers see every row the
   way Spark does); an existing table with another schema raises
@@ -38,11 +42,22 @@ from pathlib import Path
 from typing import Final
 
 import pyarrow as pa
+from delta.exceptions import (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+    ProtocolChangedException,
+)
 from delta.tables import DeltaTable
 from deltalake import DeltaTable as LogReader
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from scrutiny.connectors.tables.delta import TableError, table_uri
 from scrutiny.connectors.tables.schemas import (
@@ -93,6 +108,20 @@ DESCRIPTIONS: Final[Mapping[str, str]] = {
     REPAIR_ACTIONS: "Scrutiny: every under-replication mark a fix made or skipped (append-only)",
 }
 
+
+#: Delta's optimistic-concurrency conflicts: another writer committed first; the write may simply be tried again.
+CONFLICTS: Final = (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+    ProtocolChangedException,
+)
+#: How many times a conflicting write is tried in all, unless the writer is told otherwise.
+DEFAULT_CONFLICT_ATTEMPTS: Final = 8
 
 #: Tables created with ``delta.appendOnly=true``: the checker's history tables and the fix's record.
 _APPEND_ONLY: Final = (*APPEND_TABLES, REJECTED_EVENTS, REPAIR_ACTIONS)
@@ -220,13 +249,29 @@ class CheckerTables:
     Not thread-safe; one instance per driver.
     """
 
-    def __init__(self, spark: SparkSession, data_dir: str | Path, *, app_id: str) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        data_dir: str | Path,
+        *,
+        app_id: str,
+        conflict_attempts: int = DEFAULT_CONFLICT_ATTEMPTS,
+    ) -> None:
         if not app_id:
             raise ConfigError("app_id must not be empty")
+        if conflict_attempts < 1:
+            raise ConfigError(f"conflict_attempts must be at least 1, not {conflict_attempts}")
         self.spark = spark.newSession()
         self._merge_session = spark.newSession()  # holds the MERGE's transaction settings while it runs
         self.data_dir = data_dir
         self.app_id = app_id
+        self._retrying = Retrying(
+            retry=retry_if_exception_type(CONFLICTS),
+            stop=stop_after_attempt(conflict_attempts),
+            wait=wait_random_exponential(multiplier=0.2, max=5.0),
+            before_sleep=_log_conflict,
+            reraise=True,
+        )
         self._ready = False
         self._created: set[str] = set()
 
@@ -309,9 +354,9 @@ class CheckerTables:
                 batch_id,
             )
         if name == OPEN_VIOLATIONS:
-            inserted, updated = self._merge_open_violations(rows, batch_id)
+            inserted, updated = self._retrying(self._merge_open_violations, rows, batch_id)
         else:
-            append_rows(self.spark, self.data_dir, name, rows, txn=(self.app_id, batch_id))
+            self._retrying(append_rows, self.spark, self.data_dir, name, rows, txn=(self.app_id, batch_id))
             inserted, updated = rows.num_rows, 0
         if held:
             return TableWrite(name, WriteOutcome.SKIPPED)
@@ -342,3 +387,9 @@ class CheckerTables:
             return 0, 0
         row = metrics[0].asDict()
         return int(row.get("num_inserted_rows") or 0), int(row.get("num_updated_rows") or 0)
+
+
+def _log_conflict(state: RetryCallState) -> None:
+    error = state.outcome.exception() if state.outcome is not None else None
+    reason = str(error).split("\n", 1)[0] if error is not None else "a concurrent commit"
+    log.info("write conflict, trying again (attempt %d): %s", state.attempt_number + 1, reason[:300])

@@ -110,6 +110,7 @@ class CheckerSection:
     fetch_timeout_seconds: float = 10.0
     cluster_cache_seconds: float = 2.0
     exists_check_seconds: float = 600.0
+    write_conflict_attempts: int = 8
     metrics_port: int = 0
     spark_master: str = ""
     spark_ui: bool = False
@@ -121,5 +122,9 @@ class CheckerSection:
                 raise ConfigError(f"checker.{key} must be positive, not {getattr(self, key)!r}")
         if self.retry_attempts < 0 or self.max_offsets_per_trigger < 0:
             raise ConfigError("checker.retry_attempts and checker.max_offsets_per_trigger must not be negative")
+        if self.write_conflict_attempts < 1:
+            raise ConfigError(
+                f"checker.write_conflict_attempts must be at least 1, not {self.write_conflict_attempts!r}"
+            )
         if self.exists_check_seconds < 0:
             raise ConfigError(f"checker.exists_check_seconds must not be negative, not {self.exists_check_seconds!r}")

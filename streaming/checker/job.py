@@ -190,7 +190,9 @@ def start_checker(
     )
     check_checkpoint_source(checkpoint, settings.kafka.topic)
     stream_id = checkpoint_stream_id(spark, checkpoint)
-    tables = CheckerTables(spark, checker.data_dir, app_id=f"{APP_ID}-{stream_id}")
+    tables = CheckerTables(
+        spark, checker.data_dir, app_id=f"{APP_ID}-{stream_id}", conflict_attempts=checker.write_conflict_attempts
+    )
     sink = BatchSink(tables, run_id=run_id or stream_id, metrics=metrics)
     query = (
         checked.writeStream.queryName("scrutiny_checker")

@@ -153,7 +153,12 @@ class ScanRun:
         if self._stopping.is_set():
             result.interrupted = True
             return result
-        tables = CheckerTables(self.spark, self.data_dir, app_id=f"scrutiny-{self.scan_id}")
+        tables = CheckerTables(
+            self.spark,
+            self.data_dir,
+            app_id=f"scrutiny-{self.scan_id}",
+            conflict_attempts=self.settings.checker.write_conflict_attempts,
+        )
         tables.ensure_tables()
         config = self._config(snapshot)
         clock = time.monotonic()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import threading
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -604,3 +605,37 @@ def test_tables_written_by_the_delta_rs_writer_are_appended_and_merged_with_noth
     )  # untouched by the new writer
     for name in TABLE_NAMES:  # Spark reads what delta-rs reads
         assert spark.read.format("delta").load(str(data / name)).count() == len(after[name]), name
+
+
+# --- concurrent writers ---
+
+
+def test_the_stream_and_two_scans_writing_at_once_never_fail_or_lose_a_row(spark: SparkSession, tmp_path: Path) -> None:
+    """Three writers (app ids) commit batches to the same tables at the same time; the MERGEs conflict and retry."""
+    data = tmp_path / "data"
+    CheckerTables(spark, data, app_id="setup").ensure_tables()
+    writers = {name: CheckerTables(spark, data, app_id=name) for name in ("stream", "scan-1", "scan-2")}
+    batches = 2
+    errors: list[BaseException] = []
+
+    def run(name: str) -> None:
+        source = "stream" if name == "stream" else "scan"
+        try:
+            for batch in range(batches):
+                rows = [violation(ledger, batch, bookie=name) for ledger in (1, 2, 3)]  # the same ledgers' keys
+                rows += [resolved(ledger, batch, bookie=name) for ledger in (1, 2, 3) if batch % 2]
+                writers[name].write_batch(batch, output_table(rows), run_record(source))
+        except BaseException as error:  # the assertion below names it
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in writers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=600)
+    assert not errors, errors
+    assert len(read_table(data, "violations")) == 3 * batches * len(writers)
+    assert len(read_table(data, "checker_runs")) == batches * len(writers)
+    keys = open_rows(data)
+    assert {(k[0], k[2]) for k in keys} == {(ledger, name) for ledger in (1, 2, 3) for name in writers}
+    assert all(row["resolved_at"] is not None for row in keys.values())  # the last batch (3) resolved each
