@@ -133,7 +133,8 @@ class Child:
             raise AssertionError(f"{self.name}: still alive 30 s after SIGKILL: {survivors}")
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
-        """SIGTERM the child, wait up to ``timeout_s``, then SIGKILL whatever is left of its process tree.
+        """SIGTERM the child's whole process group (as systemd and Kubernetes do), wait up to ``timeout_s``, then
+        SIGKILL whatever is left of its process tree.
 
         Returns the child's exit code (None if it had to be killed). Does nothing more once ended.
         """
@@ -142,7 +143,7 @@ class Child:
         tree = descendants(self.pid)  # before the child goes and its descendants are orphaned
         code: int | None = None
         if self.alive():
-            self.popen.send_signal(signal.SIGTERM)
+            os.killpg(self.pid, signal.SIGTERM)  # the JVM and the Python workers get it too
             with suppress(subprocess.TimeoutExpired):
                 code = self.popen.wait(timeout=timeout_s)
         else:
