@@ -117,6 +117,7 @@ class Watcher:
         self.leading = threading.Event()
         self._stop = threading.Event()
         self._inbox = Inbox()
+        self._session: int | None = None  # the ZooKeeper session the leadership was won in
         self._held_back_logged = 0.0
 
     # ------------------------------------------------------------------ the outer loop
@@ -157,6 +158,8 @@ class Watcher:
         if stop.is_set():
             return
         try:
+            client_id = self.zk.client_id
+            self._session = client_id[0] if client_id else None
             self.epoch = _lock_sequence(lock.node)
             log.info("watcher %s is the active watcher (epoch %d)", self.config.watcher_id, self.epoch)
             self.metrics.leader.set(1)
@@ -184,13 +187,13 @@ class Watcher:
     # ------------------------------------------------------------------ leading
 
     def _lead(self, stop: threading.Event) -> None:
-        publisher = self._publisher_ready()
         self._inbox.clear()
         layout = self._checked_layout()
         self._add_watches(layout)
         walk = True
         next_tick = time.monotonic() + self.config.tick_interval_s
         while not stop.is_set():
+            publisher = self._publisher_ready()  # a new one after Kafka lost events, even if its walk was cut off
             try:
                 if walk:
                     self._resync(layout, publisher)
@@ -235,13 +238,17 @@ class Watcher:
     def _check_leadership(self) -> None:
         """Raise when this watcher must stop publishing now: stopped, session lost, or connection suspended.
 
-        A state change not handled yet counts too: kazoo may already have a new session (CONNECTED) after a loss.
+        The session is compared with the one the leadership was won in: kazoo may already be connected with a new
+        session (CONNECTED again) after a loss, in which the election node, and so the leadership, is gone.
         """
-        pending = self._inbox.pending_states()
-        if self._stop.is_set() or self.zk.state == KazooState.LOST or KazooState.LOST in pending:
+        if self._stop.is_set() or self.zk.state == KazooState.LOST or self._session_changed():
             raise LeadershipLost("stopped, or the ZooKeeper session was lost")
-        if self.zk.state == KazooState.SUSPENDED or KazooState.SUSPENDED in pending:
+        if self.zk.state == KazooState.SUSPENDED:
             raise ConnectionSuspended("ZooKeeper connection suspended")
+
+    def _session_changed(self) -> bool:
+        current = self.zk.client_id
+        return self._session is not None and (current is None or current[0] != self._session)
 
     def _on_state(self, state: str) -> None:
         """kazoo's listener (its own thread): record and hand over, never block."""

@@ -56,11 +56,6 @@ class Inbox:
                 return None
             return self._states.popleft()
 
-    def pending_states(self) -> tuple[str, ...]:
-        """The session states not taken yet, oldest first (they are left in place)."""
-        with self._ready:
-            return tuple(self._states)
-
     def clear(self) -> None:
         """Forget everything waiting (a new leadership starts with a walk of the whole tree)."""
         with self._ready:

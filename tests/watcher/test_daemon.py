@@ -137,6 +137,10 @@ def test_snapshot_then_live_changes_in_order(
         mark = format_underreplication_mark(UnderReplicationMark(("bk2:3181",), 1_700_000_000_000))
         zk_client.create(underreplication_path(LONG_ID), mark, makepath=True)
         zk_client.create(available_bookie_path("bk2:3181"), b"", ephemeral=True, makepath=True)
+        # A node changed again before the watcher read it is published once, in its newest state: wait for the
+        # mark and the registration before they go, so that each step is seen.
+        wait_until(lambda: _published(service_settings, topic, "UNDER_REPLICATION_MARKED"), 20, "the mark")
+        wait_until(lambda: _published(service_settings, topic, "BOOKIE_REGISTERED", "bk2:3181"), 20, "bk2")
         zk_client.delete(available_bookie_path("bk1:3181"))
         zk_client.create(readonly_bookie_path("bk1:3181"), b"", ephemeral=True, makepath=True)
         zk_client.create("/bookies", format_pulsar_racks({"default": {"bk1:3181": "/r1"}}))
@@ -162,6 +166,13 @@ def test_snapshot_then_live_changes_in_order(
     for kind in (*cluster_kinds, "TICK"):
         assert {r.partition for r in records if pb.EventKind.Name(r.event.kind) == kind} == partitions, kind
     assert all(r.key == b"cluster" for r in records if not r.event.ledger_id)
+
+
+def _published(settings: Settings, topic: str, kind: str, bookie: str = "") -> bool:
+    return any(
+        pb.EventKind.Name(r.event.kind) == kind and (not bookie or r.event.bookie_id == bookie)
+        for r in events(settings, topic)
+    )
 
 
 def _ticked_everywhere(records: list[Record]) -> bool:
