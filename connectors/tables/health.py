@@ -8,6 +8,7 @@ table or the directory); a table that does not exist yet is :class:`TableMissing
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pyarrow.compute as pc
 from deltalake.exceptions import DeltaError
 
 from scrutiny.connectors.tables.delta import TableError, read_table, table_uri
-from scrutiny.connectors.tables.schemas import CHECKER_RUNS, LEDGER_CHECKS, OPEN_VIOLATIONS
+from scrutiny.connectors.tables.schemas import CHECKER_RUNS, LEDGER_CHECKS, OPEN_VIOLATIONS, REJECTED_EVENTS
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.health_summary import RECENT_WINDOW_MS, CheckerFigures, OpenViolation
 
@@ -63,20 +64,31 @@ def read_ledgers_checked(data_dir: str) -> int:
 
 
 def read_checker_figures(data_dir: str, *, now_ms: int, stall_after_ms: int) -> CheckerFigures:
-    """The last batch of ``checker_runs`` (latest ``finished_at``), its lag, and the batches of the last 10 min."""
+    """The last batch of ``checker_runs`` (latest ``finished_at``), its lag, the batches of the last 10 min, and the
+    records of the topic the checker skipped (``rejected_events``, absent until there is one)."""
     runs = _read(data_dir, CHECKER_RUNS, _RUN_COLUMNS).to_pylist()
+    try:
+        rejected_at = _read(data_dir, REJECTED_EVENTS, ["rejected_at"])["rejected_at"]
+    except TableMissingError:
+        rejected_at = pa.chunked_array([], pa.timestamp("us", tz="UTC"))
+    last_rejected = pc.max(rejected_at).as_py() if len(rejected_at) else None
+    skipped = CheckerFigures(
+        stall_after_ms=stall_after_ms,
+        rejected_events=len(rejected_at),
+        last_rejected_ms=None if last_rejected is None else _epoch_ms(last_rejected),
+    )
     if not runs:
-        return CheckerFigures(stall_after_ms=stall_after_ms)
+        return skipped
     finished = [_epoch_ms(run["finished_at"]) for run in runs]
     last_index = max(range(len(runs)), key=lambda i: (finished[i], runs[i]["batch_id"]))
     last = runs[last_index]
-    return CheckerFigures(
+    return replace(
+        skipped,
         last_batch_ms=finished[last_index],
         last_batch_id=last["batch_id"],
         last_batch_source=last["source"],
         lag_records=last["lag_records"],
         batches_recent=sum(1 for at in finished if now_ms - at <= RECENT_WINDOW_MS),
-        stall_after_ms=stall_after_ms,
     )
 
 

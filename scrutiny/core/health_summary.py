@@ -108,6 +108,9 @@ class CheckerFigures:
     lag_records: int | None = None
     batches_recent: int = 0
     stall_after_ms: int = DEFAULT_STALL_AFTER_MS
+    #: Records of the topic the checker skipped (``rejected_events``), and when the last one was.
+    rejected_events: int = 0
+    last_rejected_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,10 +252,16 @@ def _checker_warnings(figures: Figures) -> tuple[str, ...]:
         return ()
     if checker.last_batch_ms is None:
         return ("no checker batch recorded yet: the checker has not run, or not finished a batch",)
+    rejected: tuple[str, ...] = ()
+    if checker.rejected_events:
+        rejected = (
+            f"{checker.rejected_events} record(s) of the topic could not be used and were skipped"
+            " (table rejected_events)",
+        )
     idle_ms = stalled_for_ms(figures)
     if idle_ms is None:
-        return ()
-    return (f"no batch for {format_duration_ms(idle_ms)}: the streaming checker looks stalled",)
+        return rejected
+    return (f"no batch for {format_duration_ms(idle_ms)}: the streaming checker looks stalled", *rejected)
 
 
 def stalled_for_ms(figures: Figures) -> int | None:
@@ -343,6 +352,9 @@ def _checker_lines(figures: Figures) -> list[str]:
     lag = "unknown" if checker.lag_records is None else f"{checker.lag_records} records"
     lines.append(field_line("Lag", lag))
     lines.append(field_line(f"Batches, last {RECENT_WINDOW_MS // 60_000} min", str(checker.batches_recent)))
+    if checker.rejected_events:
+        last = "" if checker.last_rejected_ms is None else f", last {format_utc_ms(checker.last_rejected_ms)}"
+        lines.append(field_line("Rejected records", f"{checker.rejected_events}{last}"))
     return lines
 
 
@@ -474,4 +486,5 @@ def _checker_json(figures: Figures) -> dict[str, object] | None:
         "lag_records": checker.lag_records,
         "batches_last_10_minutes": checker.batches_recent,
         "stalled": stalled_for_ms(figures) is not None,
+        "rejected_events": checker.rejected_events,
     }

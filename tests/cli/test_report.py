@@ -167,3 +167,28 @@ def test_worst_zero_lists_no_ledger(spark: SparkSession, data_dir: Path, capsys:
     with pytest.raises(SystemExit) as exit_info:
         main(["report", "--data-dir", str(data_dir), "--worst", "-1"])
     assert exit_info.value.code == 2
+
+
+def test_records_the_checker_skipped_are_counted_from_their_table(
+    spark: SparkSession, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(spark, data_dir, [[check(1)]])
+    first = json.loads("\n".join(report(capsys, data_dir, "--format", "json")[1]))
+    assert first["checker"]["rejected_events"] == 0 and first["warnings"] == []  # no table yet: nothing skipped
+    rejected = {
+        "record": "rejected",
+        "at": ago(1),
+        "kafka_partition": 0,
+        "kafka_offset": 12,
+        "kafka_key": "x",
+        "reason": "undecodable",
+        "details": "not a ledger event",
+        "value_bytes": 3,
+        "value_head": "ffffff",
+    }
+    finished = ago(0.5)
+    run = RunRecord("run-1", finished - timedelta(seconds=1), finished, lag_records=0)
+    CheckerTables(spark, data_dir, app_id="test-report").write_batch(1, output_table([]), run, rejected=[rejected])
+    code, lines, _ = report(capsys, data_dir)
+    assert code == 0 and any(line.startswith(" Rejected records:           1, last ") for line in lines)
+    assert "WARNING: 1 record(s) of the topic could not be used and were skipped (table rejected_events)" in lines

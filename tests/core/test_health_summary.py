@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -199,6 +200,7 @@ def test_a_stalled_stream_is_warned_about_but_does_not_change_the_status() -> No
         "lag_records": 3,
         "batches_last_10_minutes": 0,
         "stalled": True,
+        "rejected_events": 0,
     }
     fresh = summarize([], Figures(now_ms=T0_MS + MINUTE_MS, checker=checker))
     assert fresh.warnings == ()
@@ -271,3 +273,17 @@ def test_durations_read_like_people_write_them() -> None:
     assert format_duration_ms(12 * MINUTE_MS) == "12 min"
     assert format_duration_ms(185 * MINUTE_MS) == "3 h 5 min"
     assert format_duration_ms(52 * 60 * MINUTE_MS) == "2 d 4 h"
+
+
+def test_records_the_checker_skipped_are_counted_and_warned_about_without_changing_the_status() -> None:
+    checker = CheckerFigures(
+        last_batch_ms=T0_MS, last_batch_id=7, last_batch_source="stream", rejected_events=3, last_rejected_ms=T0_MS
+    )
+    summary = summarize([], Figures(now_ms=T0_MS + MINUTE_MS, checker=checker))
+    assert summary.healthy
+    assert summary.warnings == ("3 record(s) of the topic could not be used and were skipped (table rejected_events)",)
+    lines = render(summary).splitlines()
+    assert " Rejected records:           3, last 2026-03-01T12:00:00Z" in lines
+    assert as_json_dict(summary)["checker"]["rejected_events"] == 3  # type: ignore[index]
+    clean = summarize([], Figures(now_ms=T0_MS + MINUTE_MS, checker=replace(checker, rejected_events=0)))
+    assert clean.warnings == () and not any("Rejected" in line for line in render(clean).splitlines())
