@@ -103,7 +103,9 @@ def test_ledgers_deleted_while_no_watcher_ran_are_forgotten_and_never_reported_m
     with running_checker(spark, zk_client, settings, scenario, schedule=False, watch=False) as harness:
         with running_watcher(settings, "watcher-before"):
             harness.wait(
-                lambda: open_before <= harness.open_ids() and 5 in harness.checker.sink.pending, 60, "findings"
+                lambda: open_before <= harness.open_ids() and 5 in harness.checker.sink.pending,
+                150,  # the first batches can wait for task slots a stopped query still holds on a loaded machine
+                "findings",
             )
         for deletion in scenario.schedule:  # no watcher runs: no deletion event
             harness.run(harness.cluster.apply(deletion))
