@@ -42,16 +42,7 @@ from pathlib import Path
 from typing import Final
 
 import pyarrow as pa
-from delta.exceptions import (
-    ConcurrentAppendException,
-    ConcurrentDeleteDeleteException,
-    ConcurrentDeleteReadException,
-    ConcurrentTransactionException,
-    ConcurrentWriteException,
-    DeltaConcurrentModificationException,
-    MetadataChangedException,
-    ProtocolChangedException,
-)
+from delta import exceptions as delta_exceptions
 from delta.tables import DeltaTable
 from deltalake import DeltaTable as LogReader
 from pyspark.sql import DataFrame, SparkSession
@@ -111,14 +102,14 @@ DESCRIPTIONS: Final[Mapping[str, str]] = {
 
 #: Delta's optimistic-concurrency conflicts: another writer committed first; the write may simply be tried again.
 CONFLICTS: Final = (
-    ConcurrentAppendException,
-    ConcurrentDeleteDeleteException,
-    ConcurrentDeleteReadException,
-    ConcurrentTransactionException,
-    ConcurrentWriteException,
-    DeltaConcurrentModificationException,
-    MetadataChangedException,
-    ProtocolChangedException,
+    delta_exceptions.ConcurrentAppendException,
+    delta_exceptions.ConcurrentDeleteDeleteException,
+    delta_exceptions.ConcurrentDeleteReadException,
+    delta_exceptions.ConcurrentTransactionException,
+    delta_exceptions.ConcurrentWriteException,
+    delta_exceptions.DeltaConcurrentModificationException,
+    delta_exceptions.MetadataChangedException,
+    delta_exceptions.ProtocolChangedException,
 )
 #: How many times a conflicting write is tried in all, unless the writer is told otherwise.
 DEFAULT_CONFLICT_ATTEMPTS: Final = 8

@@ -31,6 +31,8 @@ LEDGER_KINDS = frozenset(
     }
 )
 _KNOWN_KINDS = frozenset(v for v in pb.EventKind.values() if v != pb.EventKind.EVENT_KIND_UNSPECIFIED)
+#: Every other known kind: sent to every partition with :data:`CLUSTER_KEY`.
+CLUSTER_KINDS = _KNOWN_KINDS - LEDGER_KINDS
 
 
 class RejectReason(StrEnum):

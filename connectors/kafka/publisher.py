@@ -26,24 +26,11 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-from scrutiny.connectors.kafka.events import CLUSTER_KEY, ledger_key
+from scrutiny.connectors.kafka.events import CLUSTER_KEY, CLUSTER_KINDS, ledger_key
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.proto import ledger_events_pb2 as pb
 
 log = logging.getLogger(__name__)
-
-CLUSTER_WIDE = frozenset(
-    {
-        pb.EventKind.BOOKIE_REGISTERED,
-        pb.EventKind.BOOKIE_UNREGISTERED,
-        pb.EventKind.BOOKIE_READONLY,
-        pb.EventKind.BOOKIE_WRITABLE,
-        pb.EventKind.RACKS_CHANGED,
-        pb.EventKind.TICK,
-        pb.EventKind.SNAPSHOT_BEGIN,
-        pb.EventKind.SNAPSHOT_END,
-    }
-)
 
 
 class PublishError(ScrutinyError):
@@ -124,7 +111,7 @@ class EventPublisher:
         value = event.SerializeToString()
         started = time.monotonic()
         try:
-            if event.kind in CLUSTER_WIDE:
+            if event.kind in CLUSTER_KINDS:
                 for partition in self.partitions:
                     self._send(value, CLUSTER_KEY, partition, event.kind, started)
             else:

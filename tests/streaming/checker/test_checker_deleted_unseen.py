@@ -18,26 +18,18 @@ from pyspark.sql import SparkSession
 from scrutiny.settings.loader import Settings
 from scrutiny.simulator.scenario import parse_scenario
 from tests.support.checker_harness import harness_settings, running_checker, running_watcher
+from tests.support.scenarios import small_scenario
 from tests.support.servers import KafkaTopicFactory
 
 pytestmark = pytest.mark.integration
 
-SCENARIO = """
-[scenario]
-name = "deleted-unseen"
-seed = 11
-
-[cluster]
-bookies = 4
-
+SCENARIO = small_scenario(
+    "deleted-unseen",
+    seed=11,
+    bookies=4,
+    body="""
 [bookies.bookie-4]
 fault = "unresponsive"
-
-[defaults]
-ensemble_size = 3
-write_quorum = 2
-ack_quorum = 2
-last_entry = 29
 
 [[ledgers]]
 id = 1
@@ -74,7 +66,8 @@ ledger = 5
 at = 100
 action = "delete"
 ledger = 200
-"""
+""",
+)
 
 
 @pytest.mark.parametrize("exists_check_seconds", [6.0, 0.0], ids=["with-timer", "snapshot-only"])

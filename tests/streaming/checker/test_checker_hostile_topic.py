@@ -15,23 +15,16 @@ from scrutiny.settings.loader import Settings
 from scrutiny.simulator.scenario import parse_scenario
 from scrutiny.streaming.checker.job import ledgers_root
 from tests.support.checker_harness import harness_settings, running_checker
+from tests.support.scenarios import small_scenario
 from tests.support.servers import KafkaTopicFactory
 
 pytestmark = pytest.mark.integration
 
-SCENARIO = """
-[scenario]
-name = "hostile-topic"
-seed = 5
-
-[cluster]
-bookies = 3
-
-[defaults]
-ensemble_size = 3
-write_quorum = 2
-ack_quorum = 2
-last_entry = 29
+SCENARIO = small_scenario(
+    "hostile-topic",
+    seed=5,
+    bookies=3,
+    body="""
 
 [[ledgers]]
 id = 1
@@ -48,7 +41,8 @@ last_entry = 9
 at = 100
 action = "close"
 ledger = 2
-"""
+""",
+)
 
 MISSING = (1, "MISSING_REPLICA", "bookie-3")
 

@@ -14,28 +14,20 @@ from scrutiny.core.zk_paths import ledger_path
 from scrutiny.settings.loader import Settings
 from scrutiny.simulator.scenario import parse_scenario
 from tests.support.checker_harness import harness_settings, running_checker
+from tests.support.scenarios import small_scenario
 from tests.support.servers import KafkaTopicFactory
 
 pytestmark = pytest.mark.integration
 
 DELAY_S = 2.5
 
-SCENARIO = f"""
-[scenario]
-name = "slow-bookie"
-seed = 2
-
-[cluster]
-bookies = 3
-
+SCENARIO = small_scenario(
+    "slow-bookie",
+    seed=2,
+    bookies=3,
+    body=f"""
 [bookies.bookie-3]
 fault = {{ kind = "slow", delay_s = {DELAY_S} }}
-
-[defaults]
-ensemble_size = 3
-write_quorum = 2
-ack_quorum = 2
-last_entry = 29
 
 [[ledgers]]
 id = 1
@@ -47,7 +39,8 @@ holdings = [{{ bookie = "bookie-2", nothing = true }}]
 at = 100
 action = "close"
 ledger = 1
-"""
+""",
+)
 
 
 def test_a_check_is_stamped_when_its_slow_bookie_has_answered_not_when_its_batch_began(
