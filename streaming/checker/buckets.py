@@ -23,6 +23,11 @@ BUCKET_SIZE: Final = 64
 BUCKET_EXPRESSION: Final = f"CASE WHEN ledger_id < 0 THEN ledger_id ELSE ledger_id DIV {BUCKET_SIZE} END"
 
 
+def bucket_of(ledger_id: int) -> int:
+    """The bucket of a ledger id (as :data:`BUCKET_EXPRESSION`: a negative key is its own bucket)."""
+    return ledger_id if ledger_id < 0 else ledger_id // BUCKET_SIZE
+
+
 def encode_bucket(states: Mapping[int, TrackedLedger]) -> bytes:
     """A bucket's ledgers as one compact JSON object: ledger id -> state document."""
     doc = {str(ledger_id): states[ledger_id].to_doc() for ledger_id in sorted(states)}

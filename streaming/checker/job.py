@@ -34,7 +34,9 @@ from scrutiny.streaming.checker.metrics import JobMetrics
 from scrutiny.streaming.checker.prepare import PREPARED_DDL, PrepareEvents
 from scrutiny.streaming.checker.processor import LedgerProcessor
 from scrutiny.streaming.checker.records import NARROW_DDL
+from scrutiny.streaming.checker.replay import BatchOutputs, ReplayHandle
 from scrutiny.streaming.checker.sink import BatchSink, BatchSummary
+from scrutiny.streaming.checkpoint_files import CheckpointFiles
 from scrutiny.streaming.delta_writer import CheckerTables
 from scrutiny.streaming.kafka_source import FORMAT, check_checkpoint_source, kafka_source_options
 
@@ -111,28 +113,22 @@ def checkpoint_stream_id(spark: SparkSession, checkpoint: str) -> str:
     is used as is; a URI (``hdfs://``, ``s3a://``, ``file://``...) goes through Hadoop's file system,
     as Spark's own checkpoint does.
     """
-    if "://" not in checkpoint:
-        directory = Path(checkpoint)
-        directory.mkdir(parents=True, exist_ok=True)
-        marker = directory / STREAM_ID_FILE
-        if not marker.exists():
-            marker.write_text(uuid.uuid4().hex[:16] + "\n", encoding="ascii")
-        return marker.read_text(encoding="ascii").strip()
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    path = jvm.org.apache.hadoop.fs.Path(f"{checkpoint.rstrip('/')}/{STREAM_ID_FILE}")
-    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    if not fs.exists(path):
-        out = fs.create(path, False)
-        try:
-            out.write(bytearray((uuid.uuid4().hex[:16] + "\n").encode("ascii")))
-        finally:
-            out.close()
-    stream = fs.open(path)
-    try:
-        return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "US-ASCII")).strip()
-    finally:
-        stream.close()
+    files = CheckpointFiles(spark, checkpoint)
+    made = (uuid.uuid4().hex[:16] + "\n").encode("ascii")
+    return files.create_once(STREAM_ID_FILE, made).decode("ascii").strip()
+
+
+def _replay_handle(outputs: BatchOutputs) -> ReplayHandle | None:
+    """The handle of the batch to run again from its kept output, when the last run stopped inside one."""
+    replay = outputs.interrupted()
+    if replay is not None:
+        log.info(
+            "batch %d was interrupted after its output was kept: it runs again from that output (%d bytes),"
+            " asking nobody",
+            replay.batch_id,
+            len(replay.kept),
+        )
+    return replay
 
 
 def lag_records(progress: Mapping[str, Any] | None) -> int | None:
@@ -178,22 +174,24 @@ def start_checker(
         fail_on_data_loss=checker.fail_on_data_loss,
         max_offsets_per_trigger=checker.max_offsets_per_trigger,
     )
-    raw = spark.readStream.format(FORMAT).options(**options).load()
-    prepared = raw.select("partition", "offset", "key", "value").mapInArrow(PrepareEvents(config), PREPARED_DDL)
-    checked = (
-        prepared.withColumn("bucket", expr(BUCKET_EXPRESSION))
-        .groupBy("bucket")
-        .transformWithState(LedgerProcessor(config), NARROW_DDL, outputMode="Append", timeMode="ProcessingTime")
-    )
     checkpoint = (
         checker.checkpoint_dir if "://" in checker.checkpoint_dir else str(Path(checker.checkpoint_dir).resolve())
     )
     check_checkpoint_source(checkpoint, settings.kafka.topic)
     stream_id = checkpoint_stream_id(spark, checkpoint)
+    outputs = BatchOutputs(CheckpointFiles(spark, checkpoint))
+    replay = _replay_handle(outputs)
+    raw = spark.readStream.format(FORMAT).options(**options).load()
+    prepared = raw.select("partition", "offset", "key", "value").mapInArrow(PrepareEvents(config, replay), PREPARED_DDL)
+    checked = (
+        prepared.withColumn("bucket", expr(BUCKET_EXPRESSION))
+        .groupBy("bucket")
+        .transformWithState(LedgerProcessor(config, replay), NARROW_DDL, outputMode="Append", timeMode="ProcessingTime")
+    )
     tables = CheckerTables(
         spark, checker.data_dir, app_id=f"{APP_ID}-{stream_id}", conflict_attempts=checker.write_conflict_attempts
     )
-    sink = BatchSink(tables, run_id=run_id or stream_id, metrics=metrics)
+    sink = BatchSink(tables, run_id=run_id or stream_id, metrics=metrics, outputs=outputs)
     query = (
         checked.writeStream.queryName("scrutiny_checker")
         .foreachBatch(sink)

@@ -35,6 +35,7 @@ from scrutiny.proto import ledger_events_pb2 as pb
 from scrutiny.streaming.checker.answer_codec import encode_answers
 from scrutiny.streaming.checker.config import JobConfig
 from scrutiny.streaming.checker.records import REJECTED_KEY, STATS_KEY
+from scrutiny.streaming.checker.replay import ReplayHandle
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +99,15 @@ class ReadEvents:
 
 
 class PrepareEvents:
-    """The ``mapInArrow`` function (picklable: holds only the :class:`JobConfig`)."""
+    """The ``mapInArrow`` function (picklable: holds the :class:`JobConfig` and, after a crash, the replay's handle).
 
-    def __init__(self, config: JobConfig) -> None:
+    In a batch run again from its kept output (:mod:`scrutiny.streaming.checker.replay`) nothing is fetched: the
+    processor returns the first run's records.
+    """
+
+    def __init__(self, config: JobConfig, replay: ReplayHandle | None = None) -> None:
         self.config = config
+        self.replay = replay
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Every ledger event of the partition range, with answers on the ones to check."""
@@ -111,7 +117,7 @@ class PrepareEvents:
         wanted = ledgers_to_check(rows)
         answers: dict[int, bytes] = {}
         rpcs = 0
-        if wanted or cluster_events:
+        if (wanted or cluster_events) and not (self.replay is not None and self.replay.running()):
             try:
                 rpcs, fetched = fetch_answers(
                     self.config, {k: v[1] for k, v in wanted.items()}, refresh=cluster_events > 0

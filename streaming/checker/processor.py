@@ -15,7 +15,11 @@ deleted like on a deletion event. Ledgers with findings open also have a timer o
 (``TrackerConfig.confirm_interval_ms``), so a bucket whose every ledger was deleted unseen is cleaned too.
 
 Times: every record carries the real time of its step (the wall clock when the verdict was reached, after its
-bookies answered), never the micro-batch's start; a batch replayed after a crash stamps the time of the replay.
+bookies answered), never the micro-batch's start.
+
+A batch run again after a crash (:mod:`scrutiny.streaming.checker.replay`): when its first run's output was kept, each
+bucket gets the states of that run and returns its records, without asking anybody; every step's state changes are
+returned as "state" records for that purpose (:func:`~scrutiny.streaming.checker.records.state_records`).
 
 Guarantees: events of one ledger are applied in offset order (the order of a mark and the
 metadata does not change the outcome: see :mod:`scrutiny.core.ledger_tracker`); only the newest
@@ -67,8 +71,10 @@ from scrutiny.streaming.checker.records import (
     outcome_records,
     rejected_records,
     retry_records,
+    state_records,
     stats_records,
 )
+from scrutiny.streaming.checker.replay import ReplayHandle, replayed_states
 
 log = logging.getLogger(__name__)
 
@@ -80,15 +86,18 @@ _DELETED = pb.EventKind.LEDGER_DELETED
 class LedgerProcessor(StatefulProcessor):
     """See the module docstring. Picklable: holds the :class:`JobConfig` until :meth:`init`."""
 
-    def __init__(self, config: JobConfig) -> None:
+    def __init__(self, config: JobConfig, replay: ReplayHandle | None = None) -> None:
         self.config = config
+        self.replay = replay
         self._handle: StatefulProcessorHandle | None = None
         self._state: ValueState | None = None
+        self._replayed: set[int] = set()
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Once per state partition: the value state holding each bucket's ledgers."""
         self._handle = handle
         self._state = handle.getValueState("ledgers", STATE_SCHEMA)
+        self._replayed = set()
 
     def handleInputRows(  # noqa: N802 - PySpark's names
         self,
@@ -97,6 +106,11 @@ class LedgerProcessor(StatefulProcessor):
         timerValues: TimerValues,  # noqa: N803
     ) -> Iterator[Any]:
         """A bucket's events of this batch (or the fetch stage's own rows: :data:`STATS_KEY`, :data:`REJECTED_KEY`)."""
+        if self.replay is not None and self.replay.running():
+            for _ in rows:
+                pass
+            yield from self._replayed_rows(int(key[0]), timerValues)
+            return
         now_ms = _now_ms(timerValues.getCurrentProcessingTimeInMs())  # the fetch stage's answers are in already
         ordered = sorted(rows, key=lambda r: r["offset"])
         if int(key[0]) in (STATS_KEY, REJECTED_KEY):
@@ -123,7 +137,7 @@ class LedgerProcessor(StatefulProcessor):
         if walked:
             unnamed = [lid for lid, state in states.items() if lid not in by_ledger and state.watched()]
             records += self._forget_deleted(states, unnamed, now_ms)
-        self._save(before, states, now_ms)
+        records += self._save(before, states, now_ms)
         yield from self._rows(records)
 
     def handleExpiredTimer(  # noqa: N802 - PySpark's names
@@ -133,6 +147,9 @@ class LedgerProcessor(StatefulProcessor):
         expiredTimerInfo: ExpiredTimerInfo,  # noqa: N803
     ) -> Iterator[Any]:
         """Timers of some ledgers of this bucket are due: every due one is handled, the retries' fetches at once."""
+        if self.replay is not None and self.replay.running():
+            yield from self._replayed_rows(int(key[0]), timerValues)
+            return
         now_ms = _now_ms(timerValues.getCurrentProcessingTimeInMs())
         before = self._load()
         states = dict(before)
@@ -166,11 +183,28 @@ class LedgerProcessor(StatefulProcessor):
                 ledger_id, before[ledger_id], step.state, now_ms=judged_ms, source=self.config.source
             )
             self._put(states, ledger_id, step.state, judged_ms)
-        self._save(before, states, now_ms)
+        records += self._save(before, states, now_ms)
         yield from self._rows(records)
 
     def close(self) -> None:
         """Nothing to release: clients are shared per worker process."""
+
+    def _replayed_rows(self, bucket: int, timer_values: TimerValues) -> Iterator[Any]:
+        """In a batch run again: the bucket's states and records as its first run left them, once per batch.
+
+        Spark may call a bucket twice in a batch (its events, then its due timers); the kept rows hold both calls'
+        records and state changes, applied at the first call.
+        """
+        assert self.replay is not None
+        if bucket in self._replayed:
+            return
+        self._replayed.add(bucket)
+        kept = self.replay.rows(bucket)
+        if bucket >= 0:
+            before = self._load()
+            self._save(before, replayed_states(before, kept), timer_values.getCurrentProcessingTimeInMs())
+        for kind, ledger_id, at, payload in kept:
+            yield Row(record=kind, ledger_id=ledger_id, at=at, payload=payload)
 
     # ------------------------------------------------------------------ applying events
 
@@ -283,8 +317,8 @@ class LedgerProcessor(StatefulProcessor):
         value = self._state.get()
         return decode_bucket(bytes(value[0])) if value is not None else {}
 
-    def _save(self, before: dict[int, TrackedLedger], after: dict[int, TrackedLedger], now_ms: int) -> None:
-        """Store the bucket and make the registered timers those its ledgers need.
+    def _save(self, before: dict[int, TrackedLedger], after: dict[int, TrackedLedger], now_ms: int) -> list[Record]:
+        """Store the bucket and make the registered timers those its ledgers need; the state changes' records.
 
         The timers registered are always those of ``before`` (this method is the only one that
         registers any), so no listing call is needed; due ones are Spark's to remove.
@@ -302,6 +336,7 @@ class LedgerProcessor(StatefulProcessor):
                 self._state.clear()
         elif after != before:
             self._state.update((encode_bucket(after),))
+        return state_records(before, after, now_ms=now_ms)
 
     def _cluster(self) -> ClusterView:
         try:

@@ -8,6 +8,7 @@ record per completed check, stamped with the ledger, the time and the metadata t
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 import pyarrow as pa
@@ -25,6 +26,9 @@ _NARROW_KEYS = ("record", "ledger_id", "at")
 STATS_KEY = -1
 #: The key of the records the fetch stage rejected (their details as JSON in the ``event`` column).
 REJECTED_KEY = -2
+
+#: The record kind of a state change (kept with the batch, written to no table).
+STATE_RECORD = "state"
 
 #: The custom-metadata key under which Pulsar names a ledger's topic.
 PULSAR_TOPIC_KEY = "pulsar/managed-ledger"
@@ -67,6 +71,24 @@ def retry_records(
         return []
     record = {"record": "retry", "ledger_id": ledger_id, "at": utc(now_ms), "metadata_version": after.version}
     return [{**record, "retries": after.attempts, "source": source}]
+
+
+def state_records(
+    before: Mapping[int, TrackedLedger], after: Mapping[int, TrackedLedger], *, now_ms: int
+) -> list[Record]:
+    """One "state" record per ledger of a bucket whose state a step changed: the new state, none when forgotten.
+
+    Not written to any table: the sink keeps them with the batch, so that a batch run again after a crash sets the
+    states its first run reached (:mod:`scrutiny.streaming.checker.replay`).
+    """
+    at = utc(now_ms)
+    records: list[Record] = []
+    for ledger_id in sorted(before.keys() | after.keys()):
+        state = after.get(ledger_id)
+        if before.get(ledger_id) != state:
+            record: Record = {"record": STATE_RECORD, "ledger_id": ledger_id, "at": at}
+            records.append(record if state is None else {**record, "state": state.to_doc()})
+    return records
 
 
 def stats_records(figures: list[bytes], *, now_ms: int, source: str) -> list[Record]:

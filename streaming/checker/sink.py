@@ -5,7 +5,10 @@ Arrow (violations and checks are small next to the events), separates the bookke
 ("stats" from the fetch stage, "retry" when a re-check is scheduled) from the table records, and
 hands the rest to :class:`~scrutiny.streaming.delta_writer.CheckerTables`, which writes each table with Delta's
 idempotent-write identifiers (the stream's app id and the batch id): a batch that Spark re-runs after a crash is
-written once, Delta itself skipping the tables that already hold it.
+written once, Delta itself skipping the tables that already hold it. Before the first table is written, the batch's
+output is kept in the checkpoint directory, so that a batch Spark re-runs returns exactly these records and the
+states they were made from (:mod:`scrutiny.streaming.checker.replay`): what the tables that skip it hold and what the
+others get are one and the same run.
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
 from scrutiny.connectors.tables.schemas import CHECKER_RUNS, RunRecord, output_table
 from scrutiny.streaming.checker.metrics import JobMetrics
-from scrutiny.streaming.checker.records import widen_table
+from scrutiny.streaming.checker.records import STATE_RECORD, widen_table
+from scrutiny.streaming.checker.replay import BatchOutputs
 from scrutiny.streaming.delta_writer import CheckerTables
 
 log = logging.getLogger(__name__)
@@ -62,8 +67,10 @@ class BatchSink:
         metrics: JobMetrics | None = None,
         lag: Callable[[], int | None] = lambda: None,
         on_batch: Callable[[BatchSummary], None] | None = None,
+        outputs: BatchOutputs | None = None,
     ) -> None:
         self.tables = tables
+        self.outputs = outputs
         self.run_id = run_id
         self.source = source
         self.metrics = metrics or JobMetrics()
@@ -79,7 +86,9 @@ class BatchSink:
         output = frame.toArrow()
         computed = time.monotonic() - clock
         clock = time.monotonic()
-        rows = widen_table(output)
+        if self.outputs is not None:
+            self.outputs.keep(batch_id, output)  # before any table: a crash from here on replays this output
+        rows = widen_table(output.filter(pc.field("record") != STATE_RECORD))
         stats = _figures([r for r in rows if r["record"] == "stats"])
         self._track_retries(rows)
         records = output_table([r for r in rows if r["record"] in _TABLE_RECORDS])
@@ -99,6 +108,8 @@ class BatchSink:
         )
         rejected = [r for r in rows if r["record"] == "rejected"]
         result = self.tables.write_batch(batch_id, records, run, rejected=rejected)
+        if self.outputs is not None:
+            self.outputs.forget_before(batch_id)
         summary.seconds = time.monotonic() - clock
         summary.compute_seconds = computed
         if CHECKER_RUNS in result.skipped:
