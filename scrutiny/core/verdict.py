@@ -9,8 +9,11 @@ configuration go in; a :class:`Verdict` with violations in the closed vocabulary
   unknown; unknown is never counted as missing: a bookie with an unknown answer is counted as
   holding everything, so a violation is reported only when it holds whatever that bookie
   turns out to hold, and the bookie is listed in ``retry_bookies`` (so are the unknown bookies
-  of the write set of ``lastEntryId + 1`` when they could make ``ENTRIES_BEYOND_LAST_ENTRY``
-  critical);
+  of the write sets of entries held beyond ``lastEntryId`` when they could make
+  ``ENTRIES_BEYOND_LAST_ENTRY`` critical);
+* entries held beyond ``lastEntryId``: critical when any of them has AQ copies in its write set
+  (acknowledged, very probably, and lost to readers: a recovery closed the ledger too low),
+  a warning otherwise;
 * copies outside an entry's write set never count;
 * the ledger is classified once, by its worst entry, as ``NO_REPLICA``, ``BELOW_ACK_QUORUM`` or
   ``BELOW_WRITE_QUORUM`` with the entries at that level, plus one ``MISSING_REPLICA`` detail
@@ -56,7 +59,6 @@ from scrutiny.core.striping import (
     expected_residues,
     segment_spans,
     span_of_entry,
-    write_set,
 )
 from scrutiny.core.vocabulary import FIXED_SEVERITY, Category, Severity
 from scrutiny.core.zk_records import UnderReplicationMark
@@ -258,7 +260,7 @@ def _verdict(
     violations = replicas.violations(marked=under_replication is not None)
     retry = [*replicas.retry]
     if closed and last_entry is not None and spans:
-        beyond, unverified = _entries_beyond(metadata, spans, last_entry, answers)
+        beyond, unverified = _entries_beyond(metadata, spans, last_entry, answers, modulus)
         violations += beyond
         retry += [bookie for bookie in unverified if bookie not in retry]
     examined = closed or bool(spans)
@@ -382,15 +384,21 @@ class _ReplicaCheck:
 
 
 def _entries_beyond(
-    metadata: LedgerMetadata, spans: list[SegmentSpan], last_entry: int, answers: Mapping[str, BookieAnswer]
+    metadata: LedgerMetadata,
+    spans: list[SegmentSpan],
+    last_entry: int,
+    answers: Mapping[str, BookieAnswer],
+    modulus: int,
 ) -> tuple[list[Violation], list[str]]:
     """Entries after lastEntryId held by the bookies they would have been written to.
 
     Those are the bookies of the segment ``lastEntryId + 1`` falls in and of any later one. The
-    finding is critical when at least AQ bookies of that entry's write set hold it (a recovery
-    probably truncated the ledger). Also returns the write-set bookies of ``lastEntryId + 1``
-    whose answer is unknown when their answers could decide that (fewer than AQ known holders,
-    but AQ or more with them): they are retried.
+    finding is critical when any entry after lastEntryId has at least AQ copies in its write set: it
+    was very probably acknowledged to the writer, and no reader will ever see it (a recovery closed the
+    ledger too low; it needs only WQ - AQ + 1 bookies without ``lastEntryId + 1`` to do so, so that
+    entry itself may well have fewer). While it is not critical, also returns the bookies with an unknown
+    answer that could make it so (in the write set of ``lastEntryId + 1`` or of an entry held beyond the
+    end, with fewer than AQ known copies, AQ or more with them): they are retried.
     """
     if last_entry >= MAX_ENTRY_ID:
         return [], []
@@ -407,15 +415,23 @@ def _entries_beyond(
             extra = [part for g in answer.groups for part in clip(g, following, MAX_ENTRY_ID)]
             if extra:
                 beyond[bookie] = extra
-    write_set_bookies = [start.ensemble[i] for i in write_set(following, metadata.ensemble_size, metadata.write_quorum)]
-    holders = sum(1 for b in write_set_bookies if any(g.contains(following) for g in beyond.get(b, ())))
-    silent = [b for b in write_set_bookies if b not in answers or answers[b].kind is AnswerKind.UNKNOWN]
-    undecided = holders < metadata.ack_quorum <= holders + len(silent)
-    truncated = holders >= metadata.ack_quorum
-    severity = Severity.CRITICAL if truncated else Severity.WARNING
-    note = f"{holders} write-set bookie(s) hold entry {following} (AQ {metadata.ack_quorum})" + (
-        "; the ledger was probably truncated by a recovery" if truncated else ""
-    )
+    silent = {b for b in first_segment if b not in answers or answers[b].kind is AnswerKind.UNKNOWN}
+    try:
+        quorum = _QuorumBeyond(metadata, following, beyond, silent, modulus)
+    except EntrySetTooComplexError:
+        quorum = None
+    if quorum is None or quorum.acknowledged is None:
+        severity, note = Severity.WARNING, f"no entry after {last_entry} has {metadata.ack_quorum} (AQ) copies"
+        if quorum is None:
+            note = "listings too irregular to count the copies of the entries after the end"
+    else:
+        severity = Severity.CRITICAL
+        acknowledged = quorum.acknowledged
+        note = (
+            f"{acknowledged.count} entries after {last_entry} (from {acknowledged.first}) have at least"
+            f" {metadata.ack_quorum} (AQ) copies in their write set: very probably acknowledged, and lost to every"
+            " reader (a recovery closed the ledger too low)"
+        )
     violations = [
         Violation(
             Category.ENTRIES_BEYOND_LAST_ENTRY,
@@ -427,7 +443,58 @@ def _entries_beyond(
         )
         for bookie, groups in beyond.items()
     ]
-    return violations, silent if undecided else []
+    deciding = [] if quorum is None or quorum.acknowledged is not None else quorum.deciding
+    return violations, [b for b in first_segment if b in deciding]
+
+
+class _QuorumBeyond:
+    """Which entries after the end have AQ copies in their write set, and which unknown bookies could decide it.
+
+    Counted segment by segment over ``[following, the last entry held]``, with the pieces and the bit-sliced counts
+    of the replica check: never entry by entry.
+    """
+
+    def __init__(
+        self,
+        metadata: LedgerMetadata,
+        following: int,
+        beyond: Mapping[str, list[SequenceGroup]],
+        silent: set[str],
+        modulus: int,
+    ) -> None:
+        self.acknowledged: EntrySet | None = None
+        self.deciding: set[str] = set()
+        size, wq, aq = metadata.ensemble_size, metadata.write_quorum, metadata.ack_quorum
+        expected = [expected_residues(i, size, wq, modulus) for i in range(size)]
+        # The entries that can make a finding: those somebody holds, and lastEntryId + 1 (a recovery that reached
+        # too few bookies closes a ledger at or before the entries only the silent ones hold).
+        anyone = [SequenceGroup.run(following, following), *(g for groups in beyond.values() for g in groups)]
+        top = max(g.last for g in anyone)
+        firsts = [s.first_entry_id for s in metadata.segments]
+        budget = new_budget()
+        found: list[Piece] = []
+        for index, segment in enumerate(metadata.segments):
+            lo = max(segment.first_entry_id, following)
+            hi = min(firsts[index + 1] - 1, top) if index + 1 < len(firsts) else top
+            if lo > hi:
+                continue
+            held = [pieces_of(beyond.get(b, ()), modulus, lo, hi, budget) for b in segment.ensemble]
+            unknown = [b in silent for b in segment.ensemble]
+            assumed = [[(lo, hi, full_mask(modulus))] if u else [] for u in unknown]  # the unknown, holding all
+            for start, end, masks in sweep([*held, *assumed, pieces_of(anyone, modulus, lo, hi, budget)], lo, hi):
+                window = window_mask(start, end, modulus)
+                known = [m & e & window for m, e in zip(masks[:size], expected, strict=True)]
+                (acked,) = at_least(known, [aq])
+                if acked:
+                    found.append((start, end, acked))
+                maybe = [k | (m & e & window) for k, m, e in zip(known, masks[size:-1], expected, strict=True)]
+                (possible,) = at_least(maybe, [aq])
+                possible &= masks[-1]
+                self.deciding |= {
+                    b for b, u, e in zip(segment.ensemble, unknown, expected, strict=True) if u and possible & e
+                }
+        if found:
+            self.acknowledged = EntrySet.of(to_groups(found, modulus))
 
 
 def _union_or_as_is(groups: list[SequenceGroup]) -> EntrySet:

@@ -44,7 +44,7 @@ class Category(StrEnum):
 
 #: The severity of each category whose severity does not depend on the evidence.
 #: ``MISSING_REPLICA`` takes the ledger's worst replica severity and
-#: ``ENTRIES_BEYOND_LAST_ENTRY`` depends on how many bookies hold the next entry.
+#: ``ENTRIES_BEYOND_LAST_ENTRY`` depends on whether an entry after the end has AQ copies in its write set.
 FIXED_SEVERITY: dict[Category, Severity] = {
     Category.NO_REPLICA: Severity.CRITICAL,
     Category.BELOW_ACK_QUORUM: Severity.CRITICAL,

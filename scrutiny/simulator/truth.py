@@ -12,11 +12,12 @@ so that it can catch their mistakes. The rules are those of ``docs/verdict.md``:
   bookie) with a known answer, at the level's severity; a marked ledger reports only
   ``NO_REPLICA``, without rows;
 * open and in-recovery ledgers only in the segments an ensemble change sealed;
-* ``ENTRIES_BEYOND_LAST_ENTRY`` per bookie of the last ensemble (critical when at least AQ
-  write-set bookies hold ``lastEntryId + 1``; its write-set bookies with an unknown answer are
-  needed too when they could make it critical), placement per checked segment, ``ACK_QUORUM_ONE``,
-  ``BOOKIE_NOT_REGISTERED`` (closed ledgers, once per bookie), ``UNDER_REPLICATION_STUCK`` (strictly
-  older than the grace period; a mark without ctime counts from when it appeared);
+* ``ENTRIES_BEYOND_LAST_ENTRY`` per bookie of the last ensemble (critical when any entry after
+  ``lastEntryId`` has AQ copies in its write set; while it is not, the bookies with an unknown answer
+  in the write set of an entry held there are needed too when they could make it critical),
+  placement per checked segment, ``ACK_QUORUM_ONE``, ``BOOKIE_NOT_REGISTERED`` (closed ledgers, once
+  per bookie), ``UNDER_REPLICATION_STUCK`` (strictly older than the grace period; a mark without ctime
+  counts from when it appeared);
 * and what the jobs around the verdict decide: ``BOOKIE_UNRESPONSIVE`` per (ledger, bookie) for a
   registered bookie whose answer stays unknown while the checker needs it (``BOOKIE_NOT_REGISTERED``
   for such a bookie that is gone, unless already reported), ``METADATA_UNREADABLE``
@@ -409,9 +410,9 @@ def _append_piece(pieces: list[tuple[int, int, frozenset[int]]], lo: int, hi: in
 def _beyond(state: ClusterState, spec: LedgerSpec, last_span: _Span) -> tuple[list[TruthViolation], list[str]]:
     """Entries after lastEntryId on the last ensemble's bookies with a known answer.
 
-    Also the silent write-set bookies of ``lastEntryId + 1`` when their answers decide whether
-    the finding is critical (fewer than AQ known holders, AQ or more with them): the checker
-    needs them.
+    Also, while it is not critical, the silent bookies whose answers could make it so (in the
+    write set of an entry held there with fewer than AQ known copies, AQ or more with them): the
+    checker needs them.
     """
     last = spec.last_entry
     if last >= MAX_ENTRY:
@@ -434,17 +435,38 @@ def _beyond(state: ClusterState, spec: LedgerSpec, last_span: _Span) -> tuple[li
         ]
         if groups:
             extra[bookie] = tuple(sorted(groups))
-    following = last + 1
-    members = [last_span.ensemble[(following + w) % spec.ensemble_size] for w in range(spec.write_quorum)]
-    holders = sum(1 for bookie in members if _contains(extra.get(bookie, ()), following))
-    silent = [b for b in members if state.bookies[b].answers_unknown(spec.ledger_id, state.checker)]
-    needed = silent if holders < spec.ack_quorum <= holders + len(silent) else []
-    severity = Severity.CRITICAL if holders >= spec.ack_quorum else Severity.WARNING
+    silent = {b for b in last_span.ensemble if state.bookies[b].answers_unknown(spec.ledger_id, state.checker)}
+    acknowledged, deciding = _acknowledged_beyond(spec, last_span.ensemble, extra, silent)
+    needed = [] if acknowledged else [b for b in last_span.ensemble if b in deciding]
+    severity = Severity.CRITICAL if acknowledged else Severity.WARNING
     found = [
         TruthViolation(spec.ledger_id, Category.ENTRIES_BEYOND_LAST_ENTRY, severity, bookie, last_span.first, groups)
         for bookie, groups in extra.items()
     ]
     return found, needed
+
+
+def _acknowledged_beyond(
+    spec: LedgerSpec, ensemble: Sequence[str], extra: Mapping[str, tuple[SequenceGroup, ...]], silent: set[str]
+) -> tuple[bool, set[str]]:
+    """Whether an entry held after lastEntryId has AQ copies in its write set; else the silent bookies that could
+    give one (or ``lastEntryId + 1``) AQ copies. Between the groups' bounds everything repeats every E entries,
+    so E entries of each stretch say it all."""
+    following = SequenceGroup(spec.last_entry + 1, spec.last_entry + 1, 1, 0)  # a candidate held or not
+    candidates = [following, *(g for gs in extra.values() for g in gs)]
+    bounds = sorted({b for g in candidates for b in (g.first_start, g.last_start + g.size)})
+    acknowledged, deciding = False, set[str]()
+    for lo, hi in itertools.pairwise(bounds):
+        for entry in range(lo, min(hi, lo + spec.ensemble_size)):
+            if not _contains(candidates, entry):
+                continue
+            members = [ensemble[(entry + w) % spec.ensemble_size] for w in range(spec.write_quorum)]
+            holders = sum(1 for b in members if _contains(extra.get(b, ()), entry))
+            unknown = {b for b in members if b in silent}
+            acknowledged = acknowledged or holders >= spec.ack_quorum
+            if holders < spec.ack_quorum <= holders + len(unknown):
+                deciding |= unknown
+    return acknowledged, deciding
 
 
 def _metadata_truth(state: ClusterState, spec: LedgerSpec, checked: Sequence[_Span]) -> list[TruthViolation]:

@@ -175,6 +175,56 @@ def test_a_single_stray_copy_beyond_the_end_is_a_warning() -> None:
     assert beyond.bookie == "b0:3181"
 
 
+def test_a_recovery_that_closed_too_low_is_critical_though_the_next_entry_has_one_copy() -> None:
+    # "Closing Ledgers Safely": WQ=3, AQ=2; entry 10 left on one bookie, 11..100 on all three, closed at 9.
+    # Entries 10..100 were acknowledged and no reader sees them; entry 10 alone has fewer than AQ copies.
+    md = ledger(9, e=3, wq=3, aq=2)
+    everything = set(range(0, 101))
+    answers = {
+        "b0:3181": BookieAnswer.listing(from_entries(sorted(everything))),
+        "b1:3181": BookieAnswer.listing(from_entries(sorted(everything - {10}))),
+        "b2:3181": BookieAnswer.listing(from_entries(sorted(everything - {10}))),
+    }
+    verdict = verdict_of(md, answers)
+    beyond = [v for v in verdict.violations if v.category is Category.ENTRIES_BEYOND_LAST_ENTRY]
+    assert [(v.bookie, v.severity) for v in beyond] == [(b, Severity.CRITICAL) for b in BOOKIES[:3]]
+    assert "90 entries after 9 (from 11) have at least 2 (AQ) copies" in beyond[0].details
+    assert verdict.verdict is VerdictKind.VIOLATED and verdict.retry_bookies == ()
+
+
+def test_an_empty_close_over_acknowledged_entries_is_critical() -> None:
+    # BP-46's case: closed empty (lastEntryId -1) while entry 0 and 1 have AQ copies in their write sets.
+    md = ledger(-1, e=3, wq=2, aq=2)
+    answers = healthy_answers(ledger(1, e=3, wq=2, aq=2))
+    verdict = verdict_of(md, answers)
+    beyond = [v for v in verdict.violations if v.category is Category.ENTRIES_BEYOND_LAST_ENTRY]
+    assert beyond and all(v.severity is Severity.CRITICAL for v in beyond)
+
+
+def test_copies_beyond_the_end_below_ack_quorum_everywhere_are_a_warning() -> None:
+    # WQ=3, AQ=2: each entry after the end is on one bookie of its write set only (never acknowledged).
+    md = ledger(9, e=3, wq=3, aq=2)
+    answers = healthy_answers(md)
+    for index, bookie in enumerate(BOOKIES[:3]):
+        stray = {e for e in range(10, 40) if e % 3 == index}
+        held = expand_set(answers[bookie].groups) | stray
+        answers[bookie] = BookieAnswer.listing(from_entries(sorted(held)))
+    verdict = verdict_of(md, answers)
+    beyond = [v for v in verdict.violations if v.category is Category.ENTRIES_BEYOND_LAST_ENTRY]
+    assert len(beyond) == 3 and all(v.severity is Severity.WARNING for v in beyond)
+
+
+def test_a_silent_bookie_that_could_give_a_later_entry_ack_quorum_copies_is_retried() -> None:
+    # WQ=3, AQ=2: entry 20 (not lastEntryId + 1) is on b0 only; b1, in its write set, is silent.
+    md = ledger(9, e=3, wq=3, aq=2)
+    answers = healthy_answers(md)
+    answers["b0:3181"] = BookieAnswer.listing(from_entries(sorted(expand_set(answers["b0:3181"].groups) | {20})))
+    answers["b1:3181"] = BookieAnswer.unknown("timeout")
+    verdict = verdict_of(md, answers)
+    (beyond,) = [v for v in verdict.violations if v.category is Category.ENTRIES_BEYOND_LAST_ENTRY]
+    assert beyond.severity is Severity.WARNING and "b1:3181" in verdict.retry_bookies
+
+
 def test_empty_closed_ledger_is_healthy_when_the_bookies_hold_nothing() -> None:
     md = ledger(-1)
     verdict = verdict_of(md, {b: BookieAnswer.no_ledger() for b in BOOKIES})
