@@ -416,6 +416,8 @@ def _entries_beyond(
             if extra:
                 beyond[bookie] = extra
     silent = {b for b in first_segment if b not in answers or answers[b].kind is AnswerKind.UNKNOWN}
+    if not beyond and not silent:
+        return [], []  # nothing after the end, and nobody who could hold it: the common case, at no cost
     try:
         quorum = _QuorumBeyond(metadata, following, beyond, silent, modulus)
     except EntrySetTooComplexError:
