@@ -170,3 +170,13 @@ def running_checker(
             yield harness
         finally:
             harness.checker.stop()  # the one running now (a test may have restarted it)
+            wait_for_idle_spark(spark)
+
+
+def wait_for_idle_spark(spark: SparkSession, timeout_s: float = 120.0) -> None:
+    """Wait until no Spark job runs any more: a stopped query's tasks may outlive ``stop()`` (a Kafka read under
+    way), and would hold the task slots the next test's query needs, or read a topic its fixture then deletes."""
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + timeout_s
+    while tracker.getActiveJobsIds() and time.monotonic() < deadline:
+        time.sleep(0.2)
