@@ -2,8 +2,8 @@
 
 Run from the repository root::
 
-    .venv/bin/python -m bench.soak                  # 25 minutes, 600 ledgers
-    .venv/bin/python -m bench.soak --minutes 3      # the short timeline (a test runs it: test_soak.py)
+    .venv/bin/python -m bench.soak                  # 25 minutes, 600 ledgers (~28 min with set-up and settling)
+    .venv/bin/python -m bench.soak --minutes 2      # a short timeline (tests/bench/test_soak.py runs one)
 
 It starts its own ZooKeeper and Kafka broker in a temporary directory, the simulated cluster (in this process, so
 that its clock is the truth's) with a scenario whose schedule closes ledgers all along the run (some with a bookie
@@ -14,12 +14,13 @@ takes over); later that one SIGKILLed too, deletions happening while no watcher 
 (its snapshot leaves the deleted ledgers out); the broker stopped and started again (closes going on meanwhile);
 the checker SIGKILLed three times and started again each time.
 
-At the end (once the truth stops changing and the tables caught up, or a settle time passed) it compares the tables
-with the simulator's truth and prints: findings missed (in the truth, not open in ``open_violations``), false
-findings (open, never in the truth), stale open rows (open, in the truth once but not now, or of a deleted ledger),
-duplicated rows (a batch's row written twice to ``violations``, ``ledger_checks`` or ``checker_runs``), rejected
-records recorded against those produced, and a watcher's peak memory (the larger of the two) before, during and
-after the broker outage.
+At three checkpoints through the run it compares the tables with the simulator's truth of that moment, for the
+ledgers no change touched in the last minute (the rest may still be on their way), and at the end (once the truth
+stops changing and the tables caught up, or a settle time passed) for all of them. It prints findings missed (in
+the truth, not open in ``open_violations``), false findings (open, never in the truth), stale open rows (open, in
+the truth once but not now, or of a deleted ledger), duplicated rows (a batch's row written twice to
+``violations``, ``ledger_checks`` or ``checker_runs``), rejected records recorded against those produced, and a
+watcher's peak memory (the larger of the two) before, during and after the broker outage.
 Target: the four counts 0, the memory flat. Nothing is asserted here (exit 0); the test asserts the short run.
 """
 
@@ -46,6 +47,7 @@ from scrutiny.connectors.tables.delta import read_table
 from scrutiny.services.embedded import embedded_settings
 from scrutiny.services.servers import RunningServer, start_kafka, start_zookeeper
 from scrutiny.settings.loader import Settings, load_settings
+from scrutiny.simulator.model import Action, Scenario
 from scrutiny.simulator.scenario import parse_scenario
 from scrutiny.simulator.truth import TruthState, truth_timeline
 from tests.support.checker_harness import simulated_cluster
@@ -94,6 +96,7 @@ class SoakReport:
     truth_size: int = 0
     settled_after_s: float | None = None
     exits: dict[str, int] = field(default_factory=dict)
+    checkpoints: list[tuple[float, dict[str, int]]] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """The four counts the target is about."""
@@ -263,16 +266,24 @@ def run_soak(timeline: Timeline, workdir: Path, *, base: Settings | None = None)
             brokers.append(start_kafka(workdir / "kafka", port=int(brokers[0].address.rsplit(":", 1)[1])))
             outage.append(simulated.cluster.elapsed_s())
 
+        def checkpoint() -> None:
+            lag = min(60.0, timeline.at(0.3))
+            now_s = simulated.cluster.elapsed_s()
+            _checkpoint(report, scenario, truth, settings.checker.data_dir, now_s=now_s, lag_s=lag)
+
         steps: list[tuple[float, str, Callable[[], None]]] = [
             (0.12, "malformed records", lambda: _produce_malformed(settings, report)),
             (0.20, "SIGKILL the leading watcher", lambda: processes.kill("watcher-a")),
             (0.27, "SIGKILL the checker", processes.crash_checker),
+            (0.36, "checkpoint", checkpoint),
             (0.40, "SIGKILL the other watcher: no watcher runs", lambda: processes.kill("watcher-b")),
             (0.48, "start a watcher again", lambda: processes.start("watcher-a")),
             (0.52, "SIGKILL the checker", processes.crash_checker),
+            (0.56, "checkpoint", checkpoint),
             (0.58, "stop the broker until 0.66", restart_broker),
             (0.72, "malformed records", lambda: _produce_malformed(settings, report)),
             (0.78, "SIGKILL the checker", processes.crash_checker),
+            (0.90, "checkpoint", checkpoint),
         ]
         for fraction, what, action in steps:
             _wait_until(simulated.cluster.elapsed_s, timeline.at(fraction), processes)
@@ -283,7 +294,7 @@ def run_soak(timeline: Timeline, workdir: Path, *, base: Settings | None = None)
         settled_from = time.monotonic()
         deadline = settled_from + timeline.settle_seconds
         while True:
-            _compare(report, truth, settings.checker.data_dir, {s.ledger_id for s in scenario.ledgers})
+            _compare(report, scenario, truth, settings.checker.data_dir)
             if not any(report.counts().values()) or time.monotonic() >= deadline:
                 break
             processes.supervise()
@@ -337,19 +348,11 @@ def _rows(data_dir: str, name: str) -> list[dict[str, Any]]:
         return []
 
 
-def _compare(report: SoakReport, truth: list[TruthState], data_dir: str, ledgers: set[int]) -> None:
+def _compare(report: SoakReport, scenario: Scenario, truth: list[TruthState], data_dir: str) -> None:
     """The four counts from the tables now against the final truth (and every earlier one, for staleness)."""
-    final = {(v.ledger_id, v.category.value, v.bookie) for v in truth[-1].violations}
-    ever = {(v.ledger_id, v.category.value, v.bookie) for state in truth for v in state.violations}
-    open_rows: set[FindingId] = {
-        (r["ledger_id"], r["category"], r["bookie"])
-        for r in _rows(data_dir, "open_violations")
-        if r["resolved_at"] is None
-    }
-    report.missed = final - open_rows
-    extra = open_rows - final
-    report.stale = {f for f in extra if f in ever or f[0] not in ledgers}
-    report.false = extra - report.stale
+    ledgers = {s.ledger_id for s in scenario.ledgers}
+    found = _findings(truth, truth[-1], _open_rows(data_dir), ledgers, _deleted(scenario, float("inf")))
+    report.missed, report.false, report.stale = found
     keys = {
         "violations": ("batch_id", "source", "ledger_id", "category", "bookie", "segment_first_entry", "detected_at"),
         "ledger_checks": ("batch_id", "source", "ledger_id", "metadata_version", "checked_at"),
@@ -361,6 +364,43 @@ def _compare(report: SoakReport, truth: list[TruthState], data_dir: str, ledgers
     }
 
 
+def _open_rows(data_dir: str) -> set[FindingId]:
+    return {
+        (r["ledger_id"], r["category"], r["bookie"])
+        for r in _rows(data_dir, "open_violations")
+        if r["resolved_at"] is None
+    }
+
+
+def _deleted(scenario: Scenario, until_s: float) -> set[int]:
+    return {e.ledger for e in scenario.schedule if e.action is Action.DELETE and e.ledger and e.at_s <= until_s}
+
+
+def _findings(
+    truth: list[TruthState], now: TruthState, open_rows: set[FindingId], ledgers: set[int], deleted: set[int]
+) -> tuple[set[FindingId], set[FindingId], set[FindingId]]:
+    """(missed, false, stale) of ``open_rows`` against the truth ``now``, counting only ``ledgers``; an open row of
+    a deleted ledger, or one the truth held earlier, is stale."""
+    expected = {(v.ledger_id, v.category.value, v.bookie) for v in now.violations if v.ledger_id in ledgers}
+    ever = {(v.ledger_id, v.category.value, v.bookie) for state in truth for v in state.violations}
+    extra = {f for f in open_rows if f[0] in ledgers} - expected
+    stale = {f for f in extra if f in ever or f[0] in deleted}
+    return expected - open_rows, extra - stale, stale
+
+
+def _checkpoint(
+    report: SoakReport, scenario: Scenario, truth: list[TruthState], data_dir: str, *, now_s: float, lag_s: float
+) -> None:
+    """Missed, false and stale findings now, among the ledgers no change touched in the last ``lag_s`` seconds."""
+    changed = {e.ledger for e in scenario.schedule if e.ledger is not None and e.at_s > now_s - lag_s}
+    settled = {s.ledger_id for s in scenario.ledgers} - changed
+    state = [t for t in truth if t.at_s <= now_s][-1]
+    missed, false, stale = _findings(truth, state, _open_rows(data_dir), settled, _deleted(scenario, now_s))
+    counts = {"missed": len(missed), "false": len(false), "stale": len(stale)}
+    report.checkpoints.append((now_s, counts))
+    log.info("t=%.0f s: checkpoint (ledgers unchanged for %.0f s): %s", now_s, lag_s, counts)
+
+
 def print_report(timeline: Timeline, report: SoakReport) -> None:
     """The figures, one per line."""
     counts = report.counts()
@@ -369,6 +409,8 @@ def print_report(timeline: Timeline, report: SoakReport) -> None:
     )
     for name, value in counts.items():
         print(f"  {name:<11} {value}")
+    for at_s, checkpoint in report.checkpoints:
+        print(f"  checkpoint at {at_s:.0f} s (ledgers unchanged for a while): {checkpoint}")
     for name, found in (("missed", report.missed), ("false", report.false), ("stale", report.stale)):
         if found:
             print(f"  {name} (first 10): {sorted(found, key=str)[:10]}")
