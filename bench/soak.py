@@ -44,14 +44,13 @@ from kafka import KafkaProducer
 from kazoo.client import KazooClient
 
 from scrutiny.connectors.tables.delta import read_table
-from scrutiny.services.embedded import embedded_settings
 from scrutiny.services.servers import RunningServer, start_kafka, start_zookeeper
 from scrutiny.settings.loader import Settings, load_settings
 from scrutiny.simulator.model import Action, Scenario
 from scrutiny.simulator.scenario import parse_scenario
 from scrutiny.simulator.truth import TruthState, truth_timeline
-from tests.support.checker_harness import simulated_cluster
-from tests.support.checker_process import SCRUTINY, Child, child_env, child_process, write_config
+from tests.support.checker_harness import harness_settings, simulated_cluster
+from tests.support.checker_process import SCRUTINY, Child, child_env, child_process, settings_replace, write_config
 
 log = logging.getLogger("bench.soak")
 
@@ -156,22 +155,16 @@ def _toml_list(values: list[str]) -> str:
 
 
 def soak_settings(base: Settings, text: str, zookeeper: str, kafka: str, workdir: Path) -> Settings:
-    """The run's settings: its servers, its directories, quick retries and batches."""
-    settings = embedded_settings(base, parse_scenario(text), zookeeper, kafka)
-    return replace(
-        settings,
-        kafka=replace(settings.kafka, topic="soak.ledger-events", partitions=2),
-        watcher=replace(settings.watcher, tick_interval_seconds=1),
-        checker=replace(
-            settings.checker,
-            data_dir=str(workdir / "data"),
-            checkpoint_dir=str(workdir / "checkpoint"),
-            trigger_seconds=1.0,
-            retry_initial_seconds=1.0,
-            retry_max_seconds=4.0,
-            retry_attempts=3,
-            shuffle_partitions=2,
-        ),
+    """The end-to-end tests' settings on the run's servers and directory, with slower batches and retries (three
+    processes and the servers share the machine for many minutes)."""
+    on_servers = replace(
+        base,
+        zookeeper=replace(base.zookeeper, connect=zookeeper),
+        kafka=replace(base.kafka, bootstrap_servers=kafka),
+    )
+    settings = harness_settings(on_servers, parse_scenario(text), "", "soak.ledger-events", workdir)
+    return settings_replace(
+        settings, trigger_seconds=1.0, retry_initial_seconds=1.0, retry_max_seconds=4.0, retry_attempts=3
     )
 
 
