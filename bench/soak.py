@@ -12,10 +12,14 @@ that lost its copy), re-replicates some of those (an ensemble change) and delete
 fractions of the run: malformed records produced into the topic (twice); the leading watcher SIGKILLed (the other
 takes over); later that one SIGKILLed too, deletions happening while no watcher runs, then a watcher started again
 (its snapshot leaves the deleted ledgers out); the broker stopped and started again (closes going on meanwhile);
-the checker SIGKILLed three times and started again each time.
+the checker SIGKILLed three times and started again each time; a bookie wiped (it restarts empty) after many of its
+ledgers closed, and another killed then revived, which change nothing in their ledgers' metadata: only the checker's
+re-verification (``checker.reverify_interval`` a tenth of the run, 10 to 60 s) finds the losses, the bookie no longer
+registered, and its return.
 
 At three checkpoints through the run it compares the tables with the simulator's truth of that moment, for the
-ledgers no change touched in the last minute (the rest may still be on their way), and at the end (once the truth
+ledgers no change touched in the last minute (the rest may still be on their way; the wipe touches every ledger of
+its bookie, and so do a kill and a revival), and at the end (once the truth
 stops changing and the tables caught up, or a settle time passed) for all of them. It prints findings missed (in
 the truth, not open in ``open_violations``), false findings (open, never in the truth), stale open rows (open, in
 the truth once but not now, or of a deleted ledger), duplicated rows (a batch's row written twice to
@@ -67,6 +71,16 @@ MALFORMED: tuple[tuple[bytes | None, bytes | None], ...] = (
 )
 
 
+#: The bookie wiped along the run, and when (a fraction of the run).
+WIPED_BOOKIE = "bookie-5"
+WIPED_AT = 0.45
+#: The bookie killed along the run, and when it is killed and revived.
+KILLED_BOOKIE = "bookie-4"
+KILLED_AT = (0.60, 0.70)
+#: The scheduled actions that change what a bookie's ledgers hold or answer, with no change to their metadata.
+_BOOKIE_ACTIONS = frozenset({Action.WIPE, Action.KILL, Action.REVIVE})
+
+
 @dataclass(frozen=True)
 class Timeline:
     """How long the run is and what it holds; the disruptions happen at fixed fractions of ``seconds``."""
@@ -79,6 +93,12 @@ class Timeline:
     def at(self, fraction: float) -> float:
         """The time (seconds from the cluster's start) of a fraction of the run."""
         return fraction * self.seconds
+
+    @property
+    def reverify_seconds(self) -> float:
+        """The checker's re-verification interval: a tenth of the run, 10 s to 60 s (the wiped bookie's losses must
+        be found before the checkpoints count its ledgers again)."""
+        return min(60.0, max(10.0, self.at(0.1)))
 
 
 @dataclass
@@ -96,6 +116,9 @@ class SoakReport:
     settled_after_s: float | None = None
     exits: dict[str, int] = field(default_factory=dict)
     checkpoints: list[tuple[float, dict[str, int]]] = field(default_factory=list)
+    #: Findings of the final truth that name the wiped bookie on a ledger closed before the wipe: only the
+    #: re-verification can find them.
+    after_close: int = 0
 
     def counts(self) -> dict[str, int]:
         """The four counts the target is about."""
@@ -145,6 +168,11 @@ def scenario_text(timeline: Timeline) -> str:
             )
         elif rng.random() < 0.15:
             schedule.append((closes + timeline.at(rng.uniform(0.02, 0.2)), f'action = "delete"\nledger = {ledger}'))
+    # A bookie wiped after many of its ledgers closed, another killed and revived later: nothing changes in their
+    # ledgers' metadata, so only the re-verification sees the losses, the unregistered bookie and its return.
+    schedule.append((timeline.at(WIPED_AT), f'action = "wipe"\nbookie = "{WIPED_BOOKIE}"'))
+    schedule.append((timeline.at(KILLED_AT[0]), f'action = "kill"\nbookie = "{KILLED_BOOKIE}"'))
+    schedule.append((timeline.at(KILLED_AT[1]), f'action = "revive"\nbookie = "{KILLED_BOOKIE}"'))
     for at, body in sorted(schedule):
         lines += ["[[schedule]]", f"at = {at:.2f}", body, ""]
     return "\n".join(lines)
@@ -154,9 +182,11 @@ def _toml_list(values: list[str]) -> str:
     return "[" + ", ".join(f'"{v}"' for v in values) + "]"
 
 
-def soak_settings(base: Settings, text: str, zookeeper: str, kafka: str, workdir: Path) -> Settings:
+def soak_settings(
+    base: Settings, text: str, zookeeper: str, kafka: str, workdir: Path, *, reverify_seconds: float
+) -> Settings:
     """The end-to-end tests' settings on the run's servers and directory, with slower batches and retries (three
-    processes and the servers share the machine for many minutes)."""
+    processes and the servers share the machine for many minutes) and a short re-verification interval."""
     on_servers = replace(
         base,
         zookeeper=replace(base.zookeeper, connect=zookeeper),
@@ -164,7 +194,12 @@ def soak_settings(base: Settings, text: str, zookeeper: str, kafka: str, workdir
     )
     settings = harness_settings(on_servers, parse_scenario(text), "", "soak.ledger-events", workdir)
     return settings_replace(
-        settings, trigger_seconds=1.0, retry_initial_seconds=1.0, retry_max_seconds=4.0, retry_attempts=3
+        settings,
+        trigger_seconds=1.0,
+        retry_initial_seconds=1.0,
+        retry_max_seconds=4.0,
+        retry_attempts=3,
+        reverify_interval=reverify_seconds,
     )
 
 
@@ -237,7 +272,14 @@ def run_soak(timeline: Timeline, workdir: Path, *, base: Settings | None = None)
     truth = truth_timeline(scenario)
     report = SoakReport()
     with servers(workdir) as (zookeeper, brokers), ExitStack() as stack:
-        settings = soak_settings(base or load_settings(env={}), text, zookeeper.address, brokers[0].address, workdir)
+        settings = soak_settings(
+            base or load_settings(env={}),
+            text,
+            zookeeper.address,
+            brokers[0].address,
+            workdir,
+            reverify_seconds=timeline.reverify_seconds,
+        )
         config = write_config(settings, workdir / "scrutiny.toml")
         client = KazooClient(hosts=zookeeper.address)
         client.start(timeout=30)
@@ -298,6 +340,7 @@ def run_soak(timeline: Timeline, workdir: Path, *, base: Settings | None = None)
         report.exits = dict(processes.exits)
         report.watcher_peak_kb = _peaks(memory, outage)
         report.truth_size = len(final.violations)
+        report.after_close = _after_close(scenario, final)
     return report
 
 
@@ -332,6 +375,13 @@ def _produce_malformed(settings: Settings, report: SoakReport) -> None:
     finally:
         producer.close(timeout=10)
     report.malformed_sent += len(MALFORMED)
+
+
+def _after_close(scenario: Scenario, final: TruthState) -> int:
+    """The findings of ``final`` naming the wiped bookie, on ledgers closed before it was wiped."""
+    (wipe,) = [e for e in scenario.schedule if e.action is Action.WIPE]
+    closed = {e.ledger for e in scenario.schedule if e.action is Action.CLOSE and e.at_s < wipe.at_s}
+    return sum(1 for v in final.violations if v.ledger_id in closed and v.bookie == wipe.bookie)
 
 
 def _rows(data_dir: str, name: str) -> list[dict[str, Any]]:
@@ -385,7 +435,10 @@ def _checkpoint(
     report: SoakReport, scenario: Scenario, truth: list[TruthState], data_dir: str, *, now_s: float, lag_s: float
 ) -> None:
     """Missed, false and stale findings now, among the ledgers no change touched in the last ``lag_s`` seconds."""
-    changed = {e.ledger for e in scenario.schedule if e.ledger is not None and e.at_s > now_s - lag_s}
+    recent = [e for e in scenario.schedule if e.at_s > now_s - lag_s]
+    changed = {e.ledger for e in recent if e.ledger is not None}
+    bookies = {e.bookie for e in recent if e.action in _BOOKIE_ACTIONS}
+    changed |= {s.ledger_id for s in scenario.ledgers if bookies & {b for seg in s.segments for b in seg.ensemble}}
     settled = {s.ledger_id for s in scenario.ledgers} - changed
     state = [t for t in truth if t.at_s <= now_s][-1]
     missed, false, stale = _findings(truth, state, _open_rows(data_dir), settled, _deleted(scenario, now_s))
@@ -398,7 +451,9 @@ def print_report(timeline: Timeline, report: SoakReport) -> None:
     """The figures, one per line."""
     counts = report.counts()
     print(
-        f"soak: {timeline.seconds:.0f} s, {timeline.ledgers} ledgers, {report.truth_size} findings in the final truth"
+        f"soak: {timeline.seconds:.0f} s, {timeline.ledgers} ledgers, {report.truth_size} findings in the final truth, "
+        f"{report.after_close} of them of {WIPED_BOOKIE} wiped after the ledgers closed (re-verification every "
+        f"{timeline.reverify_seconds:.0f} s)"
     )
     for name, value in counts.items():
         print(f"  {name:<11} {value}")

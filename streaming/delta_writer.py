@@ -54,6 +54,7 @@ from scrutiny.connectors.tables.delta import TableError, table_uri
 from scrutiny.connectors.tables.schemas import (
     APPEND_TABLES,
     CHECKER_RUNS,
+    CREATED_ON_FIRST_ROW,
     LEDGER_CHECKS,
     OPEN_VIOLATIONS,
     OPEN_VIOLATIONS_MERGE,
@@ -61,6 +62,8 @@ from scrutiny.connectors.tables.schemas import (
     REJECTED_EVENTS,
     REPAIR_ACTIONS,
     TABLE_NAMES,
+    VERIFICATION_AGES,
+    VERIFICATION_AGES_SCHEMA,
     VIOLATIONS,
     WRITTEN_TABLES,
     OutputSchemaError,
@@ -96,6 +99,7 @@ DESCRIPTIONS: Final[Mapping[str, str]] = {
     LEDGER_CHECKS: "Scrutiny: every completed ledger check (append-only)",
     CHECKER_RUNS: "Scrutiny: one row per checker batch (append-only)",
     REJECTED_EVENTS: "Scrutiny: every record of the topic the checker could not use (append-only)",
+    VERIFICATION_AGES: "Scrutiny: ledgers by the age of their last verification, over time (append-only)",
     REPAIR_ACTIONS: "Scrutiny: every under-replication mark a fix made or skipped (append-only)",
 }
 
@@ -115,7 +119,7 @@ CONFLICTS: Final = (
 DEFAULT_CONFLICT_ATTEMPTS: Final = 8
 
 #: Tables created with ``delta.appendOnly=true``: the checker's history tables and the fix's record.
-_APPEND_ONLY: Final = (*APPEND_TABLES, REJECTED_EVENTS, REPAIR_ACTIONS)
+_APPEND_ONLY: Final = (*APPEND_TABLES, *CREATED_ON_FIRST_ROW, REPAIR_ACTIONS)
 
 
 class WriteOutcome(StrEnum):
@@ -298,11 +302,18 @@ class CheckerTables:
         return self.committed_batch(CHECKER_RUNS)
 
     def write_batch(
-        self, batch_id: int, output: pa.Table, run: RunRecord, *, rejected: Sequence[Mapping[str, object]] = ()
+        self,
+        batch_id: int,
+        output: pa.Table,
+        run: RunRecord,
+        *,
+        rejected: Sequence[Mapping[str, object]] = (),
+        ages: pa.Table | None = None,
     ) -> WriteResult:
         """Write batch ``batch_id`` to every table exactly once (tables that already hold it are skipped).
 
-        ``rejected``: the batch's "rejected" records (records of the topic the checker could not use).
+        ``rejected``: the batch's "rejected" records (records of the topic the checker could not use); ``ages``: the
+        ``verification_ages`` rows, when the batch has some.
 
         Raises OutputSchemaError (nothing written) on bad output; an error mid-way leaves the committed tables
         committed, and calling again with the same batch completes the rest.
@@ -317,6 +328,7 @@ class CheckerTables:
             LEDGER_CHECKS: ledger_check_rows(conformed, batch_id=batch_id, source=run.source),
             OPEN_VIOLATIONS: open_violation_changes(conformed, batch_id=batch_id, source=run.source),
             REJECTED_EVENTS: rejected_event_rows(rejected, batch_id=batch_id, run_id=run.run_id),
+            VERIFICATION_AGES: ages if ages is not None else VERIFICATION_AGES_SCHEMA.empty_table(),
             CHECKER_RUNS: run_rows(run, batch_id=batch_id),
         }
         if not self._ready:
@@ -330,7 +342,7 @@ class CheckerTables:
     def _write_table(self, name: str, rows: pa.Table, batch_id: int) -> TableWrite:
         if not rows.num_rows and name != CHECKER_RUNS:
             return TableWrite(name, WriteOutcome.EMPTY)  # a re-run that finds rows here never wrote them before
-        if name == REJECTED_EVENTS and name not in self._created:
+        if name in CREATED_ON_FIRST_ROW and name not in self._created:
             ensure_table(self.spark, self.data_dir, name)
             self._created.add(name)
         done = self.committed_batch(name)

@@ -207,12 +207,32 @@ REJECTED_EVENTS_SCHEMA: Final = pa.schema(
         _field("run_id", pa.string(), nullable=False),
     ]
 )
+#: The streaming checker's count of ledgers by the age of their last verification (docs/tables.md), written every
+#: ``checker.verification_ages_seconds``: one row per age class.
+VERIFICATION_AGES: Final = "verification_ages"
+VERIFICATION_AGES_SCHEMA: Final = pa.schema(
+    [
+        _field("at", UTC_TIMESTAMP, nullable=False),
+        _field("age_class", pa.string(), nullable=False),
+        _field("age_from_seconds", pa.float64(), nullable=False),
+        _field("age_to_seconds", pa.float64()),
+        _field("ledgers", pa.int64(), nullable=False),
+        _field("overdue", pa.bool_(), nullable=False),
+        _field("oldest_verification", UTC_TIMESTAMP),
+        _field("batch_id", pa.int64(), nullable=False),
+        _field("run_id", pa.string(), nullable=False),
+    ]
+)
 #: The tables the checker's writer commits per batch, in order (``checker_runs`` last: the "batch done" marker).
-WRITTEN_TABLES: Final = (VIOLATIONS, LEDGER_CHECKS, OPEN_VIOLATIONS, REJECTED_EVENTS, CHECKER_RUNS)
-#: Every table a reader may ask for by name: the checker's four, the rejected records and the fix's record.
+WRITTEN_TABLES: Final = (VIOLATIONS, LEDGER_CHECKS, OPEN_VIOLATIONS, REJECTED_EVENTS, VERIFICATION_AGES, CHECKER_RUNS)
+#: Tables created with their first row (most data directories never have one, or not at first).
+CREATED_ON_FIRST_ROW: Final = (REJECTED_EVENTS, VERIFICATION_AGES)
+#: Every table a reader may ask for by name: the checker's four, the rejected records, the verification ages and the
+#: fix's record.
 READABLE_SCHEMAS: Final[Mapping[str, pa.Schema]] = {
     **TABLE_SCHEMAS,
     REJECTED_EVENTS: REJECTED_EVENTS_SCHEMA,
+    VERIFICATION_AGES: VERIFICATION_AGES_SCHEMA,
     REPAIR_ACTIONS: REPAIR_ACTIONS_SCHEMA,
 }
 

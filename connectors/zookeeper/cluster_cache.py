@@ -9,8 +9,9 @@ serves the result as a :class:`ClusterSnapshot` for ``ttl_s`` seconds.
 Guarantees: a snapshot is one consistent read (never a mix of two); when ZooKeeper fails (not
 connected, an error during the read) the last snapshot is served again, with a warning logged, and
 the read is retried after ``ttl_s``; with no snapshot at all :class:`ClusterCacheError` is raised.
-:meth:`CachedClusterReader.ledgers_present` answers whether ledgers still exist, after a sync (never from a
-server behind the one the watcher read), and is never cached.
+:meth:`CachedClusterReader.ledgers_present` answers whether ledgers still exist, and
+:meth:`CachedClusterReader.ledgers_metadata` reads their znodes, after a sync (never from a server behind the one
+the watcher read); neither is cached.
 A rack node that does not parse keeps the racks of the last snapshot (none at first) and says so in
 :attr:`ClusterSnapshot.racks_problem`: racks are never silently replaced by defaults, which would
 make healthy placements fail.
@@ -27,12 +28,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from scrutiny.connectors.zookeeper.client import (
@@ -53,6 +54,15 @@ DEFAULT_TTL_S: Final = 2.0
 DEFAULT_RACKS_PATH: Final = "/bookies"
 #: Errors of a ZooKeeper read after which the last snapshot is served.
 ZOOKEEPER_ERRORS: Final = (KazooException, KazooTimeoutError, OSError, ZooKeeperUnreachableError)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerZnode:
+    """A ledger's metadata znode as read: its bytes, version and last modification (ms since the epoch)."""
+
+    data: bytes
+    version: int
+    mtime_ms: int
 
 
 class ClusterCacheError(ScrutinyError):
@@ -168,23 +178,38 @@ class CachedClusterReader:
         The reads follow a ``sync`` of the ledgers root, so a server lagging behind the leader cannot call a
         ledger gone that the watcher has seen. ClusterCacheError when ZooKeeper cannot answer them all.
         """
+        return frozenset(self._read_ledgers(ledger_ids, lambda client, path: client.exists_async(path)))
+
+    def ledgers_metadata(self, ledger_ids: Collection[int]) -> dict[int, LedgerZnode]:
+        """The metadata znodes of those of ``ledger_ids`` that exist now, read after a ``sync`` as in
+        :meth:`ledgers_present` (a ledger without one was deleted). ClusterCacheError when ZooKeeper cannot answer
+        them all."""
+        read = self._read_ledgers(ledger_ids, lambda client, path: client.get_async(path))
+        return {ledger: LedgerZnode(bytes(data), stat.version, stat.mtime) for ledger, (data, stat) in read.items()}
+
+    def _read_ledgers(self, ledger_ids: Collection[int], request: Callable[[KazooClient, str], Any]) -> dict[int, Any]:
+        """``request`` for each ledger's znode, all at once after one sync: the answers of those that exist."""
         if not ledger_ids:
-            return frozenset()
+            return {}
         try:
             with self._lock:
                 client = self._connected_client()
             client.sync(self.ledgers_root)
             manager = self._ledger_manager(client)
             pending = {
-                ledger: client.exists_async(ledger_path(ledger, manager=manager, root=self.ledgers_root))
+                ledger: request(client, ledger_path(ledger, manager=manager, root=self.ledgers_root))
                 for ledger in ledger_ids
             }
             deadline = time.monotonic() + self.connect_timeout_s
-            return frozenset(
-                ledger
-                for ledger, result in pending.items()
-                if result.get(timeout=max(0.0, deadline - time.monotonic())) is not None
-            )
+            answers = {}
+            for ledger, result in pending.items():
+                try:
+                    answer = result.get(timeout=max(0.0, deadline - time.monotonic()))
+                except NoNodeError:
+                    continue
+                if answer is not None:
+                    answers[ledger] = answer
+            return answers
         except (*ZOOKEEPER_ERRORS, _NotConnectedError) as error:
             reason = str(error) or type(error).__name__
             raise ClusterCacheError(f"cannot read the ledgers' znodes from ZooKeeper: {reason}") from error

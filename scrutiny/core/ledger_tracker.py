@@ -28,7 +28,12 @@ Rules (each pinned by a test):
 * **deleted unseen**: a ledger can be deleted while no watcher sees it (the watcher down, its snapshot
   then simply not naming the ledger). While a ledger has findings open it is confirmed to exist every
   ``confirm_interval_ms`` (:func:`with_confirmation` keeps that timer; the processor re-reads the znode),
-  and a ledger found gone is :func:`on_deleted`: its findings resolve and it is forgotten.
+  and a ledger found gone is :func:`on_deleted`: its findings resolve and it is forgotten;
+* **re-verification**: a checked ledger is checked again at least once per ``reverify_interval_ms``
+  (:func:`with_reverify` keeps that timer on the schedule of :mod:`scrutiny.core.reverify`); the processor reads
+  its znode afresh and :func:`on_reread` checks what it holds. A ledger whose last *verified* check (every bookie
+  answered) is older than the interval plus ``overdue_grace_ms`` when its re-verification comes due is
+  ``CHECK_OVERDUE``, until a verified check resolves it.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from typing import Any
 from scrutiny.core.backoff import Backoff
 from scrutiny.core.errors import FormatError
 from scrutiny.core.ledger_metadata import LedgerMetadata, LedgerState, decode_ledger_metadata
+from scrutiny.core.reverify import next_reverify_ms
 from scrutiny.core.utc_text import format_utc_ms
 from scrutiny.core.verdict import (
     BookieAnswer,
@@ -89,6 +95,10 @@ class TrackerConfig:
     retry: RecheckPolicy = RecheckPolicy()
     #: How often a ledger with open findings is confirmed to still exist (0: only when another timer is due).
     confirm_interval_ms: int = 600_000
+    #: Every checked ledger is checked again at least this often (0: never).
+    reverify_interval_ms: int = 0
+    #: ``CHECK_OVERDUE`` when a ledger's last verified check is older than the interval plus this.
+    overdue_grace_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,14 +119,25 @@ class TrackedLedger:
     written_ms: int | None = None
     #: When to confirm again that the ledger exists (set while findings are open: :func:`with_confirmation`).
     confirm_at_ms: int | None = None
+    #: The last check in which every bookie answered (None: none yet).
+    verified_ms: int | None = None
+    #: When the ledger is due to be verified again (:func:`with_reverify`).
+    reverify_at_ms: int | None = None
 
     def timers(self) -> tuple[int, ...]:
         """The times at which this ledger needs :func:`on_timer` (or, for ``confirm_at_ms``, a look at its znode)."""
-        return tuple(sorted({t for t in (self.retry_at_ms, self.stuck_at_ms, self.confirm_at_ms) if t is not None}))
+        later = () if self.reverify_at_ms is None else (self.reverify_at_ms,)
+        return tuple(sorted({*self.pending_timers(), *later}))
+
+    def pending_timers(self) -> tuple[int, ...]:
+        """:meth:`timers` but the re-verification: those before which the processor confirms the ledger exists
+        (a re-verification reads the znode anyway)."""
+        return tuple(t for t in (self.retry_at_ms, self.stuck_at_ms, self.confirm_at_ms) if t is not None)
 
     def watched(self) -> bool:
-        """Whether anything would be reported of this ledger later: findings open, a mark, a pending timer."""
-        return bool(self.open or self.mark is not None or self.timers())
+        """Whether anything would be reported of this ledger before its next re-verification: findings open, a mark,
+        a retry or a confirmation pending."""
+        return bool(self.open or self.mark is not None or self.pending_timers())
 
     def to_bytes(self) -> bytes:
         """Compact JSON for the state store."""
@@ -133,6 +154,8 @@ class TrackedLedger:
             "r": self.retry_at_ms,
             "s": self.stuck_at_ms,
             "e": self.confirm_at_ms,
+            "f": self.verified_ms,
+            "z": self.reverify_at_ms,
         }
         doc.update({k: v for k, v in optional.items() if v is not None})
         if self.attempts:
@@ -163,6 +186,8 @@ class TrackedLedger:
             mark=UnderReplicationMark(tuple(mark["r"]), mark["t"]) if mark is not None else None,
             stuck_at_ms=doc.get("s"),
             confirm_at_ms=doc.get("e"),
+            verified_ms=doc.get("f"),
+            reverify_at_ms=doc.get("z"),
             open=tuple((k[0], k[1], k[2]) for k in doc["o"]),
             # Older states kept 3-field keys: dropped, so at worst a pending retry reports a row again.
             reported=tuple((k[0], k[1], k[2], k[3], k[4]) for k in doc.get("p", ()) if len(k) == 5),
@@ -191,6 +216,8 @@ class Outcome:
     metadata: LedgerMetadata | None = None
     fetch: tuple[str, ...] = ()
     version: int = -1
+    #: The ledger is due to be verified again: read its znode and hand it to :func:`on_reread`.
+    reread: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,8 +352,25 @@ def with_confirmation(state: TrackedLedger | None, *, now_ms: int, config: Track
     return replace(state, confirm_at_ms=now_ms + config.confirm_interval_ms)
 
 
-def on_timer(state: TrackedLedger, *, now_ms: int) -> Step:
-    """Timers due at ``now_ms``: a stuck mark is reported; a due retry asks for a fetch."""
+def with_reverify(
+    state: TrackedLedger | None, *, group: int, now_ms: int, config: TrackerConfig
+) -> TrackedLedger | None:
+    """``state`` with its re-verification scheduled: a checked ledger without one gets the next due time of its
+    ``group`` (:func:`scrutiny.core.reverify.next_reverify_ms`), a scheduled one keeps its time, a ledger not
+    checked (a check pending, or nothing to check yet) has none; none at all when the interval is 0."""
+    if state is None:
+        return None
+    if config.reverify_interval_ms <= 0 or not state.checked:
+        return state if state.reverify_at_ms is None else replace(state, reverify_at_ms=None)
+    if state.reverify_at_ms is not None:
+        return state
+    return replace(state, reverify_at_ms=next_reverify_ms(group, now_ms, config.reverify_interval_ms))
+
+
+def on_timer(state: TrackedLedger, *, now_ms: int, config: TrackerConfig = TrackerConfig()) -> Step:
+    """Timers due at ``now_ms``: a stuck mark is reported; a due retry asks for a fetch; a due re-verification
+    asks for the znode (``Outcome.reread``), after reporting ``CHECK_OVERDUE`` when the last verified check is
+    older than the interval plus the grace."""
     found: tuple[Violation, ...] = ()
     if state.stuck_at_ms is not None and state.stuck_at_ms <= now_ms and state.mark is not None:
         stuck = Violation(
@@ -342,7 +386,52 @@ def on_timer(state: TrackedLedger, *, now_ms: int) -> Step:
         metadata = decode_ledger_metadata(state.metadata)
         fetch = _bookies(metadata)
         state = replace(state, retry_at_ms=None, attempts=state.attempts + 1)
-    return Step(state, Outcome(found=found, fetch=fetch, metadata=metadata, version=state.version))
+    reread = state.reverify_at_ms is not None and state.reverify_at_ms <= now_ms and not fetch
+    if reread:
+        overdue = _overdue(state, now_ms=now_ms, config=config)
+        found += overdue
+        state = replace(state, reverify_at_ms=None, open=_with_keys(state.open, overdue))
+    return Step(state, Outcome(found=found, fetch=fetch, metadata=metadata, version=state.version, reread=reread))
+
+
+def on_reread(
+    state: TrackedLedger,
+    *,
+    version: int,
+    data: bytes,
+    written_ms: int | None,
+    now_ms: int,
+    cluster: ClusterView,
+    config: TrackerConfig,
+) -> Step:
+    """A re-verification's fresh read of the znode: a newer version is checked like a change, the same one is
+    checked again (its answers fetched first); either way the check measures no detection latency."""
+    again = replace(state, checked=False, retry_at_ms=None) if version == state.version else state
+    return on_metadata(
+        replace(again, changed_ms=None),
+        version=version,
+        data=data,
+        changed_ms=None,
+        written_ms=written_ms,
+        answers=None,
+        now_ms=now_ms,
+        cluster=cluster,
+        config=config,
+    )
+
+
+def _overdue(state: TrackedLedger, *, now_ms: int, config: TrackerConfig) -> tuple[Violation, ...]:
+    """``CHECK_OVERDUE`` when the last verified check is older than the interval plus the grace (not yet open)."""
+    if state.verified_ms is None or config.reverify_interval_ms <= 0 or _overdue_key() in state.open:
+        return ()
+    late_ms = now_ms - state.verified_ms - config.reverify_interval_ms - config.overdue_grace_ms
+    if late_ms <= 0:
+        return ()
+    details = (
+        f"last verified {format_utc_ms(state.verified_ms)}: older than the re-verification interval "
+        f"({config.reverify_interval_ms // 1000} s) plus the grace ({config.overdue_grace_ms // 1000} s)"
+    )
+    return (Violation(Category.CHECK_OVERDUE, FIXED_SEVERITY[Category.CHECK_OVERDUE], details=details),)
 
 
 # ---------------------------------------------------------------------------------------------- judging
@@ -380,7 +469,7 @@ def _judge(
         return Step(pending, Outcome(found=new, metadata=metadata, version=state.version))
     found += _unanswered(verdict, cluster, found)
     kind = VerdictKind.VIOLATED if found else verdict.verdict
-    return _complete(state, metadata, found, kind, now_ms, asked=asked)
+    return _complete(state, metadata, found, kind, now_ms, asked=asked, verified=not verdict.retry_bookies)
 
 
 def _complete(
@@ -391,12 +480,14 @@ def _complete(
     now_ms: int,
     *,
     asked: int,
+    verified: bool = True,
 ) -> Step:
-    """A finished check: the open set becomes what it found (plus a stuck report, which marks govern)."""
+    """A finished check: the open set becomes what it found (plus a stuck report, which marks govern, and an
+    overdue one, which only a verified check resolves)."""
     keys = {violation_key(v) for v in found}
-    stuck = _stuck_key()
-    resolved = tuple(k for k in state.open if k not in keys and k != stuck)
-    still = tuple(k for k in state.open if k == stuck and k not in keys)
+    kept = {_stuck_key()} if verified else {_stuck_key(), _overdue_key()}
+    resolved = tuple(k for k in state.open if k not in keys and k not in kept)
+    still = tuple(k for k in state.open if k in kept and k not in keys)
     latency = None if state.changed_ms is None else max(0, now_ms - state.changed_ms)
     check = Check(
         verdict=kind,
@@ -410,6 +501,8 @@ def _complete(
     keep = state.metadata if metadata is not None and (now_open or state.mark is not None) else None
     done = replace(state, checked=True, metadata=keep, retry_at_ms=None, open=now_open, reported=())
     done = replace(done, written_ms=state.written_ms if keep is not None else None)
+    if verified:
+        done = replace(done, verified_ms=now_ms)
     outcome = Outcome(
         found=_unreported(state, found), resolved=resolved, check=check, metadata=metadata, version=state.version
     )
@@ -463,6 +556,10 @@ def _with_keys(open_keys: tuple[ViolationKey, ...], found: tuple[Violation, ...]
 
 def _stuck_key() -> ViolationKey:
     return (Category.UNDER_REPLICATION_STUCK.value, "", -1)
+
+
+def _overdue_key() -> ViolationKey:
+    return (Category.CHECK_OVERDUE.value, "", -1)
 
 
 def _stuck_details(mark: UnderReplicationMark) -> str:

@@ -21,6 +21,7 @@ from scrutiny.dashboard.snapshot import (
     RunPoint,
     StuckLedger,
     Timeline,
+    VerificationAge,
 )
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "category_chart",
     "checker_chart",
     "coverage_chart",
+    "verification_age_chart",
     "empty_chart",
     "timeline_chart",
     "under_replication_chart",
@@ -203,6 +205,39 @@ def coverage_chart(coverage: Coverage | None) -> dict[str, object]:
         "textinfo": "value",
     }
     return {"data": [trace], "layout": _layout(height=240)}
+
+
+def verification_age_chart(ages: Sequence[VerificationAge] | None) -> dict[str, object]:
+    """Ledgers by the age of their last verification: the quarters of the re-verification interval, late, overdue."""
+    if ages is None:
+        return empty_chart("no verification counted yet (the streaming job with checker.reverify_interval > 0)")
+    if not any(row.ledgers for row in ages):
+        return empty_chart("no ledger verified yet")
+    colors = {"late": SEVERITY_COLORS["warning"], "overdue": SEVERITY_COLORS["critical"]}
+    trace = {
+        "type": "bar",
+        "name": "ledgers",
+        "x": [row.age_class for row in ages],
+        "y": [row.ledgers for row in ages],
+        "marker": {"color": [colors.get(row.age_class, _RESOLVED_COLOR) for row in ages]},
+        "text": [_age_range(row) for row in ages],
+        "hovertemplate": "%{text}: %{y} ledger(s)<extra></extra>",
+    }
+    return {
+        "data": [trace],
+        "layout": _layout(
+            showlegend=False,
+            height=240,
+            xaxis=_axis(title={"text": "age of the last verification (share of the interval)"}),
+            yaxis=_axis(title={"text": "ledgers"}, rangemode="tozero"),
+        ),
+    }
+
+
+def _age_range(row: VerificationAge) -> str:
+    """An age class as hours, for the hover text."""
+    start = row.age_from_seconds / 3600
+    return f"{start:g} h and older" if row.age_to_seconds is None else f"{start:g}-{row.age_to_seconds / 3600:g} h"
 
 
 def checker_chart(runs: Sequence[RunPoint] | None) -> dict[str, object]:

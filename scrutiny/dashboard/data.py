@@ -13,10 +13,10 @@ Sections and their sources:
 * overview and worst ledgers: the open rows of ``open_violations``, summarized and ranked by
   :mod:`scrutiny.core.health_summary` exactly as ``scrutiny report`` does; each worst ledger's evidence (ensemble,
   quorums, the entries each bookie misses) comes from its latest ``violations`` rows;
-* categories, bookies, under-replication, coverage, latency, checker health: the shipped views
+* categories, bookies, under-replication, coverage, verification ages, latency, checker health: the shipped views
   ``open_violations_by_category``, ``violations_per_bookie``, ``under_replication_age``, ``check_coverage``,
-  ``detection_latency`` and ``checker_health`` (docs/sql.md), each row becoming the section's dataclass field by
-  field (a column per field, converted by the field's declared type);
+  ``verification_age``, ``detection_latency`` and ``checker_health`` (docs/sql.md), each row becoming the section's
+  dataclass field by field (a column per field, converted by the field's declared type);
 * timeline: first detections and resolutions per time bucket from ``open_violations.first_seen`` / ``resolved_at``
   (or, without that table, ``violations.detected_at``); recent batches: ``checker_runs`` of the streaming job.
 """
@@ -64,6 +64,7 @@ from scrutiny.dashboard.snapshot import (
     Segment,
     StuckLedger,
     Timeline,
+    VerificationAge,
     WorstLedger,
 )
 
@@ -161,6 +162,7 @@ def load_snapshot(
         bookies = section("bookies", lambda: _bookies(engine))
         under_replication = section("under-replication", lambda: _under_replication(engine))
         coverage = section("coverage", lambda: _coverage(engine))
+        ages = section("verification ages", lambda: _view_rows(engine, "verification_age", VerificationAge))
         latency = section("latency", lambda: _latency(engine))
         checker = section("checker health", lambda: _checker(engine, stall_after_ms))
         runs = section("recent batches", lambda: _runs(engine))
@@ -177,6 +179,7 @@ def load_snapshot(
         bookies=bookies,
         under_replication=under_replication,
         coverage=coverage,
+        verification_ages=ages,
         latency=latency,
         checker=checker,
         runs=runs,

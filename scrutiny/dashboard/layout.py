@@ -58,6 +58,7 @@ _CHART_IDS: Final = (
     "bookie-chart",
     "under-replication-chart",
     "coverage-chart",
+    "verification-age-chart",
     "checker-chart",
 )
 #: Every (element id, property) the refresh sets, in the order the callback returns them.
@@ -193,6 +194,7 @@ def build_layout(refresh_seconds: float, data_dir: str) -> html.Div:
                     _tile("p99", "latency-p99"),
                 ),
                 _graph("coverage-chart"),
+                _graph("verification-age-chart"),
             ],
         ),
         _section(

@@ -24,6 +24,7 @@ from scrutiny.dashboard.charts import (
     coverage_chart,
     timeline_chart,
     under_replication_chart,
+    verification_age_chart,
 )
 from scrutiny.dashboard.layout import NUMBER_IDS
 from scrutiny.dashboard.snapshot import (
@@ -225,6 +226,7 @@ def render(snapshot: DashboardSnapshot) -> dict[tuple[str, str], object]:
     values[("bookie-chart", "figure")] = bookie_chart(snapshot.bookies)
     values[("under-replication-chart", "figure")] = under_replication_chart(snapshot.under_replication)
     values[("coverage-chart", "figure")] = coverage_chart(snapshot.coverage)
+    values[("verification-age-chart", "figure")] = verification_age_chart(snapshot.verification_ages)
     values[("checker-chart", "figure")] = checker_chart(snapshot.runs)
     return values
 

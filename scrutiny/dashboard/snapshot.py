@@ -20,6 +20,7 @@ __all__ = [
     "CategoryCount",
     "CheckerHealth",
     "Coverage",
+    "VerificationAge",
     "Latency",
     "MissingReplica",
     "Overview",
@@ -141,6 +142,18 @@ class Coverage:
 
 
 @dataclass(frozen=True, slots=True)
+class VerificationAge:
+    """One row of the ``verification_age`` view: the ledgers whose last verification is in one age class."""
+
+    age_class: str
+    age_from_seconds: float
+    age_to_seconds: float | None
+    ledgers: int
+    oldest_verification: datetime | None
+    measured_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Latency:
     """The ``detection_latency`` view: percentiles of close-to-verdict latency (None when there is no check)."""
 
@@ -196,6 +209,7 @@ class DashboardSnapshot:
     bookies: tuple[BookieHealth, ...] | None = None
     under_replication: tuple[StuckLedger, ...] | None = None
     coverage: Coverage | None = None
+    verification_ages: tuple[VerificationAge, ...] | None = None
     latency: Latency | None = None
     checker: CheckerHealth | None = None
     runs: tuple[RunPoint, ...] | None = None

@@ -94,6 +94,16 @@ class ServicesSection:
     state_dir: str = ""
 
 
+#: The keys of ``[checker]`` that may be 0 but not negative.
+_NOT_NEGATIVE = (
+    "exists_check_seconds",
+    "reverify_interval",
+    "reverify_max_per_second",
+    "check_overdue_grace_seconds",
+    "verification_ages_seconds",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class CheckerSection:
     """``[checker]``: the streaming job (``scrutiny run``) and the scan that shares its rules."""
@@ -110,6 +120,10 @@ class CheckerSection:
     fetch_timeout_seconds: float = 10.0
     cluster_cache_seconds: float = 2.0
     exists_check_seconds: float = 600.0
+    reverify_interval: float = 604_800.0
+    reverify_max_per_second: float = 50.0
+    check_overdue_grace_seconds: float = 86_400.0
+    verification_ages_seconds: float = 60.0
     write_conflict_attempts: int = 8
     metrics_port: int = 0
     spark_master: str = ""
@@ -126,5 +140,15 @@ class CheckerSection:
             raise ConfigError(
                 f"checker.write_conflict_attempts must be at least 1, not {self.write_conflict_attempts!r}"
             )
-        if self.exists_check_seconds < 0:
-            raise ConfigError(f"checker.exists_check_seconds must not be negative, not {self.exists_check_seconds!r}")
+        for key in (
+            "exists_check_seconds",
+            "reverify_interval",
+            "reverify_max_per_second",
+            "verification_ages_seconds",
+        ):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"checker.{key} must not be negative, not {getattr(self, key)!r}")
+        if self.check_overdue_grace_seconds < 0:
+            raise ConfigError(
+                f"checker.check_overdue_grace_seconds must not be negative, not {self.check_overdue_grace_seconds!r}"
+            )

@@ -4,7 +4,7 @@ transformWithState pays a fixed cost per key and micro-batch (setting the key on
 writing the value, converting the key's output), which dominated the checker's time when every ledger was a key.
 With :data:`BUCKET_SIZE` ledgers of consecutive ids per key (BookKeeper allocates ids in sequence, so a backlog or a
 burst of closes fills few buckets), a bucket's state is one value holding each of its ledgers'
-:class:`~scrutiny.core.ledger_tracker.TrackedLedger` (compact JSON, ≈ 40 B per healthy ledger) and its timers are the
+:class:`~scrutiny.core.ledger_tracker.TrackedLedger` (compact JSON, ≈ 80 B per healthy ledger) and its timers are the
 union of its ledgers' timers.
 """
 

@@ -26,6 +26,10 @@ class JobConfig:
     source: str = "stream"
     fetch_timeout_s: float = 10.0
     cluster_ttl_s: float = 2.0
+    #: Re-verifications one task of the stateful step may start per micro-batch (0: no limit), and the spacing of
+    #: those put off (:class:`~scrutiny.streaming.checker.reverify_budget.ReverifyBudget`).
+    reverify_per_task: int = 0
+    reverify_spacing_ms: int = 1000
 
     def cluster_reader(self) -> CachedClusterReader:
         """This worker process's shared reader of registrations and racks."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 import uuid
@@ -28,6 +29,7 @@ from scrutiny.connectors.zookeeper.client import zookeeper_target
 from scrutiny.core.backoff import Backoff
 from scrutiny.core.ledger_tracker import RecheckPolicy, TrackerConfig
 from scrutiny.settings.loader import Settings
+from scrutiny.settings.sections import CheckerSection
 from scrutiny.streaming.checker.buckets import BUCKET_EXPRESSION
 from scrutiny.streaming.checker.config import JobConfig
 from scrutiny.streaming.checker.metrics import JobMetrics
@@ -36,6 +38,7 @@ from scrutiny.streaming.checker.processor import LedgerProcessor
 from scrutiny.streaming.checker.records import NARROW_DDL
 from scrutiny.streaming.checker.replay import BatchOutputs, ReplayHandle
 from scrutiny.streaming.checker.sink import BatchSink, BatchSummary
+from scrutiny.streaming.checker.verified_counts import VerifiedCounts
 from scrutiny.streaming.checkpoint_files import CheckpointFiles
 from scrutiny.streaming.delta_writer import CheckerTables
 from scrutiny.streaming.kafka_source import FORMAT, check_checkpoint_source, kafka_source_options
@@ -63,11 +66,23 @@ def job_config(settings: Settings, fetch: FetchConfig | None = None, *, source: 
             verdict=settings.verdict_config,
             retry=retry,
             confirm_interval_ms=round(checker.exists_check_seconds * 1000),
+            reverify_interval_ms=round(checker.reverify_interval * 1000),
+            overdue_grace_ms=round(checker.check_overdue_grace_seconds * 1000),
         ),
         source=source,
         fetch_timeout_s=checker.fetch_timeout_seconds,
         cluster_ttl_s=checker.cluster_cache_seconds,
+        reverify_per_task=reverify_per_task(checker),
+        reverify_spacing_ms=round(checker.trigger_seconds * 1000),
     )
+
+
+def reverify_per_task(checker: CheckerSection) -> int:
+    """Each task's share of ``checker.reverify_max_per_second`` per micro-batch (0: no limit): a batch starts at
+    most every ``trigger_seconds``, and the stateful step runs ``shuffle_partitions`` tasks."""
+    if checker.reverify_max_per_second <= 0:
+        return 0
+    return max(1, math.ceil(checker.reverify_max_per_second * checker.trigger_seconds / checker.shuffle_partitions))
 
 
 def ledgers_root(settings: Settings) -> str:
@@ -191,7 +206,15 @@ def start_checker(
     tables = CheckerTables(
         spark, checker.data_dir, app_id=f"{APP_ID}-{stream_id}", conflict_attempts=checker.write_conflict_attempts
     )
-    sink = BatchSink(tables, run_id=run_id or stream_id, metrics=metrics, outputs=outputs)
+    verified = None
+    if checker.reverify_interval > 0:
+        verified = VerifiedCounts(
+            outputs.files,
+            interval_ms=config.tracker.reverify_interval_ms,
+            grace_ms=config.tracker.overdue_grace_ms,
+            table_every_s=checker.verification_ages_seconds,
+        )
+    sink = BatchSink(tables, run_id=run_id or stream_id, metrics=metrics, outputs=outputs, verified=verified)
     query = (
         checked.writeStream.queryName("scrutiny_checker")
         .foreachBatch(sink)

@@ -9,7 +9,7 @@ _BATCH_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 class JobMetrics:
     """Batch duration, events, checks, RPCs, retries pending, violations by category, rejected records, lag,
-    liveness."""
+    liveness, ledgers by the age of their last verification."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
@@ -38,3 +38,15 @@ class JobMetrics:
             "scrutiny_checker_last_batch_timestamp_seconds", "When the last micro-batch finished", registry=r
         )
         self.batch_id = Gauge("scrutiny_checker_batch_id", "Id of the last micro-batch written", registry=r)
+        self.verified_ledgers = Gauge(
+            "scrutiny_checker_verified_ledgers",
+            "Ledgers by the age of their last verification, in classes of the re-verification interval (0-25%, "
+            "25-50%, 50-75%, 75-100%, late: within the grace, overdue: past it)",
+            ["age"],
+            registry=r,
+        )
+        self.oldest_verification_age = Gauge(
+            "scrutiny_checker_oldest_verification_age_seconds",
+            "Age of the oldest last verification of a ledger (0: none verified yet)",
+            registry=r,
+        )

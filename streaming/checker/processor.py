@@ -30,9 +30,11 @@ tries again; the other ledgers of its bucket go on).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from pyspark.sql import Row
@@ -44,6 +46,7 @@ from pyspark.sql.streaming.stateful_processor import (
     ValueState,
 )
 
+from scrutiny.connectors.zookeeper.cluster_cache import LedgerZnode
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.ledger_tracker import (
     Step,
@@ -53,8 +56,10 @@ from scrutiny.core.ledger_tracker import (
     on_deleted,
     on_marked,
     on_metadata,
+    on_reread,
     on_timer,
     with_confirmation,
+    with_reverify,
 )
 from scrutiny.core.verdict import BookieAnswer, ClusterView
 from scrutiny.core.zk_records import UnderReplicationMark
@@ -73,8 +78,11 @@ from scrutiny.streaming.checker.records import (
     retry_records,
     state_records,
     stats_records,
+    utc,
+    verified_records,
 )
 from scrutiny.streaming.checker.replay import ReplayHandle, replayed_states
+from scrutiny.streaming.checker.reverify_budget import ReverifyBudget
 
 log = logging.getLogger(__name__)
 
@@ -92,12 +100,16 @@ class LedgerProcessor(StatefulProcessor):
         self._handle: StatefulProcessorHandle | None = None
         self._state: ValueState | None = None
         self._replayed: set[int] = set()
+        self._budget = ReverifyBudget(config.reverify_per_task, config.reverify_spacing_ms)
+        self._rpcs = 0
+        self._rpcs_ledger = 0
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Once per state partition: the value state holding each bucket's ledgers."""
         self._handle = handle
         self._state = handle.getValueState("ledgers", STATE_SCHEMA)
         self._replayed = set()
+        self._budget = ReverifyBudget(self.config.reverify_per_task, self.config.reverify_spacing_ms)
 
     def handleInputRows(  # noqa: N802 - PySpark's names
         self,
@@ -137,7 +149,7 @@ class LedgerProcessor(StatefulProcessor):
         if walked:
             unnamed = [lid for lid, state in states.items() if lid not in by_ledger and state.watched()]
             records += self._forget_deleted(states, unnamed, now_ms)
-        records += self._save(before, states, now_ms)
+        records += self._save(int(key[0]), before, states, now_ms)
         yield from self._rows(records)
 
     def handleExpiredTimer(  # noqa: N802 - PySpark's names
@@ -151,21 +163,25 @@ class LedgerProcessor(StatefulProcessor):
             yield from self._replayed_rows(int(key[0]), timerValues)
             return
         now_ms = _now_ms(timerValues.getCurrentProcessingTimeInMs())
+        bucket = int(key[0])
         before = self._load()
         states = dict(before)
         due = [lid for lid, state in before.items() if any(t <= now_ms for t in state.timers())]
-        gone = self._forget_deleted(states, due, now_ms)  # no timer acts on a ledger deleted unseen
+        # No timer acts on a ledger deleted unseen; a re-verification reads the znode itself (_reread).
+        confirm = [lid for lid in due if any(t <= now_ms for t in before[lid].pending_timers())]
+        gone = self._forget_deleted(states, confirm, now_ms)
         stepped: dict[int, tuple[Step, list[Record]]] = {}
         for ledger_id in due:
             state = states.get(ledger_id)
             if state is not None:
                 try:
-                    step = on_timer(state, now_ms=now_ms)
+                    step = on_timer(state, now_ms=now_ms, config=self.config.tracker)
                 except Exception:
                     log.exception("ledger %d: timer not handled; the state is kept", ledger_id)
                     continue
                 found = outcome_records(ledger_id, step.outcome, now_ms=now_ms, source=self.config.source)
                 stepped[ledger_id] = (step, found)
+        gone += self._reread(states, stepped, now_ms)
         wanted = {lid: step.outcome.fetch for lid, (step, _) in stepped.items() if step.outcome.fetch and step.state}
         answers = self._fetch(wanted)
         judged_ms = _now_ms(now_ms)  # the retries' verdicts are reached once their bookies have answered
@@ -183,7 +199,7 @@ class LedgerProcessor(StatefulProcessor):
                 ledger_id, before[ledger_id], step.state, now_ms=judged_ms, source=self.config.source
             )
             self._put(states, ledger_id, step.state, judged_ms)
-        records += self._save(before, states, now_ms)
+        records += self._save(bucket, before, states, now_ms)
         yield from self._rows(records)
 
     def close(self) -> None:
@@ -202,7 +218,7 @@ class LedgerProcessor(StatefulProcessor):
         kept = self.replay.rows(bucket)
         if bucket >= 0:
             before = self._load()
-            self._save(before, replayed_states(before, kept), timer_values.getCurrentProcessingTimeInMs())
+            self._save(bucket, before, replayed_states(before, kept), timer_values.getCurrentProcessingTimeInMs())
         for kind, ledger_id, at, payload in kept:
             yield Row(record=kind, ledger_id=ledger_id, at=at, payload=payload)
 
@@ -258,7 +274,9 @@ class LedgerProcessor(StatefulProcessor):
         if not wanted:
             return {}
         try:
-            _, fetched = fetch_answers(self.config, wanted)
+            rpcs, fetched = fetch_answers(self.config, wanted)
+            self._rpcs += rpcs
+            self._rpcs_ledger = next(iter(wanted))
         except ScrutinyError as error:
             unknown = BookieAnswer.unknown(f"fetch failed: {error}")
             return {ledger: dict.fromkeys(bookies, unknown) for ledger, bookies in wanted.items()}
@@ -294,11 +312,60 @@ class LedgerProcessor(StatefulProcessor):
         records: list[Record] = []
         for ledger_id in ledgers:
             if ledger_id not in present:
-                state = states.pop(ledger_id)
-                step = on_deleted(state)
-                log.info("ledger %d was deleted unseen (no deletion event): its findings resolve", ledger_id)
-                records += outcome_records(ledger_id, step.outcome, now_ms=now_ms, source=self.config.source)
-                records += retry_records(ledger_id, state, None, now_ms=now_ms, source=self.config.source)
+                records += self._deleted_unseen(states, ledger_id, now_ms)
+        return records
+
+    def _deleted_unseen(self, states: dict[int, TrackedLedger], ledger_id: int, now_ms: int) -> list[Record]:
+        """A ledger whose znode is gone: dropped from ``states``, its findings resolved; its records."""
+        state = states.pop(ledger_id)
+        step = on_deleted(state)
+        log.info("ledger %d was deleted unseen (no deletion event): its findings resolve", ledger_id)
+        records = outcome_records(ledger_id, step.outcome, now_ms=now_ms, source=self.config.source)
+        return records + retry_records(ledger_id, state, None, now_ms=now_ms, source=self.config.source)
+
+    def _reread(
+        self, states: dict[int, TrackedLedger], stepped: dict[int, tuple[Step, list[Record]]], now_ms: int
+    ) -> list[Record]:
+        """The due re-verifications of ``stepped``, within this task's budget: each ledger's znode read afresh
+        (one sync, all at once) and checked again (``stepped`` gets the step asking for its bookies' answers);
+        a ledger found gone is dropped (its records returned). The ones beyond the budget, or all when ZooKeeper
+        cannot answer, are put off."""
+        due = [lid for lid, (step, _) in stepped.items() if step.outcome.reread and step.state is not None]
+        if not due:
+            return []
+        now, put_off = self._budget.split(due, now_ms=now_ms)
+        read: dict[int, LedgerZnode] = {}
+        try:
+            read = self.config.cluster_reader().ledgers_metadata(now)
+        except ScrutinyError as error:
+            log.warning("cannot read %d ledger(s) to verify them again (%s); put off", len(now), error)
+            put_off.update(dict.fromkeys(now, now_ms + self.config.reverify_spacing_ms))
+            now = []
+        if put_off:
+            log.debug("%d re-verification(s) put off beyond this batch's budget", len(put_off))
+        records: list[Record] = []
+        for ledger_id in due:
+            step, found = stepped[ledger_id]
+            assert step.state is not None
+            if ledger_id in put_off:
+                later = replace(step.state, reverify_at_ms=put_off[ledger_id])
+                stepped[ledger_id] = (Step(later, step.outcome), found)
+            elif ledger_id not in read:
+                del stepped[ledger_id]
+                records += found + self._deleted_unseen(states, ledger_id, now_ms)
+            else:
+                znode = read[ledger_id]
+                again = on_reread(
+                    step.state,
+                    version=znode.version,
+                    data=znode.data,
+                    written_ms=znode.mtime_ms or None,
+                    now_ms=now_ms,
+                    cluster=self._cluster(),
+                    config=self.config.tracker,
+                )
+                more = outcome_records(ledger_id, again.outcome, now_ms=now_ms, source=self.config.source)
+                stepped[ledger_id] = (again, found + more)
         return records
 
     def _put(self, states: dict[int, TrackedLedger], ledger_id: int, state: TrackedLedger | None, now_ms: int) -> None:
@@ -317,13 +384,18 @@ class LedgerProcessor(StatefulProcessor):
         value = self._state.get()
         return decode_bucket(bytes(value[0])) if value is not None else {}
 
-    def _save(self, before: dict[int, TrackedLedger], after: dict[int, TrackedLedger], now_ms: int) -> list[Record]:
+    def _save(
+        self, bucket: int, before: dict[int, TrackedLedger], after: dict[int, TrackedLedger], now_ms: int
+    ) -> list[Record]:
         """Store the bucket and make the registered timers those its ledgers need; the state changes' records.
 
-        The timers registered are always those of ``before`` (this method is the only one that
-        registers any), so no listing call is needed; due ones are Spark's to remove.
+        Every checked ledger of the bucket gets its re-verification scheduled here (those a step touched, and those
+        an earlier version left without one). The timers registered are always those of ``before`` (this method is
+        the only one that registers any), so no listing call is needed; due ones are Spark's to remove.
         """
         assert self._state is not None and self._handle is not None
+        tracker = self.config.tracker
+        after = {lid: with_reverify(s, group=bucket, now_ms=now_ms, config=tracker) or s for lid, s in after.items()}
         registered = {t for state in before.values() for t in state.timers()}
         wanted = {t for state in after.values() for t in state.timers()}
         for expired in registered - wanted:
@@ -336,7 +408,7 @@ class LedgerProcessor(StatefulProcessor):
                 self._state.clear()
         elif after != before:
             self._state.update((encode_bucket(after),))
-        return state_records(before, after, now_ms=now_ms)
+        return state_records(before, after, now_ms=now_ms) + verified_records(before, after, now_ms=now_ms)
 
     def _cluster(self) -> ClusterView:
         try:
@@ -346,6 +418,13 @@ class LedgerProcessor(StatefulProcessor):
             return ClusterView()
 
     def _rows(self, records: list[Record]) -> Iterator[Any]:
+        """The records as output rows, with a figures record for the requests this step sent (retries,
+        re-verifications: the fetch stage counts its own). That record names a ledger of the bucket, so that a batch
+        run again returns it with the bucket's other records."""
+        if self._rpcs:
+            figures = {"record": "stats", "ledger_id": self._rpcs_ledger, "at": utc(_now_ms(0))}
+            records = [*records, {**figures, "details": json.dumps({"rpcs": self._rpcs}), "source": self.config.source}]
+            self._rpcs = 0
         for record in records:
             kind, ledger_id, at, payload = narrow(record)
             yield Row(record=kind, ledger_id=ledger_id, at=at, payload=payload)

@@ -29,6 +29,8 @@ REJECTED_KEY = -2
 
 #: The record kind of a state change (kept with the batch, written to no table).
 STATE_RECORD = "state"
+#: The record kind of a change of a ledger's last verified check (:func:`verified_records`).
+VERIFIED_RECORD = "verified"
 
 #: The custom-metadata key under which Pulsar names a ledger's topic.
 PULSAR_TOPIC_KEY = "pulsar/managed-ledger"
@@ -88,6 +90,24 @@ def state_records(
         if before.get(ledger_id) != state:
             record: Record = {"record": STATE_RECORD, "ledger_id": ledger_id, "at": at}
             records.append(record if state is None else {**record, "state": state.to_doc()})
+    return records
+
+
+def verified_records(
+    before: Mapping[int, TrackedLedger], after: Mapping[int, TrackedLedger], *, now_ms: int
+) -> list[Record]:
+    """One "verified" record per ledger of a bucket whose last verified check a step changed (verified again,
+    verified for the first time, or forgotten): ``was`` and ``now`` are the times before and after (None: none).
+    Written to no table: the sink keeps the count of ledgers by the age of their last verification
+    (:mod:`scrutiny.streaming.checker.verification_ages`) from them."""
+    at = utc(now_ms)
+    records: list[Record] = []
+    for ledger_id in sorted(before.keys() | after.keys()):
+        old, new = before.get(ledger_id), after.get(ledger_id)
+        was = old.verified_ms if old is not None else None
+        now = new.verified_ms if new is not None else None
+        if was != now:
+            records.append({"record": VERIFIED_RECORD, "ledger_id": ledger_id, "at": at, "was": was, "now": now})
     return records
 
 

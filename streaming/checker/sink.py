@@ -29,6 +29,7 @@ from scrutiny.connectors.tables.schemas import CHECKER_RUNS, RunRecord, output_t
 from scrutiny.streaming.checker.metrics import JobMetrics
 from scrutiny.streaming.checker.records import STATE_RECORD, widen_table
 from scrutiny.streaming.checker.replay import BatchOutputs
+from scrutiny.streaming.checker.verified_counts import VerifiedCounts
 from scrutiny.streaming.delta_writer import CheckerTables
 
 log = logging.getLogger(__name__)
@@ -68,9 +69,11 @@ class BatchSink:
         lag: Callable[[], int | None] = lambda: None,
         on_batch: Callable[[BatchSummary], None] | None = None,
         outputs: BatchOutputs | None = None,
+        verified: VerifiedCounts | None = None,
     ) -> None:
         self.tables = tables
         self.outputs = outputs
+        self.verified = verified
         self.run_id = run_id
         self.source = source
         self.metrics = metrics or JobMetrics()
@@ -107,7 +110,13 @@ class BatchSink:
             source=self.source,
         )
         rejected = [r for r in rows if r["record"] == "rejected"]
-        result = self.tables.write_batch(batch_id, records, run, rejected=rejected)
+        ages = None
+        if self.verified is not None:
+            self.verified.apply(batch_id, rows)
+            ages = self.verified.table_rows(time.time_ns() // 1_000_000, batch_id=batch_id, run_id=self.run_id)
+        result = self.tables.write_batch(batch_id, records, run, rejected=rejected, ages=ages)
+        if self.verified is not None:
+            self.verified.keep()
         if self.outputs is not None:
             self.outputs.forget_before(batch_id)
         summary.seconds = time.monotonic() - clock
@@ -157,6 +166,12 @@ class BatchSink:
         if run.lag_records is not None:
             m.lag.set(run.lag_records)
         m.last_batch.set(time.time())
+        if self.verified is not None:
+            now_ms = time.time_ns() // 1_000_000
+            for age in self.verified.classes(now_ms):
+                m.verified_ledgers.labels(age.name).set(age.ledgers)
+            oldest = self.verified.current.oldest_ms()
+            m.oldest_verification_age.set(0 if oldest is None else (now_ms - oldest) / 1000)
         m.batch_id.set(summary.batch_id)
         self.last = summary
         if self.on_batch is not None:

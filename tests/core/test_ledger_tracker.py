@@ -81,7 +81,7 @@ def test_healthy_closed_ledger_completes_with_a_check_and_keeps_almost_nothing()
     assert step.outcome.check is not None and step.outcome.check.verdict is VerdictKind.HEALTHY
     assert step.outcome.check.latency_ms == 4_000
     assert step.state is not None and step.state.checked and step.state.metadata is None and step.state.open == ()
-    assert len(step.state.to_bytes()) < 40
+    assert len(step.state.to_bytes()) < 48
 
 
 def test_open_ledger_without_sealed_segments_is_not_checked() -> None:
@@ -271,7 +271,7 @@ def test_state_round_trips_through_bytes(  # noqa: PLR0917 - one argument per st
     state = TrackedLedger(
         version, checked, metadata, times[0], attempts, times[1], mark, times[2], tuple(keys), tuple(reported)
     )
-    state = replace(state, written_ms=times[1], confirm_at_ms=times[2])
+    state = replace(state, written_ms=times[1], confirm_at_ms=times[2], verified_ms=times[0], reverify_at_ms=times[1])
     assert TrackedLedger.from_bytes(state.to_bytes()) == state
 
 

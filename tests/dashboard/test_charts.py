@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import pytest
 from pyspark.sql import SparkSession
 
@@ -12,6 +15,7 @@ from scrutiny.dashboard.charts import (
     coverage_chart,
     timeline_chart,
     under_replication_chart,
+    verification_age_chart,
 )
 from scrutiny.dashboard.snapshot import NO_DATA, DashboardSnapshot
 from tests.support.dashboard_tables import B1, B2, B3, known_snapshot, known_tables
@@ -56,3 +60,17 @@ def test_charts_without_data_say_so(chart: object) -> None:
     figure = chart(None)  # type: ignore[operator]
     assert figure["data"] == []
     assert figure["layout"]["annotations"][0]["text"] == NO_DATA
+
+
+def test_verification_age_chart_counts_ledgers_by_class_late_and_overdue_in_colour(snapshot: DashboardSnapshot) -> None:
+    ages = snapshot.verification_ages
+    assert ages is not None and [row.age_class for row in ages][-2:] == ["late", "overdue"]
+    traces = verification_age_chart(ages)["data"]
+    assert isinstance(traces, list) and len(traces) == 1
+    bars: dict[str, Any] = traces[0]
+    assert bars["y"] == [4, 2, 1, 0, 1, 1]
+    assert bars["marker"]["color"][-1] != bars["marker"]["color"][0] != bars["marker"]["color"][-2]
+    assert bars["text"][0] == "0-1 h" and bars["text"][-1] == "5 h and older"
+    assert verification_age_chart(None)["data"] == []
+    nothing = verification_age_chart([replace(row, ledgers=0) for row in ages])
+    assert nothing["layout"]["annotations"][0]["text"] == "no ledger verified yet"  # type: ignore[index]

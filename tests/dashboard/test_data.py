@@ -146,6 +146,18 @@ def test_bookies_under_replication_coverage_latency(snapshot: DashboardSnapshot)
     latency = snapshot.latency
     assert latency is not None
     assert (latency.checks, latency.p50_ms, latency.max_ms) == (7, 1500, 4000)
+    ages = snapshot.verification_ages
+    assert ages is not None and [(row.age_class, row.ledgers) for row in ages] == [
+        ("0-25%", 4),
+        ("25-50%", 2),
+        ("50-75%", 1),
+        ("75-100%", 0),
+        ("late", 1),
+        ("overdue", 1),
+    ]
+    assert ages[-1].age_to_seconds is None and ages[0].oldest_verification == ages[0].measured_at - timedelta(
+        hours=400 / 60
+    )
 
 
 def test_checker_health_is_the_streaming_job_s(snapshot: DashboardSnapshot, data_dir: Path) -> None:
@@ -233,6 +245,7 @@ def test_missing_tables_give_no_data_yet_not_errors(data_dir: Path, tmp_path: Pa
     assert snapshot.problems == ()
     assert snapshot.overview is None and snapshot.worst is None and snapshot.timeline is None
     assert snapshot.coverage is None and snapshot.latency is None and snapshot.under_replication is None
+    assert snapshot.verification_ages is None
     assert snapshot.checker is not None and snapshot.checker.last_batch_id == EXPECTED_LAST_BATCH
     values = render(snapshot)
     assert values[("open-critical", "children")] == NO_DATA

@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
-from scrutiny.connectors.tables.schemas import RunRecord, output_table
+from scrutiny.connectors.tables.schemas import VERIFICATION_AGES_SCHEMA, RunRecord, output_table
 from scrutiny.core.sequence_groups import SequenceGroup
 from scrutiny.dashboard.data import load_snapshot
 from scrutiny.dashboard.snapshot import DashboardSnapshot
@@ -129,11 +131,34 @@ def known_batches(t0: datetime) -> list[tuple[list[dict[str, object]], RunRecord
     ]
 
 
+def verification_age_rows(measured: datetime, batch: int, counts: Sequence[int]) -> pa.Table:
+    """``verification_ages`` rows of a 4-hour interval with a 1-hour grace, measured at ``measured``: ``counts`` per
+    class, the oldest verification 400 minutes before."""
+    bounds = [0.0, 3600.0, 7200.0, 10800.0, 14400.0, 18000.0, None]
+    names = ("0-25%", "25-50%", "50-75%", "75-100%", "late", "overdue")
+    rows = [
+        {
+            "at": measured,
+            "age_class": name,
+            "age_from_seconds": bounds[i],
+            "age_to_seconds": bounds[i + 1],
+            "ledgers": counts[i],
+            "overdue": name == "overdue",
+            "oldest_verification": measured - timedelta(minutes=400),
+            "batch_id": batch,
+            "run_id": "run",
+        }
+        for i, name in enumerate(names)
+    ]
+    return pa.Table.from_pylist(rows, schema=VERIFICATION_AGES_SCHEMA)
+
+
 def write_known_tables(spark: SparkSession, path: Path, t0: datetime) -> None:
     """Write the data set under ``path`` with the checker's own writer (plus one scan batch)."""
     stream = CheckerTables(spark, path, app_id=APP_ID)
     for batch_id, (rows, record) in enumerate(known_batches(t0)):
-        stream.write_batch(batch_id, output_table(rows), record)
+        ages = verification_age_rows(record.finished_at, batch_id, [4, 2, 1, 0, 1, 1]) if batch_id == 3 else None
+        stream.write_batch(batch_id, output_table(rows), record, ages=ages)
     scan_end = t0 + timedelta(minutes=119)
     scan = RunRecord("scan-1", scan_end - timedelta(seconds=5), scan_end, ledgers_checked=9, source="scan")
     CheckerTables(spark, path, app_id="dashboard-scan").write_batch(0, output_table([]), scan)

@@ -448,6 +448,11 @@ def test_ledgers_present_reads_the_znodes_after_a_sync_in_the_layout_s_manager(
     zk_client.delete(ledger_path(64, root="/ledgers"))
     assert reader.ledgers_present(asked) == frozenset([0, 5, 9_999_999, long_id])  # never cached
     assert reader.ledgers_present([]) == frozenset()
+    zk_client.set(ledger_path(5, root="/ledgers"), b"changed")
+    read = reader.ledgers_metadata(asked)
+    assert sorted(read) == [0, 5, 9_999_999, long_id]
+    assert read[5].data == b"changed" and read[5].version == 1 and read[0].version == 0
+    assert read[5].mtime_ms == zk_client.exists(ledger_path(5, root="/ledgers")).mtime
 
 
 def test_ledgers_present_follows_a_flat_layout_and_fails_loudly_without_zookeeper(

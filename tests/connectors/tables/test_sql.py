@@ -20,12 +20,18 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
 from scrutiny.cli.main import main
 from scrutiny.connectors.tables.repair_log import repair_log_rows
-from scrutiny.connectors.tables.schemas import LEDGER_CHECKS, REPAIR_ACTIONS, RunRecord, output_table
+from scrutiny.connectors.tables.schemas import (
+    LEDGER_CHECKS,
+    REPAIR_ACTIONS,
+    RunRecord,
+    output_table,
+)
 from scrutiny.connectors.tables.sql import (
     VIEWS_DIR,
     DataDirError,
@@ -39,6 +45,7 @@ from scrutiny.connectors.tables.sql import (
 from scrutiny.core.repair_plan import RepairAction, RepairOutcome
 from scrutiny.dashboard.data import load_snapshot
 from scrutiny.streaming.delta_writer import CheckerTables, append_rows, ensure_table
+from tests.support.dashboard_tables import verification_age_rows
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 NOW = T0 + timedelta(hours=2)
@@ -51,6 +58,7 @@ SHIPPED_VIEWS = {
     "check_coverage",
     "detection_latency",
     "checker_health",
+    "verification_age",
 }
 B1, B2 = "b1:3181", "b2:3181"
 TOPIC_A, TOPIC_B, TOPIC_C = "persistent://t/n/a", "persistent://t/n/b", "persistent://t/n/c"
@@ -117,6 +125,11 @@ BATCH1 = [
 BATCH2 = [check(11, 180, "HEALTHY", "CLOSED", 7)]
 
 
+def ages(minutes: float, batch: int, counts: Sequence[int]) -> pa.Table:
+    """``verification_ages`` rows measured at ``minutes``."""
+    return verification_age_rows(at(minutes), batch, counts)
+
+
 def run(batch: int, started: float, finished: float, **figures: object) -> RunRecord:
     return RunRecord(f"run-{batch}", at(started), at(finished), **figures)  # type: ignore[arg-type]
 
@@ -128,8 +141,10 @@ def data_dir(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> P
     stream.write_batch(
         0, output_table(BATCH0), run(0, -1, 0, events=10, ledgers_checked=4, violations=6, lag_records=5)
     )
-    stream.write_batch(1, output_table(BATCH1), run(1, 89, 90, events=20, ledgers_checked=3, violations=6, resolved=2))
-    stream.write_batch(2, output_table(BATCH2), run(2, 114, 115, events=7, ledgers_checked=1))
+    batch1 = run(1, 89, 90, events=20, ledgers_checked=3, violations=6, resolved=2)
+    stream.write_batch(1, output_table(BATCH1), batch1, ages=ages(90, 1, [5, 4, 3, 2, 1, 0]))
+    batch2 = run(2, 114, 115, events=7, ledgers_checked=1)
+    stream.write_batch(2, output_table(BATCH2), batch2, ages=ages(115, 2, [6, 4, 3, 2, 0, 1]))
     stream.write_batch(3, output_table([]), run(3, 124, 125, events=99))
     scan = CheckerTables(spark, path, app_id="scan-test")
     scan_run = RunRecord("scan-1", at(117), at(118), events=1000, ledgers_checked=500, source="scan")
@@ -268,6 +283,22 @@ def test_under_replication_age_counts_from_the_first_detection(data_dir: Path) -
             "details": "still stuck",
         },
     ]
+
+
+def test_verification_age_is_the_latest_count_by_class(data_dir: Path) -> None:
+    rows = view(data_dir, "verification_age")
+    assert [(r["age_class"], r["ledgers"], r["overdue"]) for r in rows] == [
+        ("0-25%", 6, False),
+        ("25-50%", 4, False),
+        ("50-75%", 3, False),
+        ("75-100%", 2, False),
+        ("late", 0, False),
+        ("overdue", 1, True),
+    ]
+    assert rows[0]["measured_at"] == at(115) and rows[-1]["age_to_seconds"] is None
+    assert rows[0]["oldest_verification"] == at(115 - 400)
+    with SqlEngine(data_dir, now=at(100)) as engine:  # before batch 2: batch 1's count
+        assert engine.query("SELECT sum(ledgers) FROM verification_age").rows == [(15,)]
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from scrutiny.core.ledger_tracker import TrackedLedger
 from scrutiny.streaming.checker.buckets import BUCKET_SIZE
 from scrutiny.streaming.checker.records import STATS_KEY, narrow, state_records
 from scrutiny.streaming.checker.replay import OUTPUTS_DIR, BatchOutputs, replayed_states
+from scrutiny.streaming.checker.verified_counts import VerifiedCounts
 from scrutiny.streaming.checkpoint_files import CheckpointFiles
 
 pytestmark = pytest.mark.integration
@@ -94,3 +95,29 @@ def test_a_bucket_replayed_from_its_state_records_reaches_the_states_of_the_firs
     rows = tuple(narrow(r) for r in kept)
     assert replayed_states(before, rows) == after  # type: ignore[arg-type]
     assert replayed_states(before, ()) == before
+
+
+def test_the_verification_counts_continue_after_a_restart_and_a_batch_run_again_counts_once(
+    files: CheckpointFiles,
+) -> None:
+    def counts() -> VerifiedCounts:
+        return VerifiedCounts(files, interval_ms=256_000, grace_ms=10_000, table_every_s=60)
+
+    first_batch = [{"record": "verified", "ledger_id": i, "was": None, "now": 1_000 * i} for i in range(1, 4)]
+    kept = counts()
+    kept.apply(0, first_batch)
+    kept.keep()
+    second_batch = [
+        {"record": "verified", "ledger_id": 1, "was": 1_000, "now": 90_000},  # verified again
+        {"record": "verified", "ledger_id": 3, "was": 3_000, "now": None},  # deleted
+        {"record": "check", "ledger_id": 2},  # not a verification
+    ]
+    kept.apply(1, second_batch)
+    kept.keep()  # then the job crashes before Spark commits batch 1
+    restarted = counts()
+    assert restarted.current.total() == 2
+    restarted.apply(1, second_batch)  # Spark runs batch 1 again: counted from the counts before it, once
+    assert restarted.current.counts == {2_000: 1, 90_000: 1}
+    rows = restarted.table_rows(100_000, batch_id=1, run_id="r").to_pylist()  # type: ignore[union-attr]
+    assert [(r["age_class"], r["ledgers"]) for r in rows if r["ledgers"]] == [("0-25%", 1), ("25-50%", 1)]
+    assert restarted.table_rows(100_000, batch_id=2, run_id="r") is None  # not again within table_every_s
