@@ -89,6 +89,8 @@ AGENT_DIR = "agent"
 #: A killed bookie's registration (an ephemeral znode) lasts this long; a restart waits for it to go.
 ZK_SESSION_TIMEOUT_MS = 4000
 _REGISTRATION_POLL_S = 0.1
+#: How far the ZooKeeper server's clock may lag this process's when a registration's ctime is compared (one host).
+_CLOCK_SLACK_MS = 1000
 
 
 class BookieStorage(StrEnum):
@@ -391,17 +393,20 @@ class LocalBookies:
 
     def _wait_bookie(self, server: RunningServer) -> None:
         deadline = time.monotonic() + self.start_timeout
+        since_ms = int(time.time() * 1000) - _CLOCK_SLACK_MS
         failure = wait_ready(server, deadline)
         bookie_id = server.record.address
         if failure is None:
-            failure = self._wait_registered(server, bookie_id, deadline)
+            failure = self._wait_registered(server, bookie_id, deadline, since_ms)
         if failure is not None:
             server.stop(self.stop_timeout)
             raise ServicesError(f"bookie {bookie_id} did not start: {failure}", log_tail=server.log_tail())
 
-    def _wait_registered(self, server: RunningServer, bookie_id: str, deadline: float) -> str | None:
+    def _wait_registered(self, server: RunningServer, bookie_id: str, deadline: float, since_ms: int) -> str | None:
+        """Wait for the registration of the process just started: a killed bookie's registration (an ephemeral
+        node of its dead session) stays until that session expires, and the new process registers only then."""
         with self.zookeeper_client() as client:
-            while client.exists(f"{METADATA_ROOT}/available/{bookie_id}") is None:
+            while (stat := client.exists(f"{METADATA_ROOT}/available/{bookie_id}")) is None or stat.ctime < since_ms:
                 if not server.is_alive():
                     return "the process exited"
                 if time.monotonic() >= deadline:

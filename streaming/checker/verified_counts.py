@@ -68,8 +68,11 @@ class VerifiedCounts:
 
     def table_rows(self, now_ms: int, *, batch_id: int, run_id: str) -> pa.Table | None:
         """The ``verification_ages`` rows of this batch: the classes now, when the last rows are
-        ``table_every_s`` old (or none were written by this run); None otherwise."""
+        ``table_every_s`` old (or none were written by this run yet: then from the first ledger counted); None
+        otherwise."""
         clock = time.monotonic()
+        if self._table_at is None and not self.current.total():
+            return None  # nothing counted yet: no table for a job that never verified a ledger
         if self._table_at is not None and clock - self._table_at < self.table_every_s:
             return None
         self._table_at = clock

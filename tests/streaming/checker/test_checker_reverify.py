@@ -26,8 +26,8 @@ from tests.support.servers import KafkaTopicFactory
 
 pytestmark = pytest.mark.integration
 
-INTERVAL_S = 12.0
-GRACE_S = 4.0
+INTERVAL_S = 8.0
+GRACE_S = 2.0
 SCENARIO = small_scenario(
     "reverify",
     seed=13,

@@ -63,6 +63,8 @@ def test_a_check_is_stamped_when_its_slow_bookie_has_answered_not_when_its_batch
         harness.wait(lambda: bool(harness.table("checker_runs")), 60, "the first batch")
         harness.run(harness.cluster.apply(close))
         harness.wait(lambda: any(c["ledger_id"] == 1 for c in harness.table("ledger_checks")), 60, "ledger 1 checked")
+        # The batch's tables are written at the same time: its violations may commit a moment after its check.
+        harness.wait(lambda: any(v["ledger_id"] == 1 for v in harness.table("violations")), 30, "its violations")
         stat = zk_client.exists(ledger_path(1, root=settings.zookeeper.ledgers_root))
         assert stat is not None
         closed_at = datetime.fromtimestamp(stat.mtime / 1000, tz=UTC)
