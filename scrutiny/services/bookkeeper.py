@@ -327,10 +327,11 @@ class LocalBookies:
         try:
             begun = time.monotonic()
             down = [i for i in identities if self._status_of(i).state is not ServiceState.RUNNING]
+            spawned_ms = _now_ms()
             pending = [self._spawn_bookie(i) for i in down]
             started += pending
             for server in pending:
-                self._wait_bookie(server)
+                self._wait_bookie(server, spawned_ms)
             if pending:
                 progress(f"bookies: started {len(pending)} in {time.monotonic() - begun:.2f} s")
             for identity in identities:
@@ -391,13 +392,13 @@ class LocalBookies:
             (directory / STATE_FILE).unlink()
         return spawn_server(BOOKIE, directory, command, identity.port)
 
-    def _wait_bookie(self, server: RunningServer) -> None:
+    def _wait_bookie(self, server: RunningServer, spawned_ms: int) -> None:
+        """Wait until the bookie spawned at ``spawned_ms`` (or after) serves and has registered."""
         deadline = time.monotonic() + self.start_timeout
-        since_ms = int(time.time() * 1000) - _CLOCK_SLACK_MS
         failure = wait_ready(server, deadline)
         bookie_id = server.record.address
         if failure is None:
-            failure = self._wait_registered(server, bookie_id, deadline, since_ms)
+            failure = self._wait_registered(server, bookie_id, deadline, spawned_ms - _CLOCK_SLACK_MS)
         if failure is not None:
             server.stop(self.stop_timeout)
             raise ServicesError(f"bookie {bookie_id} did not start: {failure}", log_tail=server.log_tail())
@@ -458,7 +459,8 @@ class LocalBookies:
         """Start one stopped or crashed bookie again (same id, same directories) and its agent if it is down."""
         identity = self.find(bookie)
         if self._status_of(identity).state is not ServiceState.RUNNING:
-            self._wait_bookie(self._spawn_bookie(identity))
+            spawned_ms = _now_ms()
+            self._wait_bookie(self._spawn_bookie(identity), spawned_ms)
         self._ensure_agent(identity)
         return self._status_of(identity)
 
@@ -514,3 +516,8 @@ class LocalBookies:
             yield client
         finally:
             close_zookeeper_client(client)
+
+
+def _now_ms() -> int:
+    """The wall clock in milliseconds (what ZooKeeper's ctime on this host is compared with)."""
+    return time.time_ns() // 1_000_000
