@@ -14,6 +14,7 @@ from scrutiny.streaming.checker.job import checkpoint_stream_id
 from scrutiny.streaming.checker.metrics import JobMetrics
 from scrutiny.streaming.checker.records import NARROW_DDL, REJECTED_KEY, narrow
 from scrutiny.streaming.checker.sink import BatchSink, BatchSummary
+from scrutiny.streaming.checker.verified_counts import VerifiedCounts
 from scrutiny.streaming.delta_writer import CheckerTables
 
 pytestmark = pytest.mark.integration
@@ -95,3 +96,28 @@ def test_a_checkpoint_names_its_stream_once_on_a_path_or_a_uri(spark: SparkSessi
         uri == checkpoint_stream_id(spark, f"file://{tmp_path}/b") == checkpoint_stream_id(spark, str(tmp_path / "b"))
     )
     assert uri != local
+
+
+def test_verified_records_move_the_age_counts_once_and_reach_the_metrics_and_the_table(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+    verified = [
+        {"record": "verified", "ledger_id": 5, "at": AT, "was": None, "now": now_ms - 1_000},
+        {"record": "verified", "ledger_id": 6, "at": AT, "was": None, "now": now_ms - 100_000},  # past 64 s + 10 s
+    ]
+    frame = spark.createDataFrame([narrow(r) for r in [*rows(), *verified]], schema=NARROW_DDL)
+    metrics = JobMetrics()
+    counts = VerifiedCounts(None, interval_ms=64_000, grace_ms=10_000, table_every_s=0)
+    sink = BatchSink(CheckerTables(spark, tmp_path, app_id="test"), run_id="r1", metrics=metrics, verified=counts)
+    sink(frame, 0)
+    sink(frame, 0)  # Spark re-running the batch: counted once
+    assert counts.current.total() == 2
+    registry = metrics.registry
+    assert registry.get_sample_value("scrutiny_checker_verified_ledgers", {"age": "0-25%"}) == 1
+    assert registry.get_sample_value("scrutiny_checker_verified_ledgers", {"age": "overdue"}) == 1
+    assert registry.get_sample_value("scrutiny_checker_oldest_verification_age_seconds") >= 100  # type: ignore[operator]
+    ages = read_table(tmp_path, "verification_ages").to_pylist()
+    assert {(r["age_class"], r["ledgers"]) for r in ages if r["ledgers"]} == {("0-25%", 1), ("overdue", 1)}
+    assert {r["batch_id"] for r in ages} == {0} and len(ages) == 6  # one set of rows: the re-run wrote none
+    assert read_table(tmp_path, "ledger_checks").num_rows == 1  # "verified" records are no table's rows
