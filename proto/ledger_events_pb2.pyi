@@ -23,6 +23,15 @@ class EventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TICK: _ClassVar[EventKind]
     SNAPSHOT_BEGIN: _ClassVar[EventKind]
     SNAPSHOT_END: _ClassVar[EventKind]
+    LEDGER_RECHECK: _ClassVar[EventKind]
+    BOOKIE_LOST: _ClassVar[EventKind]
+
+class RecheckReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RECHECK_REASON_UNSPECIFIED: _ClassVar[RecheckReason]
+    BOOKIE_LOST_RECHECK: _ClassVar[RecheckReason]
+    BOOKIE_RETURNED: _ClassVar[RecheckReason]
+    COOKIE_CHANGED: _ClassVar[RecheckReason]
 
 class Origin(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -44,10 +53,26 @@ RACKS_CHANGED: EventKind
 TICK: EventKind
 SNAPSHOT_BEGIN: EventKind
 SNAPSHOT_END: EventKind
+LEDGER_RECHECK: EventKind
+BOOKIE_LOST: EventKind
+RECHECK_REASON_UNSPECIFIED: RecheckReason
+BOOKIE_LOST_RECHECK: RecheckReason
+BOOKIE_RETURNED: RecheckReason
+COOKIE_CHANGED: RecheckReason
 ORIGIN_UNSPECIFIED: Origin
 SNAPSHOT: Origin
 RESYNC: Origin
 LIVE: Origin
+
+class BookieLost(_message.Message):
+    __slots__ = ("unregistered_ms", "ledgers", "entries")
+    UNREGISTERED_MS_FIELD_NUMBER: _ClassVar[int]
+    LEDGERS_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    unregistered_ms: int
+    ledgers: int
+    entries: int
+    def __init__(self, unregistered_ms: _Optional[int] = ..., ledgers: _Optional[int] = ..., entries: _Optional[int] = ...) -> None: ...
 
 class ZnodeStat(_message.Message):
     __slots__ = ("version", "czxid", "mzxid", "ctime_ms", "mtime_ms")
@@ -90,7 +115,7 @@ class SnapshotInfo(_message.Message):
     def __init__(self, ledgers: _Optional[int] = ..., under_replicated: _Optional[int] = ..., bookies: _Optional[int] = ..., duration_ms: _Optional[int] = ...) -> None: ...
 
 class LedgerEvent(_message.Message):
-    __slots__ = ("kind", "origin", "ledger_id", "stat", "metadata", "decode_error", "under_replication", "bookie_id", "bookie_info", "racks", "snapshot", "observed_ms", "watcher_id", "epoch", "sequence", "ledgers_root")
+    __slots__ = ("kind", "origin", "ledger_id", "stat", "metadata", "decode_error", "under_replication", "bookie_id", "bookie_info", "racks", "snapshot", "observed_ms", "watcher_id", "epoch", "sequence", "ledgers_root", "recheck", "lost")
     KIND_FIELD_NUMBER: _ClassVar[int]
     ORIGIN_FIELD_NUMBER: _ClassVar[int]
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -107,6 +132,8 @@ class LedgerEvent(_message.Message):
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     LEDGERS_ROOT_FIELD_NUMBER: _ClassVar[int]
+    RECHECK_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
     kind: EventKind
     origin: Origin
     ledger_id: int
@@ -123,4 +150,6 @@ class LedgerEvent(_message.Message):
     epoch: int
     sequence: int
     ledgers_root: str
-    def __init__(self, kind: _Optional[_Union[EventKind, str]] = ..., origin: _Optional[_Union[Origin, str]] = ..., ledger_id: _Optional[int] = ..., stat: _Optional[_Union[ZnodeStat, _Mapping]] = ..., metadata: _Optional[bytes] = ..., decode_error: _Optional[str] = ..., under_replication: _Optional[_Union[UnderReplication, _Mapping]] = ..., bookie_id: _Optional[str] = ..., bookie_info: _Optional[bytes] = ..., racks: _Optional[bytes] = ..., snapshot: _Optional[_Union[SnapshotInfo, _Mapping]] = ..., observed_ms: _Optional[int] = ..., watcher_id: _Optional[str] = ..., epoch: _Optional[int] = ..., sequence: _Optional[int] = ..., ledgers_root: _Optional[str] = ...) -> None: ...
+    recheck: RecheckReason
+    lost: BookieLost
+    def __init__(self, kind: _Optional[_Union[EventKind, str]] = ..., origin: _Optional[_Union[Origin, str]] = ..., ledger_id: _Optional[int] = ..., stat: _Optional[_Union[ZnodeStat, _Mapping]] = ..., metadata: _Optional[bytes] = ..., decode_error: _Optional[str] = ..., under_replication: _Optional[_Union[UnderReplication, _Mapping]] = ..., bookie_id: _Optional[str] = ..., bookie_info: _Optional[bytes] = ..., racks: _Optional[bytes] = ..., snapshot: _Optional[_Union[SnapshotInfo, _Mapping]] = ..., observed_ms: _Optional[int] = ..., watcher_id: _Optional[str] = ..., epoch: _Optional[int] = ..., sequence: _Optional[int] = ..., ledgers_root: _Optional[str] = ..., recheck: _Optional[_Union[RecheckReason, str]] = ..., lost: _Optional[_Union[BookieLost, _Mapping]] = ...) -> None: ...

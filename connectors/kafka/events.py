@@ -28,6 +28,7 @@ LEDGER_KINDS = frozenset(
         pb.EventKind.LEDGER_DELETED,
         pb.EventKind.UNDER_REPLICATION_MARKED,
         pb.EventKind.UNDER_REPLICATION_CLEARED,
+        pb.EventKind.LEDGER_RECHECK,
     }
 )
 _KNOWN_KINDS = frozenset(v for v in pb.EventKind.values() if v != pb.EventKind.EVENT_KIND_UNSPECIFIED)
@@ -85,6 +86,31 @@ def event_for_change(change: MetadataChange, origin: int, publisher: Publisher, 
         event.bookie_info = change.data
     elif change.kind is ChangeKind.RACKS_CHANGED:
         event.racks = change.data
+    return event
+
+
+def recheck_event(
+    ledger_id: int, node: Node, reason: int, bookie: str, publisher: Publisher, *, observed_ms: int
+) -> pb.LedgerEvent:
+    """A LEDGER_RECHECK: check ``ledger_id`` again now (``node``: its znode as last published) because of ``bookie``."""
+    event = _base(pb.EventKind.LEDGER_RECHECK, pb.Origin.LIVE, publisher, observed_ms)
+    event.ledger_id = ledger_id
+    _fill_stat(event, node)
+    event.metadata = node.data
+    event.recheck = reason  # type: ignore[assignment]
+    event.bookie_id = bookie
+    return event
+
+
+def bookie_lost_event(
+    bookie: str, *, unregistered_ms: int, ledgers: int, entries: int, publisher: Publisher, observed_ms: int
+) -> pb.LedgerEvent:
+    """A BOOKIE_LOST (cluster-wide): ``bookie`` has been unregistered since ``unregistered_ms`` and held that much."""
+    event = _base(pb.EventKind.BOOKIE_LOST, pb.Origin.LIVE, publisher, observed_ms)
+    event.bookie_id = bookie
+    event.lost.unregistered_ms = unregistered_ms
+    event.lost.ledgers = ledgers
+    event.lost.entries = entries
     return event
 
 

@@ -24,6 +24,7 @@ from scrutiny.core.metadata_view import MetadataView, Node, NodeStat
 from scrutiny.core.zk_paths import (
     LedgerManager,
     available_path,
+    cookies_path,
     is_ledger_tree_child,
     ledger_id_from_path,
     ledger_id_from_underreplication_path,
@@ -164,6 +165,17 @@ def read_registrations(client: KazooClient, root: str) -> tuple[dict[str, bytes]
         nodes = read_nodes(client, [f"{parent}/{name}" for name in names])
         out.append({name: nodes[f"{parent}/{name}"].data for name in names if f"{parent}/{name}" in nodes})
     return out[0], out[1]
+
+
+def read_cookies(client: KazooClient, root: str) -> dict[str, int]:
+    """Bookie id -> the ``czxid`` of its cookie node (a new cookie, after a format, has a new one)."""
+    parent = cookies_path(root=root)
+    try:
+        names = client.get_children(parent)
+    except NoNodeError:
+        return {}
+    found = read_nodes(client, [f"{parent}/{name}" for name in names])
+    return {path.rsplit("/", 1)[1]: node.stat.czxid for path, node in found.items()}
 
 
 def read_optional(client: KazooClient, path: str) -> bytes | None:

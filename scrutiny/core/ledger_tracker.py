@@ -33,7 +33,12 @@ Rules (each pinned by a test):
   (:func:`with_reverify` keeps that timer on the schedule of :mod:`scrutiny.core.reverify`); the processor reads
   its znode afresh and :func:`on_reread` checks what it holds. A ledger whose last *verified* check (every bookie
   answered) is older than the interval plus ``overdue_grace_ms`` when its re-verification comes due is
-  ``CHECK_OVERDUE``, until a verified check resolves it.
+  ``CHECK_OVERDUE``, until a verified check resolves it;
+* **bookie lifecycle**: the watcher asks for a ledger to be checked again (:func:`on_recheck`) when a bookie of its
+  ensembles is lost, back after a loss, or has a new cookie. When the bookie is lost, the ledger must be marked
+  under-replicated or re-replicated (the bookie gone from its ensembles) within ``mark_grace_ms``: a timer reports
+  ``UNDER_REPLICATION_NOT_MARKED`` for that bookie otherwise (not when the bookie is registered again by then). A mark,
+  an ensemble without the bookie, the bookie's return or the ledger's deletion resolves it.
 """
 
 from __future__ import annotations
@@ -75,6 +80,10 @@ _REPLICA_CATEGORIES = frozenset(
 )
 
 
+_NOT_MARKED = Category.UNDER_REPLICATION_NOT_MARKED.value
+_CRITICAL_NOT_MARKED = FIXED_SEVERITY[Category.UNDER_REPLICATION_NOT_MARKED]
+
+
 @dataclass(frozen=True, slots=True)
 class RecheckPolicy:
     """Delayed re-checks of unknown answers: after :attr:`backoff`'s delays (no jitter), ``max_retries`` times."""
@@ -99,6 +108,8 @@ class TrackerConfig:
     reverify_interval_ms: int = 0
     #: ``CHECK_OVERDUE`` when a ledger's last verified check is older than the interval plus this.
     overdue_grace_ms: int = 0
+    #: ``UNDER_REPLICATION_NOT_MARKED`` when a lost bookie's ledger is neither marked nor re-replicated this long after.
+    mark_grace_ms: int = 300_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +134,8 @@ class TrackedLedger:
     verified_ms: int | None = None
     #: When the ledger is due to be verified again (:func:`with_reverify`).
     reverify_at_ms: int | None = None
+    #: Lost bookies of its ensembles, each with the time by which the ledger must be marked or re-replicated.
+    lost: tuple[tuple[str, int], ...] = ()
 
     def timers(self) -> tuple[int, ...]:
         """The times at which this ledger needs :func:`on_timer` (or, for ``confirm_at_ms``, a look at its znode)."""
@@ -132,7 +145,8 @@ class TrackedLedger:
     def pending_timers(self) -> tuple[int, ...]:
         """:meth:`timers` but the re-verification: those before which the processor confirms the ledger exists
         (a re-verification reads the znode anyway)."""
-        return tuple(t for t in (self.retry_at_ms, self.stuck_at_ms, self.confirm_at_ms) if t is not None)
+        timed = (self.retry_at_ms, self.stuck_at_ms, self.confirm_at_ms, *(due for _, due in self.lost))
+        return tuple(t for t in timed if t is not None)
 
     def watched(self) -> bool:
         """Whether anything would be reported of this ledger before its next re-verification: findings open, a mark,
@@ -164,6 +178,8 @@ class TrackedLedger:
             doc["k"] = {"r": list(self.mark.replicas), "t": self.mark.ctime_ms}
         if self.reported:
             doc["p"] = [list(k) for k in self.reported]
+        if self.lost:
+            doc["l"] = [list(k) for k in self.lost]
         return doc
 
     @classmethod
@@ -191,6 +207,7 @@ class TrackedLedger:
             open=tuple((k[0], k[1], k[2]) for k in doc["o"]),
             # Older states kept 3-field keys: dropped, so at worst a pending retry reports a row again.
             reported=tuple((k[0], k[1], k[2], k[3], k[4]) for k in doc.get("p", ()) if len(k) == 5),
+            lost=tuple((k[0], k[1]) for k in doc.get("l", ())),
         )
 
 
@@ -322,10 +339,12 @@ def on_marked(state: TrackedLedger | None, mark: UnderReplicationMark, *, now_ms
         return Step(replace(state, mark=mark))  # unchanged mark without ctime: keep the first-seen clock
     stuck_key = _stuck_key()
     due = None if stuck_key in state.open else started + config.verdict.under_replication_grace_ms
-    marked = replace(state, mark=mark, stuck_at_ms=due)
-    if any(key[0] in _REPLICA_CATEGORIES for key in state.open):
-        return _recheck(marked)
-    return Step(marked)
+    unmarked = tuple(k for k in state.open if k[0] == _NOT_MARKED)
+    marked = replace(
+        state, mark=mark, stuck_at_ms=due, lost=(), open=tuple(k for k in state.open if k[0] != _NOT_MARKED)
+    )
+    step = _recheck(marked) if any(key[0] in _REPLICA_CATEGORIES for key in state.open) else Step(marked)
+    return Step(step.state, replace(step.outcome, resolved=unmarked)) if unmarked else step
 
 
 def on_cleared(state: TrackedLedger | None) -> Step:
@@ -367,19 +386,24 @@ def with_reverify(
     return replace(state, reverify_at_ms=next_reverify_ms(group, now_ms, config.reverify_interval_ms))
 
 
-def on_timer(state: TrackedLedger, *, now_ms: int, config: TrackerConfig = TrackerConfig()) -> Step:
-    """Timers due at ``now_ms``: a stuck mark is reported; a due retry asks for a fetch; a due re-verification
-    asks for the znode (``Outcome.reread``), after reporting ``CHECK_OVERDUE`` when the last verified check is
-    older than the interval plus the grace."""
-    found: tuple[Violation, ...] = ()
+def on_timer(
+    state: TrackedLedger, *, now_ms: int, config: TrackerConfig = TrackerConfig(), cluster: ClusterView | None = None
+) -> Step:
+    """Timers due at ``now_ms``: a stuck mark is reported; so is a lost bookie's ledger still neither marked nor
+    re-replicated (unless ``cluster`` has the bookie registered again); a due retry asks for a fetch; a due
+    re-verification asks for the znode (``Outcome.reread``), after reporting ``CHECK_OVERDUE`` when the last verified
+    check is older than the interval plus the grace."""
+    found = _not_marked(state, now_ms=now_ms, config=config, cluster=cluster or ClusterView())
+    if found or any(due <= now_ms for _, due in state.lost):
+        state = replace(state, lost=tuple(x for x in state.lost if x[1] > now_ms), open=_with_keys(state.open, found))
     if state.stuck_at_ms is not None and state.stuck_at_ms <= now_ms and state.mark is not None:
         stuck = Violation(
             Category.UNDER_REPLICATION_STUCK,
             FIXED_SEVERITY[Category.UNDER_REPLICATION_STUCK],
             details=_stuck_details(state.mark),
         )
-        found = (stuck,)
-        state = replace(state, stuck_at_ms=None, open=_with_keys(state.open, found))
+        found += (stuck,)
+        state = replace(state, stuck_at_ms=None, open=_with_keys(state.open, (stuck,)))
     fetch: tuple[str, ...] = ()
     metadata = None
     if state.retry_at_ms is not None and state.retry_at_ms <= now_ms and state.metadata is not None:
@@ -403,9 +427,11 @@ def on_reread(
     now_ms: int,
     cluster: ClusterView,
     config: TrackerConfig,
+    answers: Mapping[str, BookieAnswer] | None = None,
 ) -> Step:
     """A re-verification's fresh read of the znode: a newer version is checked like a change, the same one is
-    checked again (its answers fetched first); either way the check measures no detection latency."""
+    checked again (with ``answers`` when they were fetched for it, else they are asked for first); either way the
+    check measures no detection latency."""
     again = replace(state, checked=False, retry_at_ms=None) if version == state.version else state
     return on_metadata(
         replace(again, changed_ms=None),
@@ -413,11 +439,72 @@ def on_reread(
         data=data,
         changed_ms=None,
         written_ms=written_ms,
-        answers=None,
+        answers=answers,
         now_ms=now_ms,
         cluster=cluster,
         config=config,
     )
+
+
+def on_recheck(
+    state: TrackedLedger | None,
+    *,
+    lost: bool,
+    bookie: str,
+    version: int,
+    data: bytes,
+    written_ms: int | None,
+    answers: Mapping[str, BookieAnswer] | None,
+    now_ms: int,
+    cluster: ClusterView,
+    config: TrackerConfig,
+) -> Step:
+    """The watcher asks for the ledger to be checked again because of ``bookie``: checked like a re-verification.
+    ``lost``: the bookie is lost, so the ledger must be marked or re-replicated within the grace (unless it is
+    marked already); otherwise (back after a loss, a new cookie) the bookie's pending deadline and report go."""
+    step = on_reread(
+        state or TrackedLedger(),
+        version=version,
+        data=data,
+        written_ms=written_ms,
+        now_ms=now_ms,
+        cluster=cluster,
+        config=config,
+        answers=answers,
+    )
+    after = step.state
+    if after is None:
+        return step
+    if lost:
+        metadata = step.outcome.metadata
+        holds = metadata is not None and bookie in _bookies(metadata)
+        if holds and after.mark is None and all(b != bookie for b, _ in after.lost):
+            after = replace(after, lost=(*after.lost, (bookie, now_ms + config.mark_grace_ms)))
+        return Step(after, step.outcome)
+    key = _not_marked_key(bookie)
+    resolved = (key,) if key in after.open else ()
+    after = replace(after, lost=tuple(x for x in after.lost if x[0] != bookie), open=_without(after.open, resolved))
+    return Step(after, replace(step.outcome, resolved=(*step.outcome.resolved, *resolved)))
+
+
+def _not_marked(
+    state: TrackedLedger, *, now_ms: int, config: TrackerConfig, cluster: ClusterView
+) -> tuple[Violation, ...]:
+    """``UNDER_REPLICATION_NOT_MARKED`` for each lost bookie whose deadline passed with no mark (and no return)."""
+    found: list[Violation] = []
+    for bookie, due in state.lost:
+        if due > now_ms or state.mark is not None or cluster.registered(bookie):
+            continue
+        if _not_marked_key(bookie) in state.open:
+            continue
+        details = (
+            f"bookie {bookie} is lost and this ledger, with it in an ensemble, is neither marked under-replicated nor "
+            f"re-replicated {config.mark_grace_ms // 1000} s later: auto-recovery is not repairing it"
+        )
+        found.append(
+            Violation(Category.UNDER_REPLICATION_NOT_MARKED, _CRITICAL_NOT_MARKED, bookie=bookie, details=details)
+        )
+    return tuple(found)
 
 
 def _overdue(state: TrackedLedger, *, now_ms: int, config: TrackerConfig) -> tuple[Violation, ...]:
@@ -486,6 +573,9 @@ def _complete(
     overdue one, which only a verified check resolves)."""
     keys = {violation_key(v) for v in found}
     kept = {_stuck_key()} if verified else {_stuck_key(), _overdue_key()}
+    holding = set(_bookies(metadata)) if metadata is not None else {b for b, _ in state.lost}
+    kept |= {k for k in state.open if k[0] == _NOT_MARKED and k[1] in holding}
+    state = replace(state, lost=tuple(x for x in state.lost if x[0] in holding))
     resolved = tuple(k for k in state.open if k not in keys and k not in kept)
     still = tuple(k for k in state.open if k in kept and k not in keys)
     latency = None if state.changed_ms is None else max(0, now_ms - state.changed_ms)
@@ -560,6 +650,14 @@ def _stuck_key() -> ViolationKey:
 
 def _overdue_key() -> ViolationKey:
     return (Category.CHECK_OVERDUE.value, "", -1)
+
+
+def _not_marked_key(bookie: str) -> ViolationKey:
+    return (_NOT_MARKED, bookie, -1)
+
+
+def _without(open_keys: tuple[ViolationKey, ...], gone: tuple[ViolationKey, ...]) -> tuple[ViolationKey, ...]:
+    return tuple(k for k in open_keys if k not in gone)
 
 
 def _stuck_details(mark: UnderReplicationMark) -> str:

@@ -40,6 +40,8 @@ class Category(StrEnum):
     METADATA_UNREADABLE = "METADATA_UNREADABLE"
     ACK_QUORUM_ONE = "ACK_QUORUM_ONE"
     CHECK_OVERDUE = "CHECK_OVERDUE"
+    BOOKIE_LOST = "BOOKIE_LOST"
+    UNDER_REPLICATION_NOT_MARKED = "UNDER_REPLICATION_NOT_MARKED"
 
 
 #: The severity of each category whose severity does not depend on the evidence.
@@ -57,6 +59,8 @@ FIXED_SEVERITY: dict[Category, Severity] = {
     Category.METADATA_UNREADABLE: Severity.CRITICAL,
     Category.ACK_QUORUM_ONE: Severity.INFO,
     Category.CHECK_OVERDUE: Severity.WARNING,
+    Category.BOOKIE_LOST: Severity.WARNING,
+    Category.UNDER_REPLICATION_NOT_MARKED: Severity.CRITICAL,
 }
 
 

@@ -80,11 +80,21 @@ class WatcherSection:
     tick_interval_seconds: int = 5
     metrics_port: int = 0
     delivery_timeout_seconds: int = 3600
+    lost_bookie_recovery_delay_seconds: int = 0
+    bookie_lost_grace_seconds: int = 300
 
     def __post_init__(self) -> None:
         for key in ("tick_interval_seconds", "delivery_timeout_seconds"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"watcher.{key} must be a positive integer, not {getattr(self, key)!r}")
+        for key in ("lost_bookie_recovery_delay_seconds", "bookie_lost_grace_seconds"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"watcher.{key} must be 0 or more, not {getattr(self, key)!r}")
+
+    @property
+    def bookie_lost_after_ms(self) -> int:
+        """How long a bookie stays unregistered before it is lost: the recovery delay plus the grace."""
+        return (self.lost_bookie_recovery_delay_seconds + self.bookie_lost_grace_seconds) * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +111,7 @@ _NOT_NEGATIVE = (
     "reverify_max_per_second",
     "check_overdue_grace_seconds",
     "verification_ages_seconds",
+    "under_replication_mark_grace_seconds",
 )
 
 
@@ -124,6 +135,7 @@ class CheckerSection:
     reverify_max_per_second: float = 50.0
     check_overdue_grace_seconds: float = 86_400.0
     verification_ages_seconds: float = 60.0
+    under_replication_mark_grace_seconds: float = 300.0
     write_conflict_attempts: int = 8
     metrics_port: int = 0
     spark_master: str = ""
@@ -145,6 +157,7 @@ class CheckerSection:
             "reverify_interval",
             "reverify_max_per_second",
             "verification_ages_seconds",
+            "under_replication_mark_grace_seconds",
         ):
             if getattr(self, key) < 0:
                 raise ConfigError(f"checker.{key} must not be negative, not {getattr(self, key)!r}")

@@ -381,6 +381,7 @@ class SimCluster:
             await self.bookies[bookie_id].stop()
         for bookie_id in sorted(change.wiped):
             self.bookies[bookie_id].store.clear()
+            await asyncio.to_thread(self._new_cookie, bookie_id)
         for bookie_id in sorted(change.started | change.wiped):
             if self.state.bookies[bookie_id].mode is not BookieMode.STOPPED:
                 await self.bookies[bookie_id].start()
@@ -437,6 +438,13 @@ class SimCluster:
         data = format_bookie_service_info(self.bookies[bookie_id].service_info())
         self.client.create(path, data, ephemeral=True)
         self._registered[bookie_id] = path
+
+    def _new_cookie(self, bookie_id: str) -> None:
+        """A wiped bookie's cookie is deleted, and made again when it starts empty (a new znode, as BookKeeper's)."""
+        path = cookie_path(bookie_id, root=self.root)
+        with contextlib.suppress(NoNodeError):
+            self.client.delete(path)
+        self.client.create(path, cookie_bytes(bookie_id, self.scenario.cluster.instance_id))
 
     def _unregister(self, bookie_id: str) -> None:
         path = self._registered.pop(bookie_id, None)

@@ -40,22 +40,31 @@ from dataclasses import dataclass, field, replace
 from kazoo.exceptions import KazooException, LockTimeout
 from kazoo.protocol.states import KazooState, KeeperState, WatchedEvent
 
-from scrutiny.connectors.kafka.events import Publisher, event_for_change, marker_event
+from scrutiny.connectors.kafka.events import (
+    Publisher,
+    bookie_lost_event,
+    event_for_change,
+    marker_event,
+    recheck_event,
+)
 from scrutiny.connectors.kafka.publisher import EventPublisher, PublishError
 from scrutiny.connectors.zookeeper.client import start_quietly
 from scrutiny.connectors.zookeeper.tree import (
     TreeLayout,
     read_cluster,
+    read_cookies,
     read_nodes,
     read_optional,
     read_registrations,
 )
 from scrutiny.connectors.zookeeper.watch import PersistentWatchClient
 from scrutiny.core.backoff import Backoff
+from scrutiny.core.bookie_lifecycle import LifecycleEvent, LifecycleKind, Statuses, observe
 from scrutiny.core.errors import FormatError, PathError, ScrutinyError
 from scrutiny.core.metadata_view import KnownState, MetadataChange, Node, node_stat_lag
 from scrutiny.core.zk_paths import (
     available_path,
+    cookies_path,
     layout_path,
     ledger_id_from_path,
     ledger_id_from_underreplication_path,
@@ -63,6 +72,7 @@ from scrutiny.core.zk_paths import (
 )
 from scrutiny.core.zk_records import parse_layout
 from scrutiny.proto import ledger_events_pb2 as pb
+from scrutiny.watcher.bookie_ledgers import ledgers_of
 from scrutiny.watcher.inbox import Inbox
 from scrutiny.watcher.metrics import WatcherMetrics
 
@@ -79,6 +89,8 @@ class WatcherConfig:
     tick_interval_s: float = 5.0
     backoff: Backoff = Backoff(initial_s=0.2, maximum_s=30.0, multiplier=2.0, jitter=0.5)
     batch: int = 2000
+    #: A bookie unregistered this long is lost (BOOKIE_LOST and its ledgers checked again).
+    bookie_lost_after_ms: int = 300_000
 
 
 class LeadershipLost(ScrutinyError):  # noqa: N818 - a state, not a failure
@@ -119,6 +131,8 @@ class Watcher:
         self._inbox = Inbox()
         self._session: int | None = None  # the ZooKeeper session the leadership was won in
         self._held_back_logged = 0.0
+        self._bookies: Statuses | None = None  # each bookie's life (scrutiny.core.bookie_lifecycle)
+        self._cookies: dict[str, int] | None = None  # bookie -> its cookie's czxid (None: to be read)
 
     # ------------------------------------------------------------------ the outer loop
 
@@ -198,6 +212,7 @@ class Watcher:
                 if walk:
                     self._resync(layout, publisher)
                     walk = False
+                self._bookie_lifecycle(layout, publisher)
                 item = self._inbox.take(max(0.0, min(next_tick - time.monotonic(), 0.5)), batch=self.config.batch)
                 if isinstance(item, list):
                     self._live(layout, publisher, item)
@@ -283,6 +298,7 @@ class Watcher:
         started = time.monotonic()
         origin = pb.Origin.SNAPSHOT if self.known is None else pb.Origin.RESYNC
         view = read_cluster(self.zk, layout, progress=self._progress)
+        self._cookies = None
         known = self.known or KnownState()
         changes = known.changes_to(view)
         me = self._me()
@@ -343,9 +359,61 @@ class Watcher:
             change = self.known.mark(ident, node)
         elif kind == "racks":
             change = self.known.racks(read_optional(self.zk, layout.racks_path))
+        elif kind == "cookies":
+            self._cookies = None  # read again before the bookies' next observation
+            return []
         else:
             return self.known.bookies(*read_registrations(self.zk, layout.root))
         return [change] if change is not None else []
+
+    # ------------------------------------------------------------------ bookies' lives
+
+    def _bookie_lifecycle(self, layout: TreeLayout, publisher: EventPublisher) -> None:
+        """Observe the registrations published and the cookies: a bookie lost gets BOOKIE_LOST, and the ledgers of a
+        bookie lost, back after a loss or with a new cookie get LEDGER_RECHECK events (all acknowledged before the
+        observation is remembered: an interruption publishes them again)."""
+        known = self.known
+        if known is None:
+            return
+        if self._cookies is None:
+            self._cookies = read_cookies(self.zk, layout.root)
+        view = known.view
+        statuses, happened = observe(
+            self._bookies,
+            view.writable.keys() | view.readonly.keys(),
+            self._cookies,
+            now_ms=self._now()["observed_ms"],
+            lost_after_ms=self.config.bookie_lost_after_ms,
+        )
+        for event in happened:
+            self._publish_lifecycle(publisher, event)
+        if happened:
+            self._flush(publisher)
+        self._bookies = statuses
+
+    def _publish_lifecycle(self, publisher: EventPublisher, event: LifecycleEvent) -> None:
+        assert self.known is not None
+        held = ledgers_of(self.known.view.ledgers, event.bookie)
+        me = self._me()
+        if event.kind is LifecycleKind.LOST:
+            if not held.ledgers and self._cookies is not None and event.bookie not in self._cookies:
+                log.info("bookie %s is gone with its cookie and holds no ledger: decommissioned", event.bookie)
+                return
+            assert event.unregistered_ms is not None
+            lost = bookie_lost_event(
+                event.bookie,
+                unregistered_ms=event.unregistered_ms,
+                ledgers=len(held.ledgers),
+                entries=held.entries,
+                publisher=me,
+                **self._now(),
+            )
+            self._publish(publisher, lost)
+        log.warning("bookie %s %s: checking its %d ledger(s) again", event.bookie, _SAID[event.kind], len(held.ledgers))
+        reason = _RECHECK_REASON[event.kind]
+        for ledger_id, node in held.ledgers:
+            self._publish(publisher, recheck_event(ledger_id, node, reason, event.bookie, me, **self._now()))
+        self.metrics.bookie_events.labels(event.kind.value).inc()
 
     # ------------------------------------------------------------------ publishing
 
@@ -410,6 +478,18 @@ class Watcher:
         return {"observed_ms": int(self._clock() * 1000)}
 
 
+#: How each bookie event reads in the log, and the reason its ledgers' LEDGER_RECHECK events carry.
+_SAID = {
+    LifecycleKind.LOST: "is lost",
+    LifecycleKind.RETURNED: "registered again after it was lost",
+    LifecycleKind.COOKIE_CHANGED: "has a new cookie (formatted again)",
+}
+_RECHECK_REASON = {
+    LifecycleKind.LOST: pb.RecheckReason.BOOKIE_LOST_RECHECK,
+    LifecycleKind.RETURNED: pb.RecheckReason.BOOKIE_RETURNED,
+    LifecycleKind.COOKIE_CHANGED: pb.RecheckReason.COOKIE_CHANGED,
+}
+
 #: How long one wait for Kafka's acknowledgements lasts before the leadership is checked again.
 FLUSH_WAIT_S = 0.5
 #: How often, at most, the watcher logs what it holds back while Kafka does not take or acknowledge events.
@@ -425,18 +505,21 @@ def _lock_sequence(node: str | None) -> int:
 def _classify(layout: TreeLayout, paths: list[str]) -> dict[tuple[str, int], str]:
     """What each notified path concerns, keyed (kind, ledger id), in order of last notification.
 
-    Kinds: "ledger", "mark", "bookies" (any registration change) and "racks"; other nodes
-    (directories, locks, cookies) are left out.
+    Kinds: "ledger", "mark", "bookies" (any registration change), "cookies" (any cookie change) and "racks"; other
+    nodes (directories, locks) are left out.
     """
     out: dict[tuple[str, int], str] = {}
     marks_root = underreplication_ledgers_path(root=layout.root) + "/"
     available = available_path(root=layout.root)
+    cookies = cookies_path(root=layout.root)
     for path in paths:
         key: tuple[str, int] | None
         if path == layout.racks_path:
             key = ("racks", 0)
         elif path == available or path.startswith(available + "/"):
             key = ("bookies", 0)
+        elif path == cookies or path.startswith(cookies + "/"):
+            key = ("cookies", 0)
         elif path.startswith(marks_root):
             key = _keyed("mark", path, lambda p: ledger_id_from_underreplication_path(p, root=layout.root))
         else:

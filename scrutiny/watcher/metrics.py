@@ -42,6 +42,12 @@ class WatcherMetrics:
             ["what"],
             registry=r,
         )
+        self.bookie_events = Counter(
+            "scrutiny_watcher_bookie_events",
+            "Bookies lost, back after a loss or with a new cookie (their ledgers checked again), by kind",
+            ["kind"],
+            registry=r,
+        )
         self.errors = Counter("scrutiny_watcher_errors", "Errors retried, by where", ["where"], registry=r)
         self.last_event = Gauge(
             "scrutiny_watcher_last_event_timestamp_seconds", "When the last event was published", registry=r

@@ -35,6 +35,7 @@ def watcher_from_settings(settings: Settings, watcher_id: str, metrics: WatcherM
         election_path=settings.watcher.election_path,
         watcher_id=watcher_id,
         tick_interval_s=float(settings.watcher.tick_interval_seconds),
+        bookie_lost_after_ms=settings.watcher.bookie_lost_after_ms,
     )
     return Watcher(
         zk,  # built with client_class=PersistentWatchClient

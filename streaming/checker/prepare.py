@@ -1,10 +1,11 @@
 """The fetch stage: decode a partition's events and fetch the listings their checks need.
 
 Runs on the executors (``mapInArrow``) once per Kafka partition range per micro-batch. For each
-ledger it keeps its events in offset order; for the last metadata event of a ledger that needs a
+ledger it keeps its events in offset order; for the last metadata event (or LEDGER_RECHECK) of a ledger that needs a
 check (closed, or with sealed segments) it asks the ensemble's bookies, all ledgers of the batch
-at once, batched per bookie. Cluster-wide events (bookies, racks, ticks) are not passed on: they
-only refresh the cluster view; a tick's part is to make the micro-batch run so timers fire.
+at once, batched per bookie. Cluster-wide events refresh the cluster view; the bookie events that open or resolve a
+``BOOKIE_LOST`` (BOOKIE_LOST itself, and a registration) are passed on under :data:`CLUSTER_LEDGER`, the rest (racks,
+ticks, markers) are not; a tick's part is to make the micro-batch run so timers fire.
 
 No record of the topic can stop the job: a record the checker cannot use (no value, bytes that
 are not an event, an unknown kind, another cluster's events, a negative ledger id, a key that is
@@ -34,7 +35,7 @@ from scrutiny.core.verdict import BookieAnswer
 from scrutiny.proto import ledger_events_pb2 as pb
 from scrutiny.streaming.checker.answer_codec import encode_answers
 from scrutiny.streaming.checker.config import JobConfig
-from scrutiny.streaming.checker.records import REJECTED_KEY, STATS_KEY
+from scrutiny.streaming.checker.records import CLUSTER_LEDGER, REJECTED_KEY, STATS_KEY
 from scrutiny.streaming.checker.replay import ReplayHandle
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,17 @@ PREPARED_SCHEMA = pa.schema(
     ]
 )
 PREPARED_DDL = "ledger_id long, offset long, event binary, answers binary"
-_METADATA = (pb.EventKind.LEDGER_CREATED, pb.EventKind.LEDGER_CHANGED)
+#: The events whose metadata is checked (a recheck carries the ledger's metadata as last published).
+_CHECKED = (pb.EventKind.LEDGER_CREATED, pb.EventKind.LEDGER_CHANGED, pb.EventKind.LEDGER_RECHECK)
+#: The cluster-wide events the processor needs: they open and resolve ``BOOKIE_LOST``.
+BOOKIE_KINDS = frozenset(
+    {
+        pb.EventKind.BOOKIE_LOST,
+        pb.EventKind.BOOKIE_REGISTERED,
+        pb.EventKind.BOOKIE_READONLY,
+        pb.EventKind.BOOKIE_WRITABLE,
+    }
+)
 #: How much of a rejected record's value is kept (as hex) to show what it was.
 VALUE_HEAD_BYTES = 64
 
@@ -163,6 +174,8 @@ def ledger_rows(batches: Iterator[pa.RecordBatch], ledgers_root: str) -> ReadEve
                 read.rows.append(EventRow(event.ledger_id, offset, value, event))
             elif event.kind != pb.EventKind.TICK:
                 read.cluster_events += 1
+                if event.kind in BOOKIE_KINDS:
+                    read.rows.append(EventRow(CLUSTER_LEDGER, offset, value, event))
     read.rows.sort(key=lambda r: r.offset)
     return read
 
@@ -171,7 +184,9 @@ def ledgers_to_check(rows: list[EventRow]) -> dict[int, tuple[int, tuple[str, ..
     """Ledger id -> (offset of its last metadata event, bookies to ask), for the ledgers to check."""
     last: dict[int, EventRow | None] = {}
     for row in rows:
-        if row.event.kind in _METADATA:
+        if row.ledger_id == CLUSTER_LEDGER:
+            continue
+        if row.event.kind in _CHECKED:
             last[row.ledger_id] = row
         elif row.event.kind == pb.EventKind.LEDGER_DELETED:
             last[row.ledger_id] = None

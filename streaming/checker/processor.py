@@ -47,6 +47,7 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from scrutiny.connectors.zookeeper.cluster_cache import LedgerZnode
+from scrutiny.core.bookie_findings import on_bookie_lost, on_bookie_registered
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.ledger_tracker import (
     Step,
@@ -56,6 +57,7 @@ from scrutiny.core.ledger_tracker import (
     on_deleted,
     on_marked,
     on_metadata,
+    on_recheck,
     on_reread,
     on_timer,
     with_confirmation,
@@ -69,6 +71,7 @@ from scrutiny.streaming.checker.buckets import decode_bucket, encode_bucket
 from scrutiny.streaming.checker.config import JobConfig
 from scrutiny.streaming.checker.prepare import fetch_answers
 from scrutiny.streaming.checker.records import (
+    CLUSTER_LEDGER,
     REJECTED_KEY,
     STATS_KEY,
     Record,
@@ -88,6 +91,7 @@ log = logging.getLogger(__name__)
 
 STATE_SCHEMA = "state binary"
 _METADATA = (pb.EventKind.LEDGER_CREATED, pb.EventKind.LEDGER_CHANGED)
+_CHECKED = (*_METADATA, pb.EventKind.LEDGER_RECHECK)
 _DELETED = pb.EventKind.LEDGER_DELETED
 
 
@@ -128,6 +132,9 @@ class LedgerProcessor(StatefulProcessor):
         if int(key[0]) in (STATS_KEY, REJECTED_KEY):
             made = stats_records if int(key[0]) == STATS_KEY else rejected_records
             yield from self._rows(made([row["event"] for row in ordered], now_ms=now_ms, source=self.config.source))
+            return
+        if int(key[0]) == CLUSTER_LEDGER:
+            yield from self._rows(self._bookie_events(ordered, now_ms))
             return
         by_ledger: dict[int, list[tuple[Any, pb.LedgerEvent]]] = {}
         walked = False  # a snapshot or resync names every ledger that exists
@@ -175,7 +182,8 @@ class LedgerProcessor(StatefulProcessor):
             state = states.get(ledger_id)
             if state is not None:
                 try:
-                    step = on_timer(state, now_ms=now_ms, config=self.config.tracker)
+                    cluster = self._cluster() if state.lost else None
+                    step = on_timer(state, now_ms=now_ms, config=self.config.tracker, cluster=cluster)
                 except Exception:
                     log.exception("ledger %d: timer not handled; the state is kept", ledger_id)
                     continue
@@ -216,7 +224,7 @@ class LedgerProcessor(StatefulProcessor):
             return
         self._replayed.add(bucket)
         kept = self.replay.rows(bucket)
-        if bucket >= 0:
+        if bucket not in (STATS_KEY, REJECTED_KEY):
             before = self._load()
             self._save(bucket, before, replayed_states(before, kept), timer_values.getCurrentProcessingTimeInMs())
         for kind, ledger_id, at, payload in kept:
@@ -224,15 +232,47 @@ class LedgerProcessor(StatefulProcessor):
 
     # ------------------------------------------------------------------ applying events
 
+    def _bookie_events(self, rows: list[Any], now_ms: int) -> list[Record]:
+        """The bookie events of the batch: ``BOOKIE_LOST`` opened and resolved in the cluster-level state
+        (:mod:`scrutiny.core.bookie_findings`). Every partition has a copy of each: taken once, in the order the
+        watcher published them (epoch, then sequence), since offsets of different partitions do not compare."""
+        events = {}
+        for row in rows:
+            event = pb.LedgerEvent.FromString(row["event"])
+            events[(event.epoch, event.sequence, event.watcher_id)] = event
+        before = self._load()
+        state = before.get(CLUSTER_LEDGER)
+        records: list[Record] = []
+        for _, event in sorted(events.items(), key=lambda item: item[0]):
+            if event.kind == pb.EventKind.BOOKIE_LOST:
+                lost = event.lost
+                step = on_bookie_lost(
+                    state,
+                    event.bookie_id,
+                    unregistered_ms=lost.unregistered_ms,
+                    ledgers=lost.ledgers,
+                    entries=lost.entries,
+                )
+            else:
+                step = on_bookie_registered(state, event.bookie_id)
+            records += outcome_records(CLUSTER_LEDGER, step.outcome, now_ms=now_ms, source=self.config.source)
+            state = step.state
+        after = dict(before)
+        if state is None:
+            after.pop(CLUSTER_LEDGER, None)
+        else:
+            after[CLUSTER_LEDGER] = state
+        return records + self._save(CLUSTER_LEDGER, before, after, now_ms)
+
     def _apply_events(
         self, ledger_id: int, state: TrackedLedger | None, parsed: list[tuple[Any, pb.LedgerEvent]], now_ms: int
     ) -> tuple[TrackedLedger | None, list[Record]]:
         """One ledger's events of the batch (rows and their events), in offset order: its new state and records."""
         records: list[Record] = []
-        newest = max((i for i, (_, e) in enumerate(parsed) if e.kind in _METADATA or e.kind == _DELETED), default=-1)
+        newest = max((i for i, (_, e) in enumerate(parsed) if e.kind in _CHECKED or e.kind == _DELETED), default=-1)
         for index, (row, event) in enumerate(parsed):
-            if event.kind in _METADATA and index != newest:
-                continue  # superseded within the batch by a newer version or a deletion
+            if event.kind in _CHECKED and index != newest:
+                continue  # superseded within the batch by a newer version, a recheck or a deletion
             step = self._step(state, event, row["answers"], now_ms)
             records += outcome_records(ledger_id, step.outcome, now_ms=now_ms, source=self.config.source)
             if step.outcome.fetch and step.state is not None:
@@ -250,6 +290,19 @@ class LedgerProcessor(StatefulProcessor):
                 version=event.stat.version,
                 data=event.metadata,
                 changed_ms=event.stat.mtime_ms if event.origin == pb.Origin.LIVE else None,
+                written_ms=event.stat.mtime_ms or None,
+                answers=decode_answers(answers) if answers else None,
+                now_ms=now_ms,
+                cluster=self._cluster(),
+                config=tracker,
+            )
+        if event.kind == pb.EventKind.LEDGER_RECHECK:
+            return on_recheck(
+                state,
+                lost=event.recheck == pb.RecheckReason.BOOKIE_LOST_RECHECK,
+                bookie=event.bookie_id,
+                version=event.stat.version,
+                data=event.metadata,
                 written_ms=event.stat.mtime_ms or None,
                 answers=decode_answers(answers) if answers else None,
                 now_ms=now_ms,

@@ -22,10 +22,12 @@ from scrutiny.core.verdict import Violation
 NARROW_DDL = "record string, ledger_id long, at timestamp, payload string"
 _NARROW_KEYS = ("record", "ledger_id", "at")
 
-#: The key of the fetch stage's figures rows (no ledger has a negative id: the fetch stage rejects one).
-STATS_KEY = -1
+#: The ledger id of cluster-level findings (``BOOKIE_LOST``), and the key of the bookie events they come from.
+CLUSTER_LEDGER = -1
 #: The key of the records the fetch stage rejected (their details as JSON in the ``event`` column).
 REJECTED_KEY = -2
+#: The key of the fetch stage's figures rows (no ledger has a negative id: the fetch stage rejects one).
+STATS_KEY = -3
 
 #: The record kind of a state change (kept with the batch, written to no table).
 STATE_RECORD = "state"

@@ -272,6 +272,8 @@ def test_state_round_trips_through_bytes(  # noqa: PLR0917 - one argument per st
         version, checked, metadata, times[0], attempts, times[1], mark, times[2], tuple(keys), tuple(reported)
     )
     state = replace(state, written_ms=times[1], confirm_at_ms=times[2], verified_ms=times[0], reverify_at_ms=times[1])
+    lost = tuple((k[1] or "b", t) for k, t in zip(keys, (x for x in times if x is not None), strict=False))
+    state = replace(state, lost=lost)
     assert TrackedLedger.from_bytes(state.to_bytes()) == state
 
 

@@ -23,7 +23,13 @@ from scrutiny.connectors.zookeeper.tree import TreeLayout, read_cluster
 from scrutiny.connectors.zookeeper.watch import PersistentWatchClient
 from scrutiny.core.backoff import Backoff
 from scrutiny.core.ledger_metadata import LedgerState, Segment, build_ledger_metadata, encode_ledger_metadata_v3
-from scrutiny.core.zk_paths import available_bookie_path, ledger_path, readonly_bookie_path, underreplication_path
+from scrutiny.core.zk_paths import (
+    available_bookie_path,
+    cookie_path,
+    ledger_path,
+    readonly_bookie_path,
+    underreplication_path,
+)
 from scrutiny.core.zk_records import (
     UnderReplicationMark,
     format_layout,
@@ -62,7 +68,14 @@ def metadata(state: LedgerState = LedgerState.OPEN, last: int = -1, segments: in
 
 @contextmanager
 def running_watcher(
-    settings: Settings, chroot: str, topic: str, watcher_id: str, *, kafka: str | None = None, max_pending: int = 20_000
+    settings: Settings,
+    chroot: str,
+    topic: str,
+    watcher_id: str,
+    *,
+    kafka: str | None = None,
+    max_pending: int = 20_000,
+    lost_after_ms: int = 300_000,
 ) -> Iterator[Watcher]:
     """A watcher on its own client and thread, stopped and closed afterwards whatever happens."""
     zk = PersistentWatchClient(hosts=settings.zookeeper.connect + chroot, timeout=6.0)
@@ -73,7 +86,13 @@ def running_watcher(
             kafka_client_config(kafka_settings).kwargs("scrutiny-watcher"),
             TopicConfig(topic, partitions=3, max_block_ms=2000, max_pending=max_pending),
         ),
-        WatcherConfig(layout=TreeLayout(), watcher_id=watcher_id, tick_interval_s=0.5, backoff=Backoff(0.05, 0.5)),
+        WatcherConfig(
+            layout=TreeLayout(),
+            watcher_id=watcher_id,
+            tick_interval_s=0.5,
+            backoff=Backoff(0.05, 0.5),
+            bookie_lost_after_ms=lost_after_ms,
+        ),
     )
     stop = threading.Event()
     thread = threading.Thread(target=watcher.run, args=(stop,), name=watcher_id, daemon=True)
@@ -328,3 +347,52 @@ def test_scrutiny_watch_command(
     assert _comparable(fold(records)) == _comparable(zk_state(zk_client))
     assert {r.event.watcher_id for r in records} == {"cli"}
     assert any(r.event.kind == pb.EventKind.TICK for r in records)
+
+
+def _bookie_events(settings: Settings, topic: str) -> list[tuple[str, str, int]]:
+    """(kind, bookie, ledger id) of the BOOKIE_LOST (once per event: every partition has a copy) and LEDGER_RECHECK
+    events, with the recheck's reason in the kind."""
+    out: list[tuple[str, str, int]] = []
+    seen: set[int] = set()
+    for record in events(settings, topic):
+        event = record.event
+        if event.kind == pb.EventKind.BOOKIE_LOST and event.sequence not in seen:
+            seen.add(event.sequence)
+            out.append(("lost", event.bookie_id, event.lost.ledgers * 1000 + event.lost.entries))
+        elif event.kind == pb.EventKind.LEDGER_RECHECK:
+            out.append((pb.RecheckReason.Name(event.recheck), event.bookie_id, event.ledger_id))
+    return out
+
+
+def test_bookie_lost_back_and_reformatted_have_their_ledgers_checked_again(
+    service_settings: Settings, zk_client: KazooClient, kafka_topic_factory: KafkaTopicFactory
+) -> None:
+    topic = kafka_topic_factory(partitions=3)
+    zk_client.create("/ledgers/LAYOUT", LAYOUT, makepath=True)
+    zk_client.create(ledger_path(1), metadata(), makepath=True)  # open, nothing sealed: not checked
+    zk_client.create(ledger_path(2), metadata(LedgerState.CLOSED, 9), makepath=True)  # bk1..bk3, entries 0..9
+    zk_client.create(ledger_path(3), metadata(LedgerState.CLOSED, 19, segments=2), makepath=True)  # bk1 gone at 10
+    for bookie in ENSEMBLE:
+        zk_client.create(cookie_path(bookie), b"cookie", makepath=True)
+        zk_client.create(available_bookie_path(bookie), b"", ephemeral=True, makepath=True)
+    with running_watcher(service_settings, zk_client.chroot, topic, "w1", lost_after_ms=1500) as watcher:
+        assert watcher.leading.wait(20)
+        converges(service_settings, topic, zk_client)
+        zk_client.delete(available_bookie_path("bk1:3181"))
+        # bk1 (index 0 of E=3, WQ=2) holds entries e with -e mod 3 < 2: 7 of 0..9 in ledger 2, 7 of 0..9 in ledger 3.
+        lost = [("lost", "bk1:3181", 2 * 1000 + 14)]
+        lost += [("BOOKIE_LOST_RECHECK", "bk1:3181", 2), ("BOOKIE_LOST_RECHECK", "bk1:3181", 3)]
+        wait_until(lambda: sorted(_bookie_events(service_settings, topic)) == sorted(lost), 30, "bk1 lost")
+        zk_client.create(available_bookie_path("bk1:3181"), b"", ephemeral=True, makepath=True)
+        back = [("BOOKIE_RETURNED", "bk1:3181", 2), ("BOOKIE_RETURNED", "bk1:3181", 3)]
+        wait_until(lambda: sorted(_bookie_events(service_settings, topic)) == sorted(lost + back), 30, "bk1 back")
+        # bk2 formatted again: unregistered, cookie deleted and made again, registered (quicker than the delay).
+        zk_client.delete(available_bookie_path("bk2:3181"))
+        zk_client.delete(cookie_path("bk2:3181"))
+        zk_client.create(cookie_path("bk2:3181"), b"cookie")
+        zk_client.create(available_bookie_path("bk2:3181"), b"", ephemeral=True, makepath=True)
+        formatted = [("COOKIE_CHANGED", "bk2:3181", 2), ("COOKIE_CHANGED", "bk2:3181", 3)]
+        everything = sorted(lost + back + formatted)
+        wait_until(lambda: sorted(_bookie_events(service_settings, topic)) == everything, 30, "bk2 formatted")
+        time.sleep(2)  # nothing more: bk2 was never away for the delay
+        assert sorted(_bookie_events(service_settings, topic)) == everything

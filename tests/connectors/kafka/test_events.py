@@ -2,7 +2,17 @@ from __future__ import annotations
 
 import pytest
 
-from scrutiny.connectors.kafka.events import Publisher, event_for_change, ledger_key, marker_event, parse_event
+from scrutiny.connectors.kafka.events import (
+    CLUSTER_KEY,
+    Publisher,
+    accept_event,
+    bookie_lost_event,
+    event_for_change,
+    ledger_key,
+    marker_event,
+    parse_event,
+    recheck_event,
+)
 from scrutiny.core.errors import FormatError
 from scrutiny.core.ledger_metadata import Segment, build_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.metadata_view import ChangeKind, MetadataChange, Node, NodeStat
@@ -67,3 +77,19 @@ def test_garbage_is_not_an_event() -> None:
         parse_event(b"\xff\xff\xff")
     with pytest.raises(FormatError, match="no event kind"):
         parse_event(b"")
+
+
+def test_recheck_is_a_ledger_event_and_bookie_lost_a_cluster_one() -> None:
+    recheck = recheck_event(9, Node(b"meta", STAT), pb.RecheckReason.COOKIE_CHANGED, "b:1", ME, observed_ms=4)
+    back = accept_event(ledger_key(9), recheck.SerializeToString(), "/ledgers")
+    assert (back.kind, back.ledger_id, back.metadata, back.stat.version) == (pb.EventKind.LEDGER_RECHECK, 9, b"meta", 3)
+    assert (back.recheck, back.bookie_id) == (pb.RecheckReason.COOKIE_CHANGED, "b:1")
+    lost = bookie_lost_event("b:1", unregistered_ms=7, ledgers=2, entries=30, publisher=ME, observed_ms=8)
+    got = accept_event(CLUSTER_KEY, lost.SerializeToString(), "/ledgers")
+    assert (got.kind, got.bookie_id, got.lost.unregistered_ms, got.lost.ledgers, got.lost.entries) == (
+        pb.EventKind.BOOKIE_LOST,
+        "b:1",
+        7,
+        2,
+        30,
+    )

@@ -13,6 +13,7 @@ from scrutiny.connectors.kafka.events import CLUSTER_KEY, LEDGER_KINDS, RejectRe
 from scrutiny.core.ledger_metadata import LedgerState, build_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.proto import ledger_events_pb2 as pb
 from scrutiny.streaming.checker.prepare import VALUE_HEAD_BYTES, ledger_rows, ledgers_to_check
+from scrutiny.streaming.checker.records import CLUSTER_LEDGER
 
 pytestmark = pytest.mark.unit
 
@@ -65,15 +66,17 @@ def test_only_the_newest_metadata_of_a_ledger_that_needs_a_check_is_fetched() ->
         event(pb.EventKind.LEDGER_CHANGED, 4, metadata(LedgerState.OPEN, [(0, E1), (5, E2)], last=-1)),  # sealed
         event(pb.EventKind.LEDGER_CHANGED, 5, b"garbage"),  # undecodable: the processor reports it
         event(pb.EventKind.TICK),
-        event(pb.EventKind.BOOKIE_REGISTERED),
+        event(pb.EventKind.BOOKIE_REGISTERED),  # passed on for the cluster-level findings, never fetched
         b"\xff\xff not an event",
+        event(pb.EventKind.LEDGER_RECHECK, 6, closed),  # checked again: fetched like a change
+        event(pb.EventKind.RACKS_CHANGED),  # refreshes the cluster view only
     ]
     read = ledger_rows(iter([batch(values)]), ROOT)
-    assert read.events == len(values) and read.cluster_events == 1
-    assert [r.ledger_id for r in read.rows] == [1, 1, 2, 2, 3, 4, 5]
+    assert read.events == len(values) and read.cluster_events == 2
+    assert [r.ledger_id for r in read.rows] == [1, 1, 2, 2, 3, 4, 5, CLUSTER_LEDGER, 6]
     assert [(r.offset, r.rejected.reason) for r in read.rejected] == [(9, RejectReason.UNDECODABLE)]
     wanted = ledgers_to_check(read.rows)
-    assert wanted == {1: (1, E1), 4: (5, ("b1:3181", "b2:3181", "b3:3181", "b4:3181"))}
+    assert wanted == {1: (1, E1), 4: (5, ("b1:3181", "b2:3181", "b3:3181", "b4:3181")), 6: (10, E1)}
 
 
 def test_every_record_the_checker_cannot_use_is_rejected_with_where_it_is_and_why() -> None:

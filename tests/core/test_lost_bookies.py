@@ -1,0 +1,232 @@
+"""A lost bookie's ledgers: checked again at once, then marked or re-replicated within the grace, or reported."""
+
+from __future__ import annotations
+
+import pytest
+
+from scrutiny.core.bookie_findings import lost_key, on_bookie_lost, on_bookie_registered
+from scrutiny.core.ledger_metadata import LedgerState, build_ledger_metadata, encode_ledger_metadata_v3
+from scrutiny.core.ledger_tracker import (
+    Step,
+    TrackedLedger,
+    TrackerConfig,
+    on_deleted,
+    on_marked,
+    on_metadata,
+    on_recheck,
+    on_timer,
+)
+from scrutiny.core.sequence_groups import from_entries
+from scrutiny.core.verdict import BookieAnswer, ClusterView
+from scrutiny.core.vocabulary import Category, Severity
+from scrutiny.core.zk_records import UnderReplicationMark
+
+pytestmark = pytest.mark.unit
+
+BOOKIES = ("b1:3181", "b2:3181", "b3:3181")
+LOST = "b2:3181"
+GRACE = 60_000
+CONFIG = TrackerConfig(mark_grace_ms=GRACE)
+WITHOUT_LOST = ClusterView(writable=frozenset(BOOKIES) - {LOST})
+EVERYONE = ClusterView(writable=frozenset(BOOKIES))
+NOT_MARKED = (Category.UNDER_REPLICATION_NOT_MARKED.value, LOST, -1)
+
+
+def blob(ensemble: tuple[str, ...] = BOOKIES, state: LedgerState = LedgerState.CLOSED) -> bytes:
+    metadata = build_ledger_metadata(
+        ensemble_size=3, write_quorum=2, ack_quorum=2, segments=[(0, ensemble)], state=state, last_entry_id=9
+    )
+    return encode_ledger_metadata_v3(metadata)
+
+
+def answers(ensemble: tuple[str, ...] = BOOKIES, *, empty: str = "") -> dict[str, BookieAnswer]:
+    out = {}
+    for index, bookie in enumerate(ensemble):
+        entries = [e for e in range(10) if index in (e % 3, (e + 1) % 3)]
+        out[bookie] = BookieAnswer.no_ledger() if bookie == empty else BookieAnswer.listing(from_entries(entries))
+    return out
+
+
+def checked(version: int = 1) -> TrackedLedger:
+    step = on_metadata(
+        None,
+        version=version,
+        data=blob(),
+        changed_ms=None,
+        answers=answers(),
+        now_ms=1_000,
+        cluster=EVERYONE,
+        config=CONFIG,
+    )
+    assert step.state is not None and step.state.checked
+    return step.state
+
+
+def recheck(state: TrackedLedger | None, *, lost: bool, now_ms: int = 10_000, **kw: object) -> Step:
+    got = kw.pop("answers", answers(empty=LOST))
+    assert isinstance(got, dict) or got is None
+    return on_recheck(
+        state,
+        lost=lost,
+        bookie=LOST,
+        version=1,
+        data=blob(),
+        written_ms=None,
+        answers=got,
+        now_ms=now_ms,
+        cluster=WITHOUT_LOST,
+        config=CONFIG,
+    )
+
+
+def test_a_lost_bookies_ledger_is_checked_again_at_once_and_given_a_deadline() -> None:
+    step = recheck(checked(), lost=True)
+    assert step.outcome.check is not None  # checked now, with the answers the fetch stage brought
+    found = {v.category for v in step.outcome.found}
+    assert Category.MISSING_REPLICA in found  # the lost bookie's entries are missing
+    assert step.state is not None and step.state.lost == ((LOST, 10_000 + GRACE),)
+    assert 10_000 + GRACE in step.state.timers()
+
+
+def test_without_answers_the_recheck_asks_for_them_and_still_sets_the_deadline() -> None:
+    step = recheck(checked(), lost=True, answers=None)
+    assert step.outcome.fetch == BOOKIES and step.outcome.check is None
+    assert step.state is not None and step.state.lost == ((LOST, 10_000 + GRACE),)
+
+
+def test_not_marked_by_the_deadline_is_critical_and_reported_once() -> None:
+    state = recheck(checked(), lost=True).state
+    assert state is not None
+    early = on_timer(state, now_ms=10_000 + GRACE - 1, config=CONFIG, cluster=WITHOUT_LOST)
+    assert not early.outcome.found
+    due = on_timer(state, now_ms=10_000 + GRACE, config=CONFIG, cluster=WITHOUT_LOST)
+    [found] = due.outcome.found
+    assert (found.category, found.severity, found.bookie) == (
+        Category.UNDER_REPLICATION_NOT_MARKED,
+        Severity.CRITICAL,
+        LOST,
+    )
+    assert due.state is not None and NOT_MARKED in due.state.open and due.state.lost == ()
+    assert not on_timer(due.state, now_ms=10_000 + 2 * GRACE, config=CONFIG, cluster=WITHOUT_LOST).outcome.found
+
+
+def test_a_mark_before_the_deadline_means_nothing_is_reported() -> None:
+    state = recheck(checked(), lost=True).state
+    assert state is not None
+    marked = on_marked(state, UnderReplicationMark((LOST,), 20_000), now_ms=20_000, config=CONFIG).state
+    assert marked is not None and marked.lost == ()
+    assert not on_timer(marked, now_ms=10_000 + GRACE, config=CONFIG, cluster=WITHOUT_LOST).outcome.found
+
+
+def test_a_ledger_marked_already_gets_no_deadline() -> None:
+    marked = on_marked(checked(), UnderReplicationMark((LOST,), 5_000), now_ms=5_000, config=CONFIG).state
+    step = recheck(marked, lost=True)
+    assert step.state is not None and step.state.lost == ()
+
+
+def test_a_mark_after_the_report_resolves_it() -> None:
+    state = recheck(checked(), lost=True).state
+    assert state is not None
+    reported = on_timer(state, now_ms=10_000 + GRACE, config=CONFIG, cluster=WITHOUT_LOST).state
+    assert reported is not None
+    step = on_marked(reported, UnderReplicationMark((LOST,), None), now_ms=80_000, config=CONFIG)
+    assert NOT_MARKED in step.outcome.resolved
+    assert step.state is not None and NOT_MARKED not in step.state.open
+
+
+def test_re_replication_drops_the_deadline_and_resolves_the_report() -> None:
+    state = recheck(checked(), lost=True).state
+    assert state is not None
+    reported = on_timer(state, now_ms=10_000 + GRACE, config=CONFIG, cluster=WITHOUT_LOST).state
+    assert reported is not None
+    replaced = ("b1:3181", "b4:3181", "b3:3181")
+    moved = on_metadata(
+        reported,
+        version=2,
+        data=blob(replaced),
+        changed_ms=None,
+        answers=answers(replaced),
+        now_ms=90_000,
+        cluster=ClusterView(writable=frozenset(replaced)),
+        config=CONFIG,
+    )
+    assert NOT_MARKED in moved.outcome.resolved
+    assert moved.state is not None and moved.state.lost == () and NOT_MARKED not in moved.state.open
+
+
+def test_a_check_of_the_same_ensemble_keeps_the_report_open() -> None:
+    state = recheck(checked(), lost=True).state
+    assert state is not None
+    reported = on_timer(state, now_ms=10_000 + GRACE, config=CONFIG, cluster=WITHOUT_LOST).state
+    step = on_metadata(
+        reported,
+        version=2,
+        data=blob(),
+        changed_ms=None,
+        answers=answers(empty=LOST),
+        now_ms=90_000,
+        cluster=WITHOUT_LOST,
+        config=CONFIG,
+    )
+    assert step.outcome.check is not None
+    assert NOT_MARKED not in step.outcome.resolved
+    assert step.state is not None and NOT_MARKED in step.state.open
+
+
+def test_the_bookies_return_resolves_and_drops_the_deadline() -> None:
+    state = recheck(checked(), lost=True).state
+    assert state is not None
+    reported = on_timer(state, now_ms=10_000 + GRACE, config=CONFIG, cluster=WITHOUT_LOST).state
+    back = recheck(reported, lost=False, now_ms=100_000, answers=answers())
+    assert NOT_MARKED in back.outcome.resolved
+    assert back.state is not None and NOT_MARKED not in back.state.open
+    pending = recheck(checked(), lost=True).state
+    returned = recheck(pending, lost=False, now_ms=20_000, answers=answers())
+    assert returned.state is not None and returned.state.lost == ()
+
+
+def test_a_bookie_registered_again_by_the_deadline_is_not_reported() -> None:
+    state = recheck(checked(), lost=True).state
+    assert state is not None
+    due = on_timer(state, now_ms=10_000 + GRACE, config=CONFIG, cluster=EVERYONE)
+    assert not due.outcome.found and due.state is not None and due.state.lost == ()
+
+
+def test_a_ledger_without_the_bookie_gets_no_deadline() -> None:
+    others = ("b1:3181", "b3:3181", "b4:3181")
+    step = on_recheck(
+        None,
+        lost=True,
+        bookie=LOST,
+        version=1,
+        data=blob(others),
+        written_ms=None,
+        answers=answers(others),
+        now_ms=10_000,
+        cluster=WITHOUT_LOST,
+        config=CONFIG,
+    )
+    assert step.state is not None and step.state.lost == ()
+
+
+def test_deletion_resolves_the_report() -> None:
+    state = recheck(checked(), lost=True).state
+    assert state is not None
+    reported = on_timer(state, now_ms=10_000 + GRACE, config=CONFIG, cluster=WITHOUT_LOST).state
+    assert NOT_MARKED in on_deleted(reported).outcome.resolved
+
+
+def test_bookie_lost_is_reported_once_and_resolved_by_its_registration() -> None:
+    first = on_bookie_lost(None, LOST, unregistered_ms=1_000, ledgers=3, entries=20)
+    [found] = first.outcome.found
+    assert (found.category, found.severity, found.bookie) == (Category.BOOKIE_LOST, Severity.WARNING, LOST)
+    assert "3 closed ledger(s), 20 entries" in found.details
+    again = on_bookie_lost(first.state, LOST, unregistered_ms=9_000, ledgers=3, entries=20)
+    assert not again.outcome.found and again.state == first.state
+    other = on_bookie_lost(first.state, "b9:3181", unregistered_ms=2_000, ledgers=0, entries=0)
+    assert other.state is not None and len(other.state.open) == 2
+    back = on_bookie_registered(other.state, LOST)
+    assert back.outcome.resolved == (lost_key(LOST),)
+    assert back.state is not None and back.state.open == (lost_key("b9:3181"),)
+    assert on_bookie_registered(back.state, "b9:3181").state is None
+    assert on_bookie_registered(None, LOST).outcome.resolved == ()
