@@ -12,13 +12,14 @@ that lost its copy), re-replicates some of those (an ensemble change) and delete
 fractions of the run: malformed records produced into the topic (twice); the leading watcher SIGKILLed (the other
 takes over); later that one SIGKILLed too, deletions happening while no watcher runs, then a watcher started again
 (its snapshot leaves the deleted ledgers out); the broker stopped and started again (closes going on meanwhile);
-the checker SIGKILLed three times and started again each time; a bookie wiped (it restarts empty) after many of its
-ledgers closed, and another killed then revived, which change nothing in their ledgers' metadata: only the checker's
-re-verification (``checker.reverify_interval`` a tenth of the run, 10 to 60 s) finds the losses, the bookie no longer
-registered, and its return.
+the checker SIGKILLed three times and started again each time; a bookie that loses everything it holds while it
+runs on (scenario action ``lose``: no restart, no new cookie) after many of its ledgers closed, and another killed
+then revived, which change nothing in their ledgers' metadata: only the checker's re-verification
+(``checker.reverify_interval`` a tenth of the run, 10 to 60 s) finds the losses, the bookie no longer registered,
+and its return.
 
 At three checkpoints through the run it compares the tables with the simulator's truth of that moment, for the
-ledgers no change touched in the last minute (the rest may still be on their way; the wipe touches every ledger of
+ledgers no change touched in the last minute (the rest may still be on their way; the loss touches every ledger of
 its bookie, and so do a kill and a revival), and at the end (once the truth
 stops changing and the tables caught up, or a settle time passed) for all of them. It prints findings missed (in
 the truth, not open in ``open_violations``), false findings (open, never in the truth), stale open rows (open, in
@@ -71,14 +72,14 @@ MALFORMED: tuple[tuple[bytes | None, bytes | None], ...] = (
 )
 
 
-#: The bookie wiped along the run, and when (a fraction of the run).
-WIPED_BOOKIE = "bookie-5"
-WIPED_AT = 0.45
+#: The bookie that loses its data along the run, and when (a fraction of the run).
+EMPTIED_BOOKIE = "bookie-5"
+EMPTIED_AT = 0.45
 #: The bookie killed along the run, and when it is killed and revived.
 KILLED_BOOKIE = "bookie-4"
 KILLED_AT = (0.60, 0.70)
 #: The scheduled actions that change what a bookie's ledgers hold or answer, with no change to their metadata.
-_BOOKIE_ACTIONS = frozenset({Action.WIPE, Action.KILL, Action.REVIVE})
+_BOOKIE_ACTIONS = frozenset({Action.LOSE, Action.KILL, Action.REVIVE})
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ class Timeline:
 
     @property
     def reverify_seconds(self) -> float:
-        """The checker's re-verification interval: a tenth of the run, 10 s to 60 s (the wiped bookie's losses must
+        """The checker's re-verification interval: a tenth of the run, 10 s to 60 s (the emptied bookie's losses must
         be found before the checkpoints count its ledgers again)."""
         return min(60.0, max(10.0, self.at(0.1)))
 
@@ -116,7 +117,7 @@ class SoakReport:
     settled_after_s: float | None = None
     exits: dict[str, int] = field(default_factory=dict)
     checkpoints: list[tuple[float, dict[str, int]]] = field(default_factory=list)
-    #: Findings of the final truth that name the wiped bookie on a ledger closed before the wipe: only the
+    #: Findings of the final truth that name the emptied bookie on a ledger closed before its loss: only the
     #: re-verification can find them.
     after_close: int = 0
 
@@ -168,9 +169,9 @@ def scenario_text(timeline: Timeline) -> str:
             )
         elif rng.random() < 0.15:
             schedule.append((closes + timeline.at(rng.uniform(0.02, 0.2)), f'action = "delete"\nledger = {ledger}'))
-    # A bookie wiped after many of its ledgers closed, another killed and revived later: nothing changes in their
+    # A bookie emptied after many of its ledgers closed, another killed and revived later: nothing changes in their
     # ledgers' metadata, so only the re-verification sees the losses, the unregistered bookie and its return.
-    schedule.append((timeline.at(WIPED_AT), f'action = "wipe"\nbookie = "{WIPED_BOOKIE}"'))
+    schedule.append((timeline.at(EMPTIED_AT), f'action = "lose"\nbookie = "{EMPTIED_BOOKIE}"'))
     schedule.append((timeline.at(KILLED_AT[0]), f'action = "kill"\nbookie = "{KILLED_BOOKIE}"'))
     schedule.append((timeline.at(KILLED_AT[1]), f'action = "revive"\nbookie = "{KILLED_BOOKIE}"'))
     for at, body in sorted(schedule):
@@ -378,10 +379,10 @@ def _produce_malformed(settings: Settings, report: SoakReport) -> None:
 
 
 def _after_close(scenario: Scenario, final: TruthState) -> int:
-    """The findings of ``final`` naming the wiped bookie, on ledgers closed before it was wiped."""
-    (wipe,) = [e for e in scenario.schedule if e.action is Action.WIPE]
-    closed = {e.ledger for e in scenario.schedule if e.action is Action.CLOSE and e.at_s < wipe.at_s}
-    return sum(1 for v in final.violations if v.ledger_id in closed and v.bookie == wipe.bookie)
+    """The findings of ``final`` naming the emptied bookie, on ledgers closed before it lost its data."""
+    (loss,) = [e for e in scenario.schedule if e.action is Action.LOSE]
+    closed = {e.ledger for e in scenario.schedule if e.action is Action.CLOSE and e.at_s < loss.at_s}
+    return sum(1 for v in final.violations if v.ledger_id in closed and v.bookie == loss.bookie)
 
 
 def _rows(data_dir: str, name: str) -> list[dict[str, Any]]:
@@ -452,7 +453,7 @@ def print_report(timeline: Timeline, report: SoakReport) -> None:
     counts = report.counts()
     print(
         f"soak: {timeline.seconds:.0f} s, {timeline.ledgers} ledgers, {report.truth_size} findings in the final truth, "
-        f"{report.after_close} of them of {WIPED_BOOKIE} wiped after the ledgers closed (re-verification every "
+        f"{report.after_close} of them of {EMPTIED_BOOKIE} emptied after the ledgers closed (re-verification every "
         f"{timeline.reverify_seconds:.0f} s)"
     )
     for name, value in counts.items():

@@ -91,6 +91,7 @@ class Action(StrEnum):
     KILL = "kill"
     REVIVE = "revive"
     WIPE = "wipe"
+    LOSE = "lose"
     READONLY = "readonly"
     WRITABLE = "writable"
     FAULT = "fault"

@@ -675,6 +675,7 @@ _EVENT_FIELDS: Final[dict[Action, tuple[str, ...]]] = {
     Action.KILL: ("bookie",),
     Action.REVIVE: ("bookie",),
     Action.WIPE: ("bookie",),
+    Action.LOSE: ("bookie",),
     Action.READONLY: ("bookie",),
     Action.WRITABLE: ("bookie",),
     Action.FAULT: ("bookie", "fault"),

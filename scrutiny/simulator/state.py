@@ -307,6 +307,11 @@ class ClusterState:
         change.wiped.add(bookie.bookie_id)
         change.data.setdefault(bookie.bookie_id, set()).update(touched)
 
+    def _lose(self, event: Event, change: ScheduledChange, where: Where) -> None:
+        """Every entry gone while the bookie runs on, registered, with its cookie: nothing in ZooKeeper tells."""
+        bookie = self._bookie(event)
+        change.data.setdefault(bookie.bookie_id, set()).update(self._lose_everything(bookie.bookie_id))
+
     def _lose_everything(self, bookie_id: str) -> set[int]:
         touched = self.ledgers_of(bookie_id)
         for ledger_id in touched:
@@ -384,6 +389,7 @@ _HANDLERS: Final = {
     Action.APPEND: ClusterState._append,
     Action.CHANGE_ENSEMBLE: ClusterState._change_ensemble,
     Action.KILL: ClusterState._kill,
+    Action.LOSE: ClusterState._lose,
     Action.REVIVE: ClusterState._revive,
     Action.WIPE: ClusterState._wipe,
     Action.READONLY: ClusterState._set_mode,

@@ -23,7 +23,7 @@ def test_the_short_soak_leaves_no_finding_missed_false_stale_or_duplicated(
     with capsys.disabled():
         print_report(timeline, report)
     assert report.truth_size > 0  # the timeline has findings to find
-    assert report.after_close > 0  # some of them only the re-verification can find (a bookie wiped after closes)
+    assert report.after_close > 0  # some of them only the re-verification can find (a bookie emptied after closes)
     assert report.counts() == {"missed": 0, "false": 0, "stale": 0, "duplicated": 0}, report
     assert report.malformed_sent and report.rejected_recorded == report.malformed_sent
     assert report.exits.get("watcher-a", 0) == report.exits.get("watcher-b", 0) == 0

@@ -1,8 +1,9 @@
 """The rolling re-verification on the simulated cluster: losses after a ledger closed are found by the scrub, and a
 job stopped longer than the interval reports CHECK_OVERDUE until its ledgers are verified again.
 
-Nothing in ZooKeeper changes when a bookie is wiped after its ledgers closed, so no event ever reaches the
-checker: only the re-verification can find what was lost.
+Nothing in ZooKeeper changes when a bookie loses its data after its ledgers closed while it runs on (the scenario's
+``lose``: no restart, no new cookie), so no event ever reaches the checker: only the re-verification can find what
+was lost.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ ensemble = ["bookie-1", "bookie-3", "bookie-4"]
 LEDGERS = {1, 2, 3, 4, 70, 71}
 
 
-def test_a_bookie_wiped_after_the_close_is_found_by_the_scrub_and_a_stopped_job_reports_check_overdue(
+def test_a_bookie_emptied_after_the_close_is_found_by_the_scrub_and_a_stopped_job_reports_check_overdue(
     spark: SparkSession,
     zk_client: KazooClient,
     service_settings: Settings,
@@ -72,11 +73,11 @@ def test_a_bookie_wiped_after_the_close_is_found_by_the_scrub_and_a_stopped_job_
 
         harness.wait(lambda: set(checks()) == LEDGERS, 120, "every ledger checked once")
         assert not harness.open_ids()
-        wiped_at = time.monotonic()
-        harness.run(harness.cluster.apply(Event(0.0, Action.WIPE, 0, bookie="bookie-2")))
+        emptied_at = time.monotonic()
+        harness.run(harness.cluster.apply(Event(0.0, Action.LOSE, 0, bookie="bookie-2")))
         lost = {(ledger, "MISSING_REPLICA", "bookie-2") for ledger in (1, 2, 3, 4)}
-        harness.wait(lambda: lost <= harness.open_ids(), INTERVAL_S + 30, "the wiped bookie's replicas missing")
-        assert time.monotonic() - wiped_at <= INTERVAL_S + 30
+        harness.wait(lambda: lost <= harness.open_ids(), INTERVAL_S + 30, "the emptied bookie's replicas missing")
+        assert time.monotonic() - emptied_at <= INTERVAL_S + 30
         # Every ledger was verified again within the interval, the untouched ones still healthy.
         harness.wait(lambda: all(len(v) >= 2 for v in checks().values()), INTERVAL_S + 30, "every ledger rechecked")
         assert {ledger for ledger, *_ in harness.open_ids()} == {1, 2, 3, 4}

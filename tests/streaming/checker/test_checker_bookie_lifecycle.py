@@ -1,0 +1,94 @@
+"""Bookies' lives on the simulated cluster, with the re-verification off: only the watcher's word about a bookie can
+make the checker look at ledgers whose metadata did not change.
+
+A bookie wiped (formatted again: a new cookie) has its ledgers' losses found at once; a bookie killed and not
+recovered is BOOKIE_LOST, its ledgers checked again, and those neither marked under-replicated nor re-replicated
+within the grace are UNDER_REPLICATION_NOT_MARKED, until a mark comes; its return resolves BOOKIE_LOST.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+from pyspark.sql import SparkSession
+
+from scrutiny.settings.loader import Settings
+from scrutiny.simulator.model import Action, Event
+from scrutiny.simulator.scenario import parse_scenario
+from scrutiny.streaming.checker.records import CLUSTER_LEDGER
+from tests.support.checker_harness import harness_settings, running_checker
+from tests.support.scenarios import small_scenario
+from tests.support.servers import KafkaTopicFactory
+
+pytestmark = pytest.mark.integration
+
+LOST_AFTER_S = 3
+MARK_GRACE_S = 6.0
+SCENARIO = small_scenario(
+    "bookie-lifecycle",
+    seed=17,
+    bookies=4,
+    body="""
+[[ledgers]]
+ids = [[1, 4]]
+ensemble = ["bookie-1", "bookie-2", "bookie-3"]
+
+[[ledgers]]
+ids = [[70, 71]]
+ensemble = ["bookie-1", "bookie-3", "bookie-4"]
+""",
+)
+LEDGERS = {1, 2, 3, 4, 70, 71}
+
+
+def test_wiped_lost_and_returning_bookies_have_their_ledgers_checked_and_reported(
+    spark: SparkSession,
+    zk_client: KazooClient,
+    service_settings: Settings,
+    kafka_topic_factory: KafkaTopicFactory,
+    tmp_path: Path,
+) -> None:
+    scenario = parse_scenario(SCENARIO)
+    settings = harness_settings(service_settings, scenario, zk_client.chroot, kafka_topic_factory(2), tmp_path)
+    settings = replace(
+        settings,
+        checker=replace(settings.checker, reverify_interval=0, under_replication_mark_grace_seconds=MARK_GRACE_S),
+        watcher=replace(settings.watcher, lost_bookie_recovery_delay_seconds=0, bookie_lost_grace_seconds=LOST_AFTER_S),
+    )
+    with running_checker(spark, zk_client, settings, scenario, schedule=False) as harness:
+        harness.wait(lambda: {r["ledger_id"] for r in harness.table("ledger_checks")} == LEDGERS, 120, "all checked")
+        assert not harness.open_ids()
+
+        # Formatted again: nothing changes in the ledgers' metadata, the new cookie is what tells.
+        harness.run(harness.cluster.apply(Event(0.0, Action.WIPE, 0, bookie="bookie-4")))
+        wiped = {(ledger, "MISSING_REPLICA", "bookie-4") for ledger in (70, 71)}
+        harness.wait(lambda: wiped <= harness.open_ids(), 60, "the wiped bookie's losses found")
+
+        # Killed and not recovered: lost after the delay; ledgers 3 and 4 get marked in time, 1 and 2 do not.
+        harness.run(harness.cluster.apply(Event(0.0, Action.KILL, 0, bookie="bookie-2")))
+        for ledger in (3, 4):
+            harness.run(harness.cluster.apply(Event(0.0, Action.MARK, 0, ledger=ledger, replicas=("bookie-2",))))
+        lost = (CLUSTER_LEDGER, "BOOKIE_LOST", "bookie-2")
+        unmarked = {(ledger, "UNDER_REPLICATION_NOT_MARKED", "bookie-2") for ledger in (1, 2)}
+        harness.wait(lambda: lost in harness.open_ids(), 60, "BOOKIE_LOST")
+        [row] = [v for v in harness.table("violations") if v["category"] == "BOOKIE_LOST"]
+        assert "held 4 closed ledger(s)" in row["details"] and row["severity"] == "warning"
+        harness.wait(lambda: unmarked <= harness.open_ids(), 60, "UNDER_REPLICATION_NOT_MARKED for 1 and 2")
+        time.sleep(MARK_GRACE_S)
+        not_marked = {i for i in harness.open_ids() if i[1] == "UNDER_REPLICATION_NOT_MARKED"}
+        assert not_marked == unmarked  # the marked ledgers are never reported
+
+        for ledger in (1, 2):
+            harness.run(harness.cluster.apply(Event(0.0, Action.MARK, 0, ledger=ledger, replicas=("bookie-2",))))
+        harness.wait(lambda: unmarked <= harness.resolved_ids(), 60, "marks resolve UNDER_REPLICATION_NOT_MARKED")
+
+        harness.run(harness.cluster.apply(Event(0.0, Action.REVIVE, 0, bookie="bookie-2")))
+        harness.wait(lambda: lost in harness.resolved_ids(), 60, "the return resolves BOOKIE_LOST")
+        reported = [
+            v for v in harness.table("violations") if v["category"] in ("BOOKIE_LOST", "UNDER_REPLICATION_NOT_MARKED")
+        ]
+        assert len(reported) == 3  # each once
