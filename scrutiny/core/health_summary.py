@@ -20,7 +20,7 @@ from typing import Final
 
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.utc_text import format_utc_ms
-from scrutiny.core.vocabulary import DATA_LOSS_CATEGORIES, Category, Severity, is_data_loss
+from scrutiny.core.vocabulary import CLUSTER_LEDGER_ID, DATA_LOSS_CATEGORIES, Category, Severity, is_data_loss
 
 DEFAULT_FAIL_ON: Final = Severity.CRITICAL
 DEFAULT_WORST: Final = 10
@@ -155,6 +155,8 @@ class HealthSummary:
     warnings: tuple[str, ...] = ()
     #: Ledgers with at least one finding that means data loss (:func:`~scrutiny.core.vocabulary.is_data_loss`).
     data_loss_ledgers: int = 0
+    #: Cluster-level findings (``BOOKIE_LOST``), worst first: counted, but of no ledger.
+    cluster: tuple[OpenViolation, ...] = ()
 
     @property
     def by_severity(self) -> dict[Severity, int]:
@@ -191,9 +193,13 @@ def summarize(
     rows = tuple(violations)
     counts: dict[tuple[Category, Severity], int] = {}
     by_ledger: dict[int, list[OpenViolation]] = {}
+    cluster: list[OpenViolation] = []
     for row in rows:
         counts[(row.category, row.severity)] = counts.get((row.category, row.severity), 0) + 1
-        by_ledger.setdefault(row.ledger_id, []).append(row)
+        if row.ledger_id == CLUSTER_LEDGER_ID:
+            cluster.append(row)
+        else:
+            by_ledger.setdefault(row.ledger_id, []).append(row)
     ledgers = sorted((_ledger_findings(i, found) for i, found in by_ledger.items()), key=_ledger_rank)
     return HealthSummary(
         fail_on=fail_on,
@@ -204,6 +210,7 @@ def summarize(
         figures=figures,
         warnings=_warnings(figures),
         data_loss_ledgers=sum(1 for found in ledgers if found.data_loss),
+        cluster=tuple(sorted(cluster, key=_finding_rank)),
     )
 
 
@@ -308,6 +315,7 @@ def render(summary: HealthSummary) -> str:
     sections = [
         _overview_lines(summary),
         category_table(summary),
+        _cluster_lines(summary),
         _worst_lines(summary),
         [f"WARNING: {_one_line(text)}" for text in summary.warnings],
     ]
@@ -377,6 +385,17 @@ def _category_order(summary: HealthSummary, category: Category) -> tuple[int, bo
     return (-worst, category not in DATA_LOSS_CATEGORIES, category.value)
 
 
+def _cluster_lines(summary: HealthSummary) -> list[str]:
+    if not summary.cluster:
+        return []
+    width = max(len(f.category.value) for f in summary.cluster)
+    lines = ["Cluster findings:"]
+    for finding in summary.cluster:
+        label = f"{finding.category.value:<{width}}  {finding.severity.value:<8}"
+        lines.append(f" {label}  {_where(finding)}, first seen {format_utc_ms(finding.first_seen_ms)}".rstrip())
+    return lines
+
+
 def _worst_lines(summary: HealthSummary) -> list[str]:
     if not summary.worst:
         return []
@@ -443,6 +462,7 @@ def as_json_dict(summary: HealthSummary) -> dict[str, object]:
         "by_severity": {s.value: n for s, n in summary.by_severity.items()},
         "by_category": by_category,
         "worst_ledgers": [_ledger_json(ledger) for ledger in summary.worst],
+        "cluster_findings": [_finding_json(f) for f in summary.cluster],
         "checker": _checker_json(figures),
         "seconds_taken": figures.seconds_taken,
         "generated_at": None if figures.now_ms is None else format_utc_ms(figures.now_ms),
@@ -458,18 +478,19 @@ def _ledger_json(ledger: LedgerFindings) -> dict[str, object]:
         "entries_affected": ledger.entries_affected,
         "first_seen": format_utc_ms(ledger.first_seen_ms),
         "pulsar_topic": ledger.pulsar_topic,
-        "findings": [
-            {
-                "category": f.category.value,
-                "severity": f.severity.value,
-                "bookie": f.bookie,
-                "segment_first_entry": f.segment_first_entry,
-                "entry_count": f.entry_count,
-                "first_seen": format_utc_ms(f.first_seen_ms),
-                "details": f.details,
-            }
-            for f in ledger.findings
-        ],
+        "findings": [_finding_json(f) for f in ledger.findings],
+    }
+
+
+def _finding_json(finding: OpenViolation) -> dict[str, object]:
+    return {
+        "category": finding.category.value,
+        "severity": finding.severity.value,
+        "bookie": finding.bookie,
+        "segment_first_entry": finding.segment_first_entry,
+        "entry_count": finding.entry_count,
+        "first_seen": format_utc_ms(finding.first_seen_ms),
+        "details": finding.details,
     }
 
 

@@ -6,6 +6,10 @@ This module is the one place that defines them; tables, views and the CLI all re
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Final
+
+#: The ``ledger_id`` of cluster-level findings (``BOOKIE_LOST``): they concern no one ledger.
+CLUSTER_LEDGER_ID: Final = -1
 
 
 class Severity(StrEnum):

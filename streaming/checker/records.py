@@ -16,6 +16,7 @@ import pyarrow as pa
 from scrutiny.core.ledger_metadata import LedgerMetadata
 from scrutiny.core.ledger_tracker import Outcome, TrackedLedger, ViolationKey
 from scrutiny.core.verdict import Violation
+from scrutiny.core.vocabulary import CLUSTER_LEDGER_ID
 
 #: The rows the stateful step emits: kind, ledger, time, and the rest of the record as JSON. A narrow row costs
 #: PySpark far less to convert per ledger than the 25 columns of the checker output; the sink widens it again.
@@ -23,7 +24,7 @@ NARROW_DDL = "record string, ledger_id long, at timestamp, payload string"
 _NARROW_KEYS = ("record", "ledger_id", "at")
 
 #: The ledger id of cluster-level findings (``BOOKIE_LOST``), and the key of the bookie events they come from.
-CLUSTER_LEDGER = -1
+CLUSTER_LEDGER = CLUSTER_LEDGER_ID
 #: The key of the records the fetch stage rejected (their details as JSON in the ``event`` column).
 REJECTED_KEY = -2
 #: The key of the fetch stage's figures rows (no ledger has a negative id: the fetch stage rejects one).

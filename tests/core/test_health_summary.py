@@ -49,7 +49,7 @@ def finding(
 
 violations = st.builds(
     OpenViolation,
-    ledger_id=st.integers(0, 12),
+    ledger_id=st.integers(-1, 12),  # -1: a cluster-level finding
     category=st.sampled_from(Category),
     severity=st.sampled_from(Severity),
     first_seen_ms=st.integers(T0_MS - 10**9, T0_MS),
@@ -76,7 +76,7 @@ def reference_data_loss(row: OpenViolation) -> bool:
 def reference_ledger_order(rows: list[OpenViolation]) -> list[int]:
     """Ledgers by worst severity, data loss first, most entries (max of findings), oldest first seen, id."""
     order = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
-    ledgers = sorted({r.ledger_id for r in rows})
+    ledgers = sorted({r.ledger_id for r in rows if r.ledger_id != -1})
 
     def key(ledger_id: int) -> tuple[int, int, int, int, int]:
         mine = [r for r in rows if r.ledger_id == ledger_id]
@@ -99,8 +99,9 @@ def test_counts_status_and_order_match_the_reference(rows: list[OpenViolation], 
     assert dict(summary.counts) == dict(Counter((r.category, r.severity) for r in rows))
     assert summary.by_severity == {s: sum(1 for r in rows if r.severity is s) for s in Severity}
     assert summary.open_violations == len(rows)
-    assert summary.ledgers_affected == len({r.ledger_id for r in rows})
-    assert summary.data_loss_ledgers == len({r.ledger_id for r in rows if reference_data_loss(r)})
+    assert summary.ledgers_affected == len({r.ledger_id for r in rows if r.ledger_id != -1})
+    assert summary.data_loss_ledgers == len({r.ledger_id for r in rows if reference_data_loss(r) and r.ledger_id != -1})
+    assert sorted(map(repr, summary.cluster)) == sorted(repr(r) for r in rows if r.ledger_id == -1)
     assert summary.status == reference_status(rows, fail_on)
     assert exit_code(summary) == (0 if summary.status == "HEALTHY" else 1)
     assert [ledger.ledger_id for ledger in summary.worst] == reference_ledger_order(rows)[:worst]
@@ -220,6 +221,7 @@ DOCUMENTED_KEYS = [
     "by_severity",
     "by_category",
     "worst_ledgers",
+    "cluster_findings",
     "checker",
     "seconds_taken",
     "generated_at",
@@ -287,3 +289,18 @@ def test_records_the_checker_skipped_are_counted_and_warned_about_without_changi
     assert as_json_dict(summary)["checker"]["rejected_events"] == 3  # type: ignore[index]
     clean = summarize([], Figures(now_ms=T0_MS + MINUTE_MS, checker=replace(checker, rejected_events=0)))
     assert clean.warnings == () and not any("Rejected" in line for line in render(clean).splitlines())
+
+
+def test_a_lost_bookie_is_a_cluster_finding_not_a_ledger() -> None:
+    lost = OpenViolation(
+        -1, Category.BOOKIE_LOST, Severity.WARNING, T0_MS - 60_000, bookie="b2:3181", details="held 4 ledger(s)"
+    )
+    summary = summarize([lost, finding(7, Category.UNDER_REPLICATION_NOT_MARKED, bookie="b2:3181")], worst=5)
+    assert (summary.open_violations, summary.ledgers_affected) == (2, 1)
+    assert [ledger.ledger_id for ledger in summary.worst] == [7]
+    text = render(summary)
+    assert "Cluster findings:\n BOOKIE_LOST  warning   bookie b2:3181: held 4 ledger(s), first seen" in text
+    assert "ledger -1" not in text
+    document = as_json_dict(summary)
+    [cluster] = document["cluster_findings"]  # type: ignore[misc]
+    assert (cluster["category"], cluster["bookie"]) == ("BOOKIE_LOST", "b2:3181")
