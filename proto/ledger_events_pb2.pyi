@@ -32,6 +32,7 @@ class RecheckReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     BOOKIE_LOST_RECHECK: _ClassVar[RecheckReason]
     BOOKIE_RETURNED: _ClassVar[RecheckReason]
     COOKIE_CHANGED: _ClassVar[RecheckReason]
+    BOOKIE_RESTARTED: _ClassVar[RecheckReason]
 
 class Origin(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -59,6 +60,7 @@ RECHECK_REASON_UNSPECIFIED: RecheckReason
 BOOKIE_LOST_RECHECK: RecheckReason
 BOOKIE_RETURNED: RecheckReason
 COOKIE_CHANGED: RecheckReason
+BOOKIE_RESTARTED: RecheckReason
 ORIGIN_UNSPECIFIED: Origin
 SNAPSHOT: Origin
 RESYNC: Origin

@@ -102,6 +102,11 @@ def recheck_event(
     return event
 
 
+def waits_only(event: pb.LedgerEvent) -> bool:
+    """A LEDGER_RECHECK after a bookie's restart: only a ledger that waits for the bookie's answers is checked."""
+    return event.kind == pb.EventKind.LEDGER_RECHECK and event.recheck == pb.RecheckReason.BOOKIE_RESTARTED
+
+
 def bookie_lost_event(
     bookie: str, *, unregistered_ms: int, ledgers: int, entries: int, publisher: Publisher, observed_ms: int
 ) -> pb.LedgerEvent:

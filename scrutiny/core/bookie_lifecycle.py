@@ -9,7 +9,9 @@ calls for the bookie's ledgers to be checked again:
   lost, once; its closed ledgers must then be marked under-replicated or re-replicated;
 * **returned**: a lost bookie registered again (what it holds may be anything: an empty disk, an old copy);
 * **cookie changed**: a bookie registered with a cookie other than the one it had (it was formatted again, or its
-  disks replaced, and rejoined empty), whether or not it was lost meanwhile.
+  disks replaced, and rejoined empty), whether or not it was lost meanwhile;
+* **restarted**: a bookie registered again, with its cookie, after an absence shorter than a loss (a restart, a
+  network partition): its ledgers that were waiting for its answers can have them now.
 
 The first observation has nothing to compare with: it only sets the statuses (a bookie unregistered then is taken as
 unregistered since that moment). A bookie is known from the first observation that shows its registration or its
@@ -43,6 +45,7 @@ class LifecycleKind(StrEnum):
     LOST = "lost"
     RETURNED = "returned"
     COOKIE_CHANGED = "cookie_changed"
+    RESTARTED = "restarted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +106,8 @@ def _step(
         event = LifecycleKind.COOKIE_CHANGED
     elif before.lost:
         event = LifecycleKind.RETURNED
+    elif before.unregistered_ms is not None:
+        event = LifecycleKind.RESTARTED
     return BookieStatus(True, kept), event
 
 

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scrutiny.core.backoff import Backoff
+from scrutiny.core.bookie_lifecycle import LifecycleKind
 from scrutiny.core.errors import FormatError
 from scrutiny.core.ledger_metadata import LedgerMetadata, LedgerState, decode_ledger_metadata
 from scrutiny.core.reverify import next_reverify_ms
@@ -449,7 +450,7 @@ def on_reread(
 def on_recheck(
     state: TrackedLedger | None,
     *,
-    lost: bool,
+    why: LifecycleKind | None,
     bookie: str,
     version: int,
     data: bytes,
@@ -459,9 +460,12 @@ def on_recheck(
     cluster: ClusterView,
     config: TrackerConfig,
 ) -> Step:
-    """The watcher asks for the ledger to be checked again because of ``bookie``: checked like a re-verification.
-    ``lost``: the bookie is lost, so the ledger must be marked or re-replicated within the grace (unless it is
-    marked already); otherwise (back after a loss, a new cookie) the bookie's pending deadline and report go."""
+    """The watcher asks for the ledger to be checked again because of what happened to ``bookie`` (``why``; None: a
+    plain check): checked like a re-verification. Lost: the ledger must be marked or re-replicated within the grace
+    (unless it is marked already). Back after a loss, or with a new cookie: the bookie's pending deadline and report
+    go. Restarted: checked only if it waits for the bookie (see :func:`waits_for`), else left as it is."""
+    if why is LifecycleKind.RESTARTED and (state is None or not waits_for(state, bookie)):
+        return Step(state)
     step = on_reread(
         state or TrackedLedger(),
         version=version,
@@ -473,9 +477,9 @@ def on_recheck(
         answers=answers,
     )
     after = step.state
-    if after is None:
+    if after is None or why not in (LifecycleKind.LOST, LifecycleKind.RETURNED, LifecycleKind.COOKIE_CHANGED):
         return step
-    if lost:
+    if why is LifecycleKind.LOST:
         metadata = step.outcome.metadata
         holds = metadata is not None and bookie in _bookies(metadata)
         if holds and after.mark is None and all(b != bookie for b, _ in after.lost):
@@ -485,6 +489,14 @@ def on_recheck(
     resolved = (key,) if key in after.open else ()
     after = replace(after, lost=tuple(x for x in after.lost if x[0] != bookie), open=_without(after.open, resolved))
     return Step(after, replace(step.outcome, resolved=(*step.outcome.resolved, *resolved)))
+
+
+def waits_for(state: TrackedLedger, bookie: str) -> bool:
+    """Whether the ledger waits for ``bookie``'s answers: a finding that it did not answer (unresponsive, not
+    registered), a retry pending, or ``CHECK_OVERDUE`` (its last verified check is old)."""
+    unanswered = (Category.BOOKIE_UNRESPONSIVE.value, Category.BOOKIE_NOT_REGISTERED.value)
+    named = any(k[0] in unanswered and k[1] == bookie for k in state.open)
+    return named or state.retry_at_ms is not None or _overdue_key() in state.open
 
 
 def _not_marked(

@@ -409,7 +409,8 @@ class Watcher:
                 **self._now(),
             )
             self._publish(publisher, lost)
-        log.warning("bookie %s %s: checking its %d ledger(s) again", event.bookie, _SAID[event.kind], len(held.ledgers))
+        level = logging.INFO if event.kind is LifecycleKind.RESTARTED else logging.WARNING
+        log.log(level, "bookie %s %s: %d ledger(s) to check again", event.bookie, _SAID[event.kind], len(held.ledgers))
         reason = _RECHECK_REASON[event.kind]
         for ledger_id, node in held.ledgers:
             self._publish(publisher, recheck_event(ledger_id, node, reason, event.bookie, me, **self._now()))
@@ -483,11 +484,13 @@ _SAID = {
     LifecycleKind.LOST: "is lost",
     LifecycleKind.RETURNED: "registered again after it was lost",
     LifecycleKind.COOKIE_CHANGED: "has a new cookie (formatted again)",
+    LifecycleKind.RESTARTED: "registered again after an absence",
 }
 _RECHECK_REASON = {
     LifecycleKind.LOST: pb.RecheckReason.BOOKIE_LOST_RECHECK,
     LifecycleKind.RETURNED: pb.RecheckReason.BOOKIE_RETURNED,
     LifecycleKind.COOKIE_CHANGED: pb.RecheckReason.COOKIE_CHANGED,
+    LifecycleKind.RESTARTED: pb.RecheckReason.BOOKIE_RESTARTED,
 }
 
 #: How long one wait for Kafka's acknowledgements lasts before the leadership is checked again.

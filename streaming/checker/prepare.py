@@ -1,11 +1,12 @@
 """The fetch stage: decode a partition's events and fetch the listings their checks need.
 
 Runs on the executors (``mapInArrow``) once per Kafka partition range per micro-batch. For each
-ledger it keeps its events in offset order; for the last metadata event (or LEDGER_RECHECK) of a ledger that needs a
-check (closed, or with sealed segments) it asks the ensemble's bookies, all ledgers of the batch
-at once, batched per bookie. Cluster-wide events refresh the cluster view; the bookie events that open or resolve a
-``BOOKIE_LOST`` (BOOKIE_LOST itself, and a registration) are passed on under :data:`CLUSTER_LEDGER`, the rest (racks,
-ticks, markers) are not; a tick's part is to make the micro-batch run so timers fire.
+ledger it keeps its events in offset order; for the last metadata event (or LEDGER_RECHECK, but one after a bookie's
+restart, which the processor weighs first) of a ledger that needs a check (closed, or with sealed segments) it asks
+the ensemble's bookies, all ledgers of the batch at once, batched per bookie. Cluster-wide events refresh the cluster
+view; the bookie events that open or resolve a ``BOOKIE_LOST`` (BOOKIE_LOST itself, and a registration) are passed
+on under :data:`CLUSTER_LEDGER`, the rest (racks, ticks, markers) are not; a tick's part is to make the micro-batch
+run so timers fire.
 
 No record of the topic can stop the job: a record the checker cannot use (no value, bytes that
 are not an event, an unknown kind, another cluster's events, a negative ledger id, a key that is
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from scrutiny.connectors.bookies.fetch import shared_fetcher
-from scrutiny.connectors.kafka.events import LEDGER_KINDS, RejectedEventError, accept_event
+from scrutiny.connectors.kafka.events import LEDGER_KINDS, RejectedEventError, accept_event, waits_only
 from scrutiny.core.errors import FormatError, ScrutinyError
 from scrutiny.core.ledger_metadata import decode_ledger_metadata
 from scrutiny.core.ledger_tracker import needs_check
@@ -186,7 +187,7 @@ def ledgers_to_check(rows: list[EventRow]) -> dict[int, tuple[int, tuple[str, ..
     for row in rows:
         if row.ledger_id == CLUSTER_LEDGER:
             continue
-        if row.event.kind in _CHECKED:
+        if row.event.kind in _CHECKED and not waits_only(row.event):
             last[row.ledger_id] = row
         elif row.event.kind == pb.EventKind.LEDGER_DELETED:
             last[row.ledger_id] = None

@@ -46,8 +46,10 @@ from pyspark.sql.streaming.stateful_processor import (
     ValueState,
 )
 
+from scrutiny.connectors.kafka.events import waits_only
 from scrutiny.connectors.zookeeper.cluster_cache import LedgerZnode
 from scrutiny.core.bookie_findings import on_bookie_lost, on_bookie_registered
+from scrutiny.core.bookie_lifecycle import LifecycleKind
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.ledger_tracker import (
     Step,
@@ -92,6 +94,13 @@ log = logging.getLogger(__name__)
 STATE_SCHEMA = "state binary"
 _METADATA = (pb.EventKind.LEDGER_CREATED, pb.EventKind.LEDGER_CHANGED)
 _CHECKED = (*_METADATA, pb.EventKind.LEDGER_RECHECK)
+#: What each recheck reason says happened to the bookie (an unknown reason: a plain check).
+_RECHECK_WHY = {
+    pb.RecheckReason.BOOKIE_LOST_RECHECK: LifecycleKind.LOST,
+    pb.RecheckReason.BOOKIE_RETURNED: LifecycleKind.RETURNED,
+    pb.RecheckReason.COOKIE_CHANGED: LifecycleKind.COOKIE_CHANGED,
+    pb.RecheckReason.BOOKIE_RESTARTED: LifecycleKind.RESTARTED,
+}
 _DELETED = pb.EventKind.LEDGER_DELETED
 
 
@@ -269,9 +278,9 @@ class LedgerProcessor(StatefulProcessor):
     ) -> tuple[TrackedLedger | None, list[Record]]:
         """One ledger's events of the batch (rows and their events), in offset order: its new state and records."""
         records: list[Record] = []
-        newest = max((i for i, (_, e) in enumerate(parsed) if e.kind in _CHECKED or e.kind == _DELETED), default=-1)
+        newest = max((i for i, (_, e) in enumerate(parsed) if _supersedes(e)), default=-1)
         for index, (row, event) in enumerate(parsed):
-            if event.kind in _CHECKED and index != newest:
+            if _supersedes(event) and index != newest:
                 continue  # superseded within the batch by a newer version, a recheck or a deletion
             step = self._step(state, event, row["answers"], now_ms)
             records += outcome_records(ledger_id, step.outcome, now_ms=now_ms, source=self.config.source)
@@ -299,7 +308,7 @@ class LedgerProcessor(StatefulProcessor):
         if event.kind == pb.EventKind.LEDGER_RECHECK:
             return on_recheck(
                 state,
-                lost=event.recheck == pb.RecheckReason.BOOKIE_LOST_RECHECK,
+                why=_RECHECK_WHY.get(event.recheck),
                 bookie=event.bookie_id,
                 version=event.stat.version,
                 data=event.metadata,
@@ -481,6 +490,11 @@ class LedgerProcessor(StatefulProcessor):
         for record in records:
             kind, ledger_id, at, payload = narrow(record)
             yield Row(record=kind, ledger_id=ledger_id, at=at, payload=payload)
+
+
+def _supersedes(event: pb.LedgerEvent) -> bool:
+    """Whether a later event of this kind makes an earlier metadata event of the batch moot."""
+    return (event.kind in _CHECKED and not waits_only(event)) or event.kind == _DELETED
 
 
 def _now_ms(floor_ms: int) -> int:

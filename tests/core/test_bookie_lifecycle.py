@@ -55,8 +55,9 @@ def test_the_lost_event_says_since_when() -> None:
     assert events == [LifecycleEvent(LifecycleKind.LOST, B, 5_000)]
 
 
-def test_a_short_outage_is_nothing() -> None:
-    assert run([(0, True, 1), (1_000, False, 1), (2_000, True, 1), (2_000 + AFTER, True, 1)]) == []
+def test_a_short_outage_is_a_restart() -> None:
+    steps = [(0, True, 1), (1_000, False, 1), (2_000, True, 1), (2_000 + AFTER, True, 1)]
+    assert run(steps) == [(2_000, LifecycleKind.RESTARTED)]
 
 
 def test_a_new_cookie_counts_when_the_bookie_registers_with_it() -> None:
@@ -96,6 +97,8 @@ def _reference(steps: list[tuple[int, bool, int | None]]) -> list[tuple[int, Lif
                 out.append((now, LifecycleKind.COOKIE_CHANGED))
             elif lost:
                 out.append((now, LifecycleKind.RETURNED))
+            elif away_since is not None:
+                out.append((now, LifecycleKind.RESTARTED))
             cookie = seen if seen is not None else cookie
             away_since, lost = None, False
         elif away_since is None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 
 from scrutiny.core.bookie_findings import lost_key, on_bookie_lost, on_bookie_registered
+from scrutiny.core.bookie_lifecycle import LifecycleKind
 from scrutiny.core.ledger_metadata import LedgerState, build_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.ledger_tracker import (
     Step,
     TrackedLedger,
     TrackerConfig,
+    on_answers,
     on_deleted,
     on_marked,
     on_metadata,
@@ -63,11 +65,12 @@ def checked(version: int = 1) -> TrackedLedger:
 
 
 def recheck(state: TrackedLedger | None, *, lost: bool, now_ms: int = 10_000, **kw: object) -> Step:
+    """A recheck because the bookie is lost (``lost``) or back after it was."""
     got = kw.pop("answers", answers(empty=LOST))
     assert isinstance(got, dict) or got is None
     return on_recheck(
         state,
-        lost=lost,
+        why=LifecycleKind.LOST if lost else LifecycleKind.RETURNED,
         bookie=LOST,
         version=1,
         data=blob(),
@@ -196,7 +199,7 @@ def test_a_ledger_without_the_bookie_gets_no_deadline() -> None:
     others = ("b1:3181", "b3:3181", "b4:3181")
     step = on_recheck(
         None,
-        lost=True,
+        why=LifecycleKind.LOST,
         bookie=LOST,
         version=1,
         data=blob(others),
@@ -230,3 +233,48 @@ def test_bookie_lost_is_reported_once_and_resolved_by_its_registration() -> None
     assert back.state is not None and back.state.open == (lost_key("b9:3181"),)
     assert on_bookie_registered(back.state, "b9:3181").state is None
     assert on_bookie_registered(None, LOST).outcome.resolved == ()
+
+
+def restarted(state: TrackedLedger | None, answers_: dict[str, BookieAnswer] | None = None) -> Step:
+    return on_recheck(
+        state,
+        why=LifecycleKind.RESTARTED,
+        bookie=LOST,
+        version=1,
+        data=blob(),
+        written_ms=None,
+        answers=answers_,
+        now_ms=30_000,
+        cluster=EVERYONE,
+        config=CONFIG,
+    )
+
+
+def test_a_restart_leaves_a_ledger_that_does_not_wait_for_the_bookie_alone() -> None:
+    state = checked()
+    step = restarted(state)
+    assert step.state == state and step.outcome.fetch == () and step.outcome.check is None
+    assert restarted(None).state is None
+
+
+def test_a_restart_checks_at_once_a_ledger_the_bookie_did_not_answer() -> None:
+    silent = {**answers(), LOST: BookieAnswer.unknown("timed out")}
+    waiting = recheck(checked(), lost=False, answers=silent).state
+    assert waiting is not None and waiting.retry_at_ms is not None
+    assert restarted(waiting).outcome.fetch == BOOKIES  # a retry pending: asked again now
+    due: int | None = waiting.retry_at_ms
+    for _ in range(CONFIG.retry.max_retries + 1):  # the retries run out: BOOKIE_NOT_REGISTERED stays open
+        if due is None:
+            break
+        timed = on_timer(waiting, now_ms=due, config=CONFIG)
+        assert timed.state is not None and timed.outcome.fetch
+        after = on_answers(timed.state, version=1, answers=silent, now_ms=due, cluster=WITHOUT_LOST, config=CONFIG)
+        assert after.state is not None
+        waiting, due = after.state, after.state.retry_at_ms
+    assert due is None
+    unanswered = [k for k in waiting.open if k[:2] == (Category.BOOKIE_NOT_REGISTERED.value, LOST)]
+    assert unanswered
+    step = restarted(waiting, answers())
+    assert step.outcome.check is not None  # checked again now, with the answers
+    assert set(unanswered) <= set(step.outcome.resolved)
+    assert restarted(waiting).outcome.fetch == BOOKIES  # without answers in hand: asked for

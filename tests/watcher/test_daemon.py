@@ -392,7 +392,15 @@ def test_bookie_lost_back_and_reformatted_have_their_ledgers_checked_again(
         zk_client.create(cookie_path("bk2:3181"), b"cookie")
         zk_client.create(available_bookie_path("bk2:3181"), b"", ephemeral=True, makepath=True)
         formatted = [("COOKIE_CHANGED", "bk2:3181", 2), ("COOKIE_CHANGED", "bk2:3181", 3)]
-        everything = sorted(lost + back + formatted)
-        wait_until(lambda: sorted(_bookie_events(service_settings, topic)) == everything, 30, "bk2 formatted")
-        time.sleep(2)  # nothing more: bk2 was never away for the delay
+        wait_until(
+            lambda: sorted(_bookie_events(service_settings, topic)) == sorted(lost + back + formatted), 30, "bk2"
+        )
+        # bk3 restarted: away for less than the delay, back with its cookie.
+        zk_client.delete(available_bookie_path("bk3:3181"))
+        time.sleep(1)
+        zk_client.create(available_bookie_path("bk3:3181"), b"", ephemeral=True, makepath=True)
+        restarted = [("BOOKIE_RESTARTED", "bk3:3181", 2), ("BOOKIE_RESTARTED", "bk3:3181", 3)]
+        everything = sorted(lost + back + formatted + restarted)
+        wait_until(lambda: sorted(_bookie_events(service_settings, topic)) == everything, 30, "bk3 restarted")
+        time.sleep(2)  # nothing more: bk3 was never away for the delay
         assert sorted(_bookie_events(service_settings, topic)) == everything

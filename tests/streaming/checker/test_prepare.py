@@ -35,6 +35,12 @@ def event(kind: pb.EventKind, ledger: int = 0, data: bytes = b"") -> bytes:
     return pb.LedgerEvent(kind=kind, ledger_id=ledger, metadata=data, ledgers_root=ROOT).SerializeToString()
 
 
+def restart_recheck(ledger: int, data: bytes) -> bytes:
+    event = pb.LedgerEvent(kind=pb.EventKind.LEDGER_RECHECK, ledger_id=ledger, metadata=data, ledgers_root=ROOT)
+    event.recheck = pb.RecheckReason.BOOKIE_RESTARTED
+    return event.SerializeToString()
+
+
 def key_of(value: bytes) -> bytes | None:
     """The key the watcher gives an event (None for bytes that are not one)."""
     try:
@@ -70,10 +76,11 @@ def test_only_the_newest_metadata_of_a_ledger_that_needs_a_check_is_fetched() ->
         b"\xff\xff not an event",
         event(pb.EventKind.LEDGER_RECHECK, 6, closed),  # checked again: fetched like a change
         event(pb.EventKind.RACKS_CHANGED),  # refreshes the cluster view only
+        restart_recheck(7, closed),  # only if it waits for the bookie: the processor decides, and asks
     ]
     read = ledger_rows(iter([batch(values)]), ROOT)
     assert read.events == len(values) and read.cluster_events == 2
-    assert [r.ledger_id for r in read.rows] == [1, 1, 2, 2, 3, 4, 5, CLUSTER_LEDGER, 6]
+    assert [r.ledger_id for r in read.rows] == [1, 1, 2, 2, 3, 4, 5, CLUSTER_LEDGER, 6, 7]
     assert [(r.offset, r.rejected.reason) for r in read.rejected] == [(9, RejectReason.UNDECODABLE)]
     wanted = ledgers_to_check(read.rows)
     assert wanted == {1: (1, E1), 4: (5, ("b1:3181", "b2:3181", "b3:3181", "b4:3181")), 6: (10, E1)}
