@@ -13,11 +13,12 @@ from scrutiny.settings.loader import ENV_PREFIX, Settings
 from scrutiny.simulator.model import Scenario
 
 #: The sections a scenario's assumptions touch.
-ASSUMED_SECTIONS = ("placement", "verdict")
+ASSUMED_SECTIONS = ("placement", "verdict", "watcher", "checker")
 
 
 def scenario_checker_settings(base: Settings, scenario: Scenario) -> Settings:
-    """``base`` with the checker settings the scenario's ground truth assumes (placement policy, mark grace)."""
+    """``base`` with the settings the scenario's ground truth assumes (placement policy, mark grace, when a stopped
+    bookie is lost and how long its ledgers may stay unmarked)."""
     spec = scenario.checker
     placement = replace(
         base.placement,
@@ -28,10 +29,15 @@ def scenario_checker_settings(base: Settings, scenario: Scenario) -> Settings:
         desired_zones_per_write_quorum=spec.desired_zones_per_write_quorum,
         default_rack=spec.default_rack,
     )
+    watcher = replace(
+        base.watcher, lost_bookie_recovery_delay_seconds=0, bookie_lost_grace_seconds=round(spec.bookie_lost_after_s)
+    )
     return replace(
         base,
         placement=placement,
         verdict=replace(base.verdict, under_replication_grace_seconds=int(spec.under_replication_grace_s)),
+        watcher=watcher,
+        checker=replace(base.checker, under_replication_mark_grace_seconds=spec.under_replication_mark_grace_s),
     )
 
 

@@ -262,6 +262,10 @@ class CheckerSpec:
     desired_zones_per_write_quorum: int = 3
     default_rack: str = "/default-rack"
     request_timeout_s: float = 5.0
+    #: A bookie stopped this long is lost (the watcher's lost delay plus its grace): ``BOOKIE_LOST``.
+    bookie_lost_after_s: float = 300.0
+    #: A lost bookie's ledger neither marked nor re-replicated this long after: ``UNDER_REPLICATION_NOT_MARKED``.
+    under_replication_mark_grace_s: float = 300.0
 
     def as_json_dict(self) -> dict[str, object]:
         """The assumptions, for the truth file."""
@@ -274,6 +278,8 @@ class CheckerSpec:
             "desired_zones_per_write_quorum": self.desired_zones_per_write_quorum,
             "default_rack": self.default_rack,
             "request_timeout_s": self.request_timeout_s,
+            "bookie_lost_after_s": self.bookie_lost_after_s,
+            "under_replication_mark_grace_s": self.under_replication_mark_grace_s,
         }
 
 

@@ -355,6 +355,13 @@ def _parse_checker(doc: Mapping[str, Any]) -> CheckerSpec:
         ),
         default_rack=_str(table.get("default_rack", defaults.default_rack), where.at("default_rack")),
         request_timeout_s=_number(table.get("request_timeout_s", 5.0), where.at("request_timeout_s"), 0.001),
+        bookie_lost_after_s=_number(
+            table.get("bookie_lost_after_s", defaults.bookie_lost_after_s), where.at("bookie_lost_after_s")
+        ),
+        under_replication_mark_grace_s=_number(
+            table.get("under_replication_mark_grace_s", defaults.under_replication_mark_grace_s),
+            where.at("under_replication_mark_grace_s"),
+        ),
     )
     return spec
 

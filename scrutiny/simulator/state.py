@@ -55,6 +55,8 @@ class BookieState:
     limbo: frozenset[int]
     #: The mode a killed bookie comes back in.
     revive_mode: BookieMode = BookieMode.WRITABLE
+    #: Since when a stopped bookie has been stopped (seconds after the start; None while it runs).
+    stopped_at_s: float | None = None
 
     @property
     def registered(self) -> bool:
@@ -119,6 +121,7 @@ class ClusterState:
                 b.fault,
                 b.limbo,
                 BookieMode.WRITABLE if b.mode is BookieMode.STOPPED else b.mode,
+                0.0 if b.mode is BookieMode.STOPPED else None,
             )
             for b in scenario.bookies
         }
@@ -292,6 +295,7 @@ class ClusterState:
         if bookie.mode is BookieMode.STOPPED:
             raise where.fail(f"bookie {bookie.bookie_id} is already stopped")
         bookie.revive_mode, bookie.mode = bookie.mode, BookieMode.STOPPED
+        bookie.stopped_at_s = event.at_s
         change.stopped.add(bookie.bookie_id)
 
     def _revive(self, event: Event, change: ScheduledChange, where: Where) -> None:
@@ -299,6 +303,7 @@ class ClusterState:
         if bookie.mode is not BookieMode.STOPPED:
             raise where.fail(f"bookie {bookie.bookie_id} is not stopped")
         bookie.mode = bookie.revive_mode
+        bookie.stopped_at_s = None
         change.started.add(bookie.bookie_id)
 
     def _wipe(self, event: Event, change: ScheduledChange, where: Where) -> None:

@@ -21,7 +21,11 @@ so that it can catch their mistakes. The rules are those of ``docs/verdict.md``:
 * and what the jobs around the verdict decide: ``BOOKIE_UNRESPONSIVE`` per (ledger, bookie) for a
   registered bookie whose answer stays unknown while the checker needs it (``BOOKIE_NOT_REGISTERED``
   for such a bookie that is gone, unless already reported), ``METADATA_UNREADABLE``
-  (alone) for a corrupt znode. ``CHECK_OVERDUE`` never (a perfect checker is never late).
+  (alone) for a corrupt znode. ``CHECK_OVERDUE`` never (a perfect checker is never late);
+* bookies' lives: ``BOOKIE_LOST`` (cluster-level, ledger id -1) for a bookie stopped strictly longer than
+  ``bookie_lost_after_s``, and ``UNDER_REPLICATION_NOT_MARKED`` for each closed ledger (or sealed segment) it is in,
+  not marked, strictly ``under_replication_mark_grace_s`` after the loss (a mark set and cleared again meanwhile is
+  not modelled: the checker would not report such a ledger).
 
 The file format written by :func:`truth_document` is documented in ``docs/simulator.md``.
 """
@@ -39,7 +43,7 @@ from typing import Final
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.placement import PlacementResult
 from scrutiny.core.sequence_groups import SequenceGroup
-from scrutiny.core.vocabulary import Category, Severity
+from scrutiny.core.vocabulary import CLUSTER_LEDGER_ID, Category, Severity
 from scrutiny.simulator.model import (
     MAX_ENTRY,
     LedgerSpec,
@@ -298,6 +302,7 @@ def ledger_truth(state: ClusterState, ledger_id: int, now_s: float) -> list[Trut
         out += _metadata_truth(state, spec, checked)
     if spec.mark is not None and now_s > spec.mark.stuck_after_s(state.checker.under_replication_grace_s):
         out.append(TruthViolation(ledger_id, Category.UNDER_REPLICATION_STUCK, Severity.CRITICAL))
+    out += _not_marked(state, spec, spans, now_s)
     unregistered = {v.bookie for v in out if v.category is Category.BOOKIE_NOT_REGISTERED}
     for bookie in replicas.unknown:
         if state.bookies[bookie].registered:
@@ -496,28 +501,62 @@ def _metadata_truth(state: ClusterState, spec: LedgerSpec, checked: Sequence[_Sp
 # --------------------------------------------------------------------------- the whole cluster over time
 
 
+def _lost_at(state: ClusterState, bookie: str) -> float | None:
+    """When a stopped bookie is lost (None: it runs)."""
+    stopped = state.bookies[bookie].stopped_at_s
+    return None if stopped is None else stopped + state.checker.bookie_lost_after_s
+
+
+def _not_marked(state: ClusterState, spec: LedgerSpec, spans: Sequence[_Span], now_s: float) -> list[TruthViolation]:
+    """``UNDER_REPLICATION_NOT_MARKED`` for each lost bookie of the segments the checker sees, past the grace."""
+    if spec.mark is not None:
+        return []
+    grace = state.checker.under_replication_mark_grace_s
+    out = []
+    for bookie in sorted({b for span in spans for b in span.ensemble}):
+        lost = _lost_at(state, bookie)
+        if lost is not None and now_s > lost + grace:
+            category = Category.UNDER_REPLICATION_NOT_MARKED
+            out.append(TruthViolation(spec.ledger_id, category, Severity.CRITICAL, bookie=bookie))
+    return out
+
+
+def bookie_truth(state: ClusterState, now_s: float) -> list[TruthViolation]:
+    """The cluster-level violations at ``now_s``: each lost bookie."""
+    out = []
+    for bookie in sorted(state.bookies):
+        lost = _lost_at(state, bookie)
+        if lost is not None and now_s > lost:
+            out.append(TruthViolation(CLUSTER_LEDGER_ID, Category.BOOKIE_LOST, Severity.WARNING, bookie=bookie))
+    return out
+
+
 def cluster_truth(state: ClusterState, now_s: float) -> list[TruthViolation]:
-    """Every violation of every ledger at ``now_s``, sorted."""
-    out: list[TruthViolation] = []
+    """Every violation of every ledger at ``now_s`` (the cluster-level ones first), sorted."""
+    out: list[TruthViolation] = bookie_truth(state, now_s)
     for ledger_id in sorted(state.ledgers):
         out += ledger_truth(state, ledger_id, now_s)
     return out
 
 
 def truth_timeline(scenario: Scenario, *, horizon_s: float | None = None) -> list[TruthState]:
-    """The truth at the start and after every scheduled change and every mark's grace period.
+    """The truth at the start and after every scheduled change and every grace period's end (a mark's, a stopped
+    bookie's loss, a lost bookie's ledgers' deadline).
 
-    Several changes at the same time make one state. Grace points (a mark becoming older than
-    the grace period) beyond ``horizon_s`` are left out; scheduled changes always count.
-    Only ledgers a change touches are judged again, so long schedules on large clusters stay cheap.
+    Several changes at the same time make one state. Grace points beyond ``horizon_s`` are left out; scheduled
+    changes always count. Only ledgers a change touches are judged again, so long schedules on large clusters stay
+    cheap.
     """
     state = ClusterState.from_scenario(scenario)
     grace = scenario.checker.under_replication_grace_s
     per_ledger = {lid: ledger_truth(state, lid, 0.0) for lid in state.ledgers}
+    per_ledger[CLUSTER_LEDGER_ID] = bookie_truth(state, 0.0)
     timeline = [TruthState(0.0, ("start",), _flatten(per_ledger))]
-    waiting: list[tuple[float, int]] = []
+    waiting: list[tuple[float, int, str]] = []
     for lid, spec in state.ledgers.items():
         _wait_for_grace(waiting, lid, spec, grace, 0.0)
+    for bookie in state.bookies:
+        _wait_for_loss(waiting, state, bookie, 0.0)
     events = list(scenario.schedule)
     position = 0
     while position < len(events) or waiting:
@@ -527,18 +566,24 @@ def truth_timeline(scenario: Scenario, *, horizon_s: float | None = None) -> lis
             if horizon_s is not None and next_grace > horizon_s:
                 waiting.clear()
                 continue
-            _, lid = heapq.heappop(waiting)
+            _, lid, why = heapq.heappop(waiting)
             before = per_ledger.get(lid)
-            per_ledger[lid] = ledger_truth(state, lid, next_grace + GRACE_STEP_S)
-            if lid in state.ledgers and per_ledger[lid] != before:
-                timeline.append(TruthState(next_grace, (f"grace period of ledger {lid}'s mark",), _flatten(per_ledger)))
+            if lid == CLUSTER_LEDGER_ID:
+                per_ledger[lid] = bookie_truth(state, next_grace + GRACE_STEP_S)
+            elif lid in state.ledgers:
+                per_ledger[lid] = ledger_truth(state, lid, next_grace + GRACE_STEP_S)
+            if per_ledger.get(lid) != before:
+                timeline.append(TruthState(next_grace, (why,), _flatten(per_ledger)))
             continue
         assert next_event is not None
         causes: list[str] = []
         touched: set[int] = set()
         while position < len(events) and events[position].at_s == next_event:
             event = events[position]
-            touched |= _touched(state, state.apply(event))
+            change = state.apply(event)
+            touched |= _touched(state, change)
+            for bookie in change.stopped:
+                _wait_for_loss(waiting, state, bookie, next_event)
             causes.append(event.describe())
             position += 1
         for lid in touched:
@@ -547,15 +592,31 @@ def truth_timeline(scenario: Scenario, *, horizon_s: float | None = None) -> lis
                 _wait_for_grace(waiting, lid, state.ledgers[lid], grace, next_event)
             else:
                 per_ledger.pop(lid, None)
+        per_ledger[CLUSTER_LEDGER_ID] = bookie_truth(state, next_event)
         timeline.append(TruthState(next_event, tuple(causes), _flatten(per_ledger)))
     return timeline
 
 
-def _wait_for_grace(waiting: list[tuple[float, int]], lid: int, spec: LedgerSpec, grace: float, now: float) -> None:
+def _wait_for_grace(
+    waiting: list[tuple[float, int, str]], lid: int, spec: LedgerSpec, grace: float, now: float
+) -> None:
     if spec.mark is not None and spec.corrupt is None:
         due = spec.mark.stuck_after_s(grace)
         if due >= now:
-            heapq.heappush(waiting, (due, lid))
+            heapq.heappush(waiting, (due, lid, f"grace period of ledger {lid}'s mark"))
+
+
+def _wait_for_loss(waiting: list[tuple[float, int, str]], state: ClusterState, bookie: str, now: float) -> None:
+    """A stopped bookie's loss, and its ledgers' deadline after it (a revival before either changes nothing)."""
+    lost = _lost_at(state, bookie)
+    if lost is None:
+        return
+    if lost >= now:
+        heapq.heappush(waiting, (lost, CLUSTER_LEDGER_ID, f"bookie {bookie} lost"))
+    deadline = lost + state.checker.under_replication_mark_grace_s
+    if deadline >= now:
+        for lid in sorted(state.ledgers_of(bookie)):
+            heapq.heappush(waiting, (deadline, lid, f"ledger {lid}'s deadline after bookie {bookie}'s loss"))
 
 
 def _touched(state: ClusterState, change: ScheduledChange) -> set[int]:

@@ -311,14 +311,28 @@ age_s = 3590
 """
     )
     timeline = truth_timeline(scenario)
-    assert [(s.at_s, len(s.causes)) for s in timeline] == [(0.0, 1), (5.0, 2), (9.0, 1), (12.0, 1), (22.0, 1)]
-    start, killed, deleted, marked, stuck = (s.by_key() for s in timeline)
+    assert [(s.at_s, len(s.causes)) for s in timeline] == [
+        (0.0, 1),
+        (5.0, 2),
+        (9.0, 1),
+        (12.0, 1),
+        (22.0, 1),
+        (305.0, 1),  # bookie-1 stopped for the default 300 s: lost (ledger 1 is marked: no deadline passes)
+    ]
+    start, killed, deleted, marked, stuck, lost = (s.by_key() for s in timeline)
     assert (2, Category.MISSING_REPLICA, "bookie-3", 0) in start
     assert (2, Category.MISSING_REPLICA, "bookie-3", 0) not in killed  # marked at 5
     assert (1, Category.BOOKIE_NOT_REGISTERED, "bookie-1", 0) in killed
     assert not any(key[0] == 2 for key in deleted)
     assert (1, Category.UNDER_REPLICATION_STUCK, None, None) not in marked
     assert (1, Category.UNDER_REPLICATION_STUCK, None, None) in stuck  # ctime 12 - 3590, grace 3600: from 22 s
+    assert (-1, Category.BOOKIE_LOST, "bookie-1", None) in lost and (
+        -1,
+        Category.BOOKIE_LOST,
+        "bookie-1",
+        None,
+    ) not in stuck
+    assert not any(key[1] is Category.UNDER_REPLICATION_NOT_MARKED for key in lost)
     assert [s.at_s for s in truth_timeline(scenario, horizon_s=15)][-1] == 12.0
 
 
@@ -546,3 +560,42 @@ def test_generated_truth_matches_the_fault_plan() -> None:
     assert counts[Category.METADATA_UNREADABLE] == len(plan.ledgers["corrupt"]) == 10
     assert counts[Category.NO_REPLICA] == len(plan.ledgers["no_replica"]) == 20
     assert counts[Category.UNDER_REPLICATION_STUCK] == len(plan.ledgers["stuck"])
+
+
+def test_a_stopped_bookie_is_lost_and_its_unmarked_ledgers_reported_after_the_grace() -> None:
+    head = HEAD.replace("[checker]\n", "[checker]\nbookie_lost_after_s = 10\nunder_replication_mark_grace_s = 5\n")
+    scenario = parse_scenario(
+        head
+        + f"""
+[[ledgers]]
+ids = [[1, 3]]
+{E123}
+[[schedule]]
+at = 2
+action = "kill"
+bookie = "bookie-2"
+[[schedule]]
+at = 14
+action = "mark"
+ledger = 3
+replicas = ["bookie-2"]
+[[schedule]]
+at = 30
+action = "change_ensemble"
+ledger = 2
+first = 0
+ensemble = ["bookie-1", "bookie-4", "bookie-3"]
+[[schedule]]
+at = 40
+action = "revive"
+bookie = "bookie-2"
+"""
+    )
+    timeline = truth_timeline(scenario)
+    at = {s.at_s: s.by_key() for s in timeline}
+    not_marked = Category.UNDER_REPLICATION_NOT_MARKED
+    assert (-1, Category.BOOKIE_LOST, "bookie-2", None) in at[12.0]  # stopped at 2, lost strictly after 12
+    assert not any(key[1] is not_marked for key in at[12.0])
+    assert {k[0] for k in at[17.0] if k[1] is not_marked} == {1, 2}  # 3 was marked at 14
+    assert {k[0] for k in at[30.0] if k[1] is not_marked} == {1}  # 2 re-replicated without bookie-2
+    assert not any(k[1] in (not_marked, Category.BOOKIE_LOST) for k in at[40.0])  # back
