@@ -28,12 +28,12 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from kazoo.client import KazooClient
 
 from bench.checker_bench import running_servers, scenario_text, start_simulator, wait_backlog
+from bench.reverify_bench import run_settings
 from scrutiny.connectors.tables.delta import read_table
 from scrutiny.connectors.zookeeper.tree import TreeLayout, read_cluster
 from scrutiny.core.ledger_metadata import (
@@ -46,7 +46,7 @@ from scrutiny.core.ledger_metadata import (
 from scrutiny.core.metadata_view import Node, NodeStat
 from scrutiny.core.zk_paths import cookie_path
 from scrutiny.services.embedded import embedded_settings
-from scrutiny.settings.loader import Settings, load_settings
+from scrutiny.settings.loader import load_settings
 from scrutiny.simulator.scenario import parse_scenario
 from scrutiny.streaming.checker.job import start_checker
 from scrutiny.streaming.session import build_spark_session
@@ -140,7 +140,7 @@ def end_to_end(args: argparse.Namespace, tmp: Path, zk: str, kafka: str) -> None
         scenario_text(args.ledgers, 1) + f'\n[[schedule]]\nat = {args.wipe_at}\naction = "wipe"\nbookie = "{WIPED}"\n'
     )
     (tmp / "scenario.toml").write_text(text, encoding="utf-8")
-    settings = run_settings(embedded_settings(load_settings(env={}), parse_scenario(text), zk, kafka), tmp)
+    settings = run_settings(embedded_settings(load_settings(env={}), parse_scenario(text), zk, kafka), tmp, 0.0)
     started = time.monotonic()
     simulator = start_simulator(tmp / "scenario.toml", zk)
     client = KazooClient(hosts=zk)
@@ -175,18 +175,6 @@ def end_to_end(args: argparse.Namespace, tmp: Path, zk: str, kafka: str) -> None
         f"new cookie to the first finding: median {statistics.median(delays):.1f} s, all {delays[-1]:.1f} s "
         f"({len(expected) / max(delays[-1], 0.001):,.0f} ledgers/s)"
     )
-
-
-def run_settings(settings: Settings, where: Path) -> Settings:
-    checker = replace(
-        settings.checker,
-        data_dir=str(where / "data"),
-        checkpoint_dir=str(where / "checkpoint"),
-        trigger_seconds=0.5,
-        shuffle_partitions=2,
-        reverify_interval=0.0,
-    )
-    return replace(settings, kafka=replace(settings.kafka, partitions=2), checker=checker)
 
 
 def wait_new_cookie(client: KazooClient, old_czxid: int, timeout_s: float) -> int:

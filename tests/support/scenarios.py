@@ -21,3 +21,17 @@ ack_quorum = 2
 last_entry = 29
 """
     return header + body
+
+
+#: Two groups of ledgers on four bookies: 1-4 on bookies 1, 2, 3 and 70-71 on bookies 1, 3, 4 (a scenario's body).
+TWO_GROUPS = """
+[[ledgers]]
+ids = [[1, 4]]
+ensemble = ["bookie-1", "bookie-2", "bookie-3"]
+
+[[ledgers]]
+ids = [[70, 71]]
+ensemble = ["bookie-1", "bookie-3", "bookie-4"]
+"""
+#: The ledger ids of :data:`TWO_GROUPS`.
+TWO_GROUPS_LEDGERS = frozenset({1, 2, 3, 4, 70, 71})

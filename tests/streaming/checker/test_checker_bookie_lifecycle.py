@@ -20,9 +20,10 @@ from pyspark.sql import SparkSession
 from scrutiny.settings.loader import Settings
 from scrutiny.simulator.model import Action, Event
 from scrutiny.simulator.scenario import parse_scenario
+from scrutiny.simulator.truth import cluster_truth
 from scrutiny.streaming.checker.records import CLUSTER_LEDGER
 from tests.support.checker_harness import harness_settings, running_checker
-from tests.support.scenarios import small_scenario
+from tests.support.scenarios import TWO_GROUPS, TWO_GROUPS_LEDGERS, small_scenario
 from tests.support.servers import KafkaTopicFactory
 
 pytestmark = pytest.mark.integration
@@ -33,17 +34,15 @@ SCENARIO = small_scenario(
     "bookie-lifecycle",
     seed=17,
     bookies=4,
-    body="""
-[[ledgers]]
-ids = [[1, 4]]
-ensemble = ["bookie-1", "bookie-2", "bookie-3"]
-
-[[ledgers]]
-ids = [[70, 71]]
-ensemble = ["bookie-1", "bookie-3", "bookie-4"]
-""",
+    body=f"""
+[checker]
+bookie_lost_after_s = {LOST_AFTER_S}
+under_replication_mark_grace_s = {MARK_GRACE_S}
+"""
+    + TWO_GROUPS,
 )
-LEDGERS = {1, 2, 3, 4, 70, 71}
+LEDGERS = TWO_GROUPS_LEDGERS
+LIFECYCLE = ("BOOKIE_LOST", "UNDER_REPLICATION_NOT_MARKED")
 
 
 def test_wiped_lost_and_returning_bookies_have_their_ledgers_checked_and_reported(
@@ -55,32 +54,44 @@ def test_wiped_lost_and_returning_bookies_have_their_ledgers_checked_and_reporte
 ) -> None:
     scenario = parse_scenario(SCENARIO)
     settings = harness_settings(service_settings, scenario, zk_client.chroot, kafka_topic_factory(2), tmp_path)
-    settings = replace(
-        settings,
-        checker=replace(settings.checker, reverify_interval=0, under_replication_mark_grace_seconds=MARK_GRACE_S),
-        watcher=replace(settings.watcher, lost_bookie_recovery_delay_seconds=0, bookie_lost_grace_seconds=LOST_AFTER_S),
-    )
+    # The lost delay and the marks' grace come from the scenario (the ground truth assumes them); no scrub.
+    settings = replace(settings, checker=replace(settings.checker, reverify_interval=0))
+    assert settings.watcher.bookie_lost_grace_seconds == LOST_AFTER_S
     with running_checker(spark, zk_client, settings, scenario, schedule=False) as harness:
+
+        def now(action: Action, **fields: object) -> None:
+            """Carry out one change now (stamped with the cluster's time: the truth counts the losses from it)."""
+            harness.run(harness.cluster.apply(Event(harness.cluster.elapsed_s(), action, 0, **fields)))  # type: ignore[arg-type]
+
+        def lifecycle_findings() -> set[tuple[int, str, str | None]]:
+            """The open BOOKIE_LOST and UNDER_REPLICATION_NOT_MARKED of the tables, as the truth names them."""
+            return {i for i in harness.open_ids() if i[1] in LIFECYCLE}
+
+        def truth() -> set[tuple[int, str, str | None]]:
+            state = harness.cluster.state
+            found = cluster_truth(state, harness.cluster.elapsed_s())
+            return {(v.ledger_id, v.category.value, v.bookie) for v in found if v.category.value in LIFECYCLE}
+
         harness.wait(lambda: {r["ledger_id"] for r in harness.table("ledger_checks")} == LEDGERS, 120, "all checked")
         assert not harness.open_ids()
 
         # bookie-3 away (shorter than a loss) while bookie-4 is formatted again: nothing changes in the ledgers'
         # metadata, the new cookie is what tells; bookie-3 cannot answer for 70 and 71 meanwhile.
-        harness.run(harness.cluster.apply(Event(0.0, Action.KILL, 0, bookie="bookie-3")))
+        now(Action.KILL, bookie="bookie-3")
         away = time.monotonic()
-        harness.run(harness.cluster.apply(Event(0.0, Action.WIPE, 0, bookie="bookie-4")))
+        now(Action.WIPE, bookie="bookie-4")
         wiped = {(ledger, "MISSING_REPLICA", "bookie-4") for ledger in (70, 71)}
         silent = {(ledger, "BOOKIE_NOT_REGISTERED", "bookie-3") for ledger in (70, 71)}
         harness.wait(lambda: wiped | silent <= harness.open_ids(), 60, "the wiped bookie's losses found")
         assert time.monotonic() - away < LOST_AFTER_S, "too slow to test a restart: bookie-3 is lost already"
-        harness.run(harness.cluster.apply(Event(0.0, Action.REVIVE, 0, bookie="bookie-3")))
+        now(Action.REVIVE, bookie="bookie-3")
         harness.wait(lambda: silent <= harness.resolved_ids(), 30, "the restarted bookie's answers taken at once")
         assert wiped <= harness.open_ids()
 
         # Killed and not recovered: lost after the delay; ledgers 3 and 4 get marked in time, 1 and 2 do not.
-        harness.run(harness.cluster.apply(Event(0.0, Action.KILL, 0, bookie="bookie-2")))
+        now(Action.KILL, bookie="bookie-2")
         for ledger in (3, 4):
-            harness.run(harness.cluster.apply(Event(0.0, Action.MARK, 0, ledger=ledger, replicas=("bookie-2",))))
+            now(Action.MARK, ledger=ledger, replicas=("bookie-2",))
         lost = (CLUSTER_LEDGER, "BOOKIE_LOST", "bookie-2")
         unmarked = {(ledger, "UNDER_REPLICATION_NOT_MARKED", "bookie-2") for ledger in (1, 2)}
         harness.wait(lambda: lost in harness.open_ids(), 60, "BOOKIE_LOST")
@@ -90,13 +101,15 @@ def test_wiped_lost_and_returning_bookies_have_their_ledgers_checked_and_reporte
         time.sleep(MARK_GRACE_S)
         not_marked = {i for i in harness.open_ids() if i[1] == "UNDER_REPLICATION_NOT_MARKED"}
         assert not_marked == unmarked  # the marked ledgers are never reported
+        assert lifecycle_findings() == truth() == unmarked | {lost}  # the simulator's ground truth agrees
 
         for ledger in (1, 2):
-            harness.run(harness.cluster.apply(Event(0.0, Action.MARK, 0, ledger=ledger, replicas=("bookie-2",))))
+            now(Action.MARK, ledger=ledger, replicas=("bookie-2",))
         harness.wait(lambda: unmarked <= harness.resolved_ids(), 60, "marks resolve UNDER_REPLICATION_NOT_MARKED")
 
-        harness.run(harness.cluster.apply(Event(0.0, Action.REVIVE, 0, bookie="bookie-2")))
+        now(Action.REVIVE, bookie="bookie-2")
         harness.wait(lambda: lost in harness.resolved_ids(), 60, "the return resolves BOOKIE_LOST")
+        assert lifecycle_findings() == truth() == set()
         reported = [
             v for v in harness.table("violations") if v["category"] in ("BOOKIE_LOST", "UNDER_REPLICATION_NOT_MARKED")
         ]

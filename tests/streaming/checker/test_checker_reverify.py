@@ -22,7 +22,7 @@ from scrutiny.simulator.model import Action, Event
 from scrutiny.simulator.scenario import parse_scenario
 from scrutiny.streaming.checker.job import start_checker
 from tests.support.checker_harness import harness_settings, running_checker, wait_for_idle_spark
-from tests.support.scenarios import small_scenario
+from tests.support.scenarios import TWO_GROUPS, TWO_GROUPS_LEDGERS, small_scenario
 from tests.support.servers import KafkaTopicFactory
 
 pytestmark = pytest.mark.integration
@@ -33,17 +33,9 @@ SCENARIO = small_scenario(
     "reverify",
     seed=13,
     bookies=4,
-    body="""
-[[ledgers]]
-ids = [[1, 4]]
-ensemble = ["bookie-1", "bookie-2", "bookie-3"]
-
-[[ledgers]]
-ids = [[70, 71]]
-ensemble = ["bookie-1", "bookie-3", "bookie-4"]
-""",
+    body=TWO_GROUPS,
 )
-LEDGERS = {1, 2, 3, 4, 70, 71}
+LEDGERS = TWO_GROUPS_LEDGERS
 
 
 def test_a_bookie_emptied_after_the_close_is_found_by_the_scrub_and_a_stopped_job_reports_check_overdue(
