@@ -1,5 +1,6 @@
 -- open_violations_by_category: how many violations are open right now, per category and severity?
--- Columns: category, severity, open_count (open violation rows), ledgers (distinct ledgers among them),
+-- Columns: category, severity, open_count (open violation rows), ledgers (distinct ledgers among them; a
+--   cluster-level finding such as BOOKIE_LOST, ledger_id -1, is of no ledger),
 --   oldest_first_seen (earliest first detection among them).
 -- Order: most severe first, then the largest open_count, then category.
 -- @param min_severity VARCHAR info  only severities at least this one (info, warning or critical)
@@ -7,7 +8,7 @@ SELECT
     category,
     severity,
     count(*) AS open_count,
-    count(DISTINCT ledger_id) AS ledgers,
+    count(DISTINCT ledger_id) FILTER (WHERE ledger_id >= 0) AS ledgers,
     min(first_seen) AS oldest_first_seen
 FROM open_violations
 WHERE resolved_at IS NULL

@@ -118,6 +118,7 @@ BATCH1 = [
     violation(12, 30, "METADATA_UNREADABLE", "critical", details="bad bytes"),
     {"record": "resolved", "ledger_id": 8, "at": at(31), "category": "NO_REPLICA"},
     violation(3, 30, "MISSING_REPLICA", "warning", bookie=B2, segment_first_entry=0, entry_count=1),
+    violation(-1, 30, "BOOKIE_LOST", "warning", bookie=B2, details="a cluster-level finding: of no ledger"),
     check(2, 30, "HEALTHY", "CLOSED", 500),
     check(4, 30, "UNKNOWN", "CLOSED", 4000),
     check(9, 30, "HEALTHY", "OPEN", None),
@@ -188,11 +189,12 @@ def test_open_violations_by_category(data_dir: Path) -> None:
         ("NO_REPLICA", "critical", 1, 1, T0),
         ("UNDER_REPLICATION_STUCK", "critical", 1, 1, at(-600)),
         ("MISSING_REPLICA", "warning", 2, 1, T0),
+        ("BOOKIE_LOST", "warning", 1, 0, at(30)),  # of no ledger
         ("ENTRIES_BEYOND_LAST_ENTRY", "warning", 1, 1, at(30)),
         ("ACK_QUORUM_ONE", "info", 1, 1, T0),
     ]
     warning = view(data_dir, "open_violations_by_category", min_severity="warning")
-    assert [(r["category"], r["severity"]) for r in warning] == [(c, s) for c, s, *_ in rows[:7]]
+    assert [(r["category"], r["severity"]) for r in warning] == [(c, s) for c, s, *_ in rows[:8]]
 
 
 def test_data_loss_ledgers(data_dir: Path) -> None:
@@ -250,10 +252,10 @@ def test_violations_per_bookie(data_dir: Path) -> None:
     assert view(data_dir, "violations_per_bookie") == [
         {
             "bookie": B2,
-            "open_count": 2,
+            "open_count": 3,  # with its BOOKIE_LOST, of no ledger
             "ledgers": 2,
             "critical": 1,
-            "warning": 1,
+            "warning": 2,
             "info": 0,
             "entries": 1,
             "oldest_first_seen": at(-600),
@@ -356,7 +358,7 @@ def test_tables_are_read_from_live_files_only(data_dir: Path) -> None:
     # open_violations went through MERGEs that rewrote files: every key must appear once
     with SqlEngine(data_dir, now=NOW) as engine:
         result = engine.query("SELECT count(*), count(DISTINCT (ledger_id, category, bookie)) FROM open_violations")
-    assert result.rows == [(11, 11)]
+    assert result.rows == [(12, 12)]
 
 
 @pytest.mark.parametrize(
@@ -483,7 +485,7 @@ def test_cli_reads_the_data_dir_from_the_configuration(
     config = tmp_path / "scrutiny.toml"
     config.write_text(f'[checker]\ndata_dir = "{data_dir}"\n')
     code, out, _ = cli(["SELECT count(*) AS n FROM violations", "--config", str(config), "--format", "csv"], capsys)
-    assert (code, out) == (0, "n\n12\n")
+    assert (code, out) == (0, "n\n13\n")  # BATCH0 and BATCH1 violation rows
 
 
 def test_cli_lists_the_views(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
