@@ -168,14 +168,15 @@ def read_registrations(client: KazooClient, root: str) -> tuple[dict[str, bytes]
 
 
 def read_cookies(client: KazooClient, root: str) -> dict[str, int]:
-    """Bookie id -> the ``czxid`` of its cookie node (a new cookie, after a format, has a new one)."""
+    """Bookie id -> the ``mzxid`` of its cookie node: a new cookie (after a format) or a rewritten one (another
+    instance id) has a new one."""
     parent = cookies_path(root=root)
     try:
         names = client.get_children(parent)
     except NoNodeError:
         return {}
     found = read_nodes(client, [f"{parent}/{name}" for name in names])
-    return {path.rsplit("/", 1)[1]: node.stat.czxid for path, node in found.items()}
+    return {path.rsplit("/", 1)[1]: node.stat.mzxid for path, node in found.items()}
 
 
 def read_optional(client: KazooClient, path: str) -> bytes | None:

@@ -1,9 +1,10 @@
 """A bookie's life as the watcher sees it in ZooKeeper: registered, gone, lost, back, reformatted. Pure, no I/O.
 
 The watcher observes, again and again, which bookies are registered (writable or read-only) and each bookie's cookie
-(``<root>/cookies/<id>``, identified by the znode's creation ``czxid``: a reformatted or replaced bookie deletes it and
-makes a new one). :func:`observe` compares an observation with the statuses it returned last time and says what
-calls for the bookie's ledgers to be checked again:
+(``<root>/cookies/<id>``, identified by the znode's last modification, ``mzxid``: a reformatted or replaced bookie
+deletes it and makes a new one, and a cookie rewritten in place, e.g. with another instance id, changes it too).
+:func:`observe` compares an observation with the statuses it returned last time and says what calls for the bookie's
+ledgers to be checked again:
 
 * **lost**: a bookie unregistered for ``lost_after_ms`` (BookKeeper's ``lostBookieRecoveryDelay`` plus a grace) is
   lost, once; its closed ledgers must then be marked under-replicated or re-replicated;
@@ -31,7 +32,7 @@ class BookieStatus:
     """What the watcher remembers of one bookie between observations."""
 
     registered: bool
-    #: The cookie's ``czxid`` when the bookie was last seen registered (None: none seen).
+    #: The cookie's ``mzxid`` when the bookie was last seen registered (None: none seen).
     cookie: int | None
     #: Since when the bookie has been without a registration (None while registered).
     unregistered_ms: int | None = None
@@ -68,7 +69,7 @@ def observe(
     now_ms: int,
     lost_after_ms: int,
 ) -> tuple[Statuses, list[LifecycleEvent]]:
-    """The statuses after observing ``registered`` and ``cookies`` (bookie -> cookie czxid) at ``now_ms``, and what
+    """The statuses after observing ``registered`` and ``cookies`` (bookie -> cookie mzxid) at ``now_ms``, and what
     happened since ``known`` (None: the first observation), by bookie id."""
     first = known is None
     before: Mapping[str, BookieStatus] = known or {}

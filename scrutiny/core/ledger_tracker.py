@@ -38,7 +38,8 @@ Rules (each pinned by a test):
   ensembles is lost, back after a loss, or has a new cookie. When the bookie is lost, the ledger must be marked
   under-replicated or re-replicated (the bookie gone from its ensembles) within ``mark_grace_ms``: a timer reports
   ``UNDER_REPLICATION_NOT_MARKED`` for that bookie otherwise (not when the bookie is registered again by then). A mark,
-  an ensemble without the bookie, the bookie's return or the ledger's deletion resolves it.
+  an ensemble without the bookie, the bookie's return or the ledger's deletion resolves it. After a bookie's restart
+  only a ledger that waits for it (:func:`waits_for`) is checked again.
 """
 
 from __future__ import annotations
@@ -585,7 +586,8 @@ def _complete(
     overdue one, which only a verified check resolves)."""
     keys = {violation_key(v) for v in found}
     kept = {_stuck_key()} if verified else {_stuck_key(), _overdue_key()}
-    holding = set(_bookies(metadata)) if metadata is not None else {b for b, _ in state.lost}
+    named = {k[1] for k in state.open if k[0] == _NOT_MARKED} | {b for b, _ in state.lost}
+    holding = set(_bookies(metadata)) if metadata is not None else named
     kept |= {k for k in state.open if k[0] == _NOT_MARKED and k[1] in holding}
     state = replace(state, lost=tuple(x for x in state.lost if x[0] in holding))
     resolved = tuple(k for k in state.open if k not in keys and k not in kept)

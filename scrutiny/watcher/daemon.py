@@ -132,7 +132,7 @@ class Watcher:
         self._session: int | None = None  # the ZooKeeper session the leadership was won in
         self._held_back_logged = 0.0
         self._bookies: Statuses | None = None  # each bookie's life (scrutiny.core.bookie_lifecycle)
-        self._cookies: dict[str, int] | None = None  # bookie -> its cookie's czxid (None: to be read)
+        self._cookies: dict[str, int] | None = None  # bookie -> its cookie's mzxid (None: to be read)
 
     # ------------------------------------------------------------------ the outer loop
 

@@ -14,6 +14,10 @@ still have findings open or a timer set (:meth:`LedgerProcessor._forget_deleted`
 deleted like on a deletion event. Ledgers with findings open also have a timer of their own for this
 (``TrackerConfig.confirm_interval_ms``), so a bucket whose every ledger was deleted unseen is cleaned too.
 
+Cluster-level findings (``BOOKIE_LOST``) live under their own key,
+:data:`~scrutiny.streaming.checker.records.CLUSTER_LEDGER` (-1), whose rows are the bookie events the fetch stage
+passes on (:meth:`LedgerProcessor._bookie_events`).
+
 Times: every record carries the real time of its step (the wall clock when the verdict was reached, after its
 bookies answered), never the micro-batch's start.
 
@@ -253,17 +257,11 @@ class LedgerProcessor(StatefulProcessor):
         state = before.get(CLUSTER_LEDGER)
         records: list[Record] = []
         for _, event in sorted(events.items(), key=lambda item: item[0]):
-            if event.kind == pb.EventKind.BOOKIE_LOST:
-                lost = event.lost
-                step = on_bookie_lost(
-                    state,
-                    event.bookie_id,
-                    unregistered_ms=lost.unregistered_ms,
-                    ledgers=lost.ledgers,
-                    entries=lost.entries,
-                )
-            else:
-                step = on_bookie_registered(state, event.bookie_id)
+            try:
+                step = _bookie_step(state, event)
+            except Exception:
+                log.exception("bookie %s: event not applied; the cluster-level state is kept", event.bookie_id)
+                continue
             records += outcome_records(CLUSTER_LEDGER, step.outcome, now_ms=now_ms, source=self.config.source)
             state = step.state
         after = dict(before)
@@ -490,6 +488,16 @@ class LedgerProcessor(StatefulProcessor):
         for record in records:
             kind, ledger_id, at, payload = narrow(record)
             yield Row(record=kind, ledger_id=ledger_id, at=at, payload=payload)
+
+
+def _bookie_step(state: TrackedLedger | None, event: pb.LedgerEvent) -> Step:
+    """A BOOKIE_LOST, or a registration, applied to the cluster-level findings."""
+    if event.kind == pb.EventKind.BOOKIE_LOST:
+        lost = event.lost
+        return on_bookie_lost(
+            state, event.bookie_id, unregistered_ms=lost.unregistered_ms, ledgers=lost.ledgers, entries=lost.entries
+        )
+    return on_bookie_registered(state, event.bookie_id)
 
 
 def _supersedes(event: pb.LedgerEvent) -> bool:

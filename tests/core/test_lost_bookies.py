@@ -278,3 +278,22 @@ def test_a_restart_checks_at_once_a_ledger_the_bookie_did_not_answer() -> None:
     assert step.outcome.check is not None  # checked again now, with the answers
     assert set(unanswered) <= set(step.outcome.resolved)
     assert restarted(waiting).outcome.fetch == BOOKIES  # without answers in hand: asked for
+
+
+def test_an_unreadable_version_keeps_the_report_open() -> None:
+    state = recheck(checked(), lost=True).state
+    assert state is not None
+    reported = on_timer(state, now_ms=10_000 + GRACE, config=CONFIG, cluster=WITHOUT_LOST).state
+    garbled = on_metadata(
+        reported,
+        version=2,
+        data=b"not metadata",
+        changed_ms=None,
+        answers=None,
+        now_ms=90_000,
+        cluster=WITHOUT_LOST,
+        config=CONFIG,
+    )
+    assert {v.category for v in garbled.outcome.found} == {Category.METADATA_UNREADABLE}
+    assert NOT_MARKED not in garbled.outcome.resolved
+    assert garbled.state is not None and NOT_MARKED in garbled.state.open

@@ -402,7 +402,15 @@ def test_bookie_lost_back_and_reformatted_have_their_ledgers_checked_again(
         time.sleep(1)
         zk_client.create(available_bookie_path("bk3:3181"), b"", ephemeral=True, makepath=True)
         restarted = [("BOOKIE_RESTARTED", "bk3:3181", 2), ("BOOKIE_RESTARTED", "bk3:3181", 3)]
-        everything = sorted(lost + back + formatted + restarted)
-        wait_until(lambda: sorted(_bookie_events(service_settings, topic)) == everything, 30, "bk3 restarted")
+        wait_until(
+            lambda: sorted(_bookie_events(service_settings, topic)) == sorted(lost + back + formatted + restarted),
+            30,
+            "bk3",
+        )
+        # bk3's cookie rewritten in place (another instance id): a cookie change too.
+        zk_client.set(cookie_path("bk3:3181"), b"another instance")
+        rewritten = [("COOKIE_CHANGED", "bk3:3181", 2), ("COOKIE_CHANGED", "bk3:3181", 3)]
+        everything = sorted(lost + back + formatted + restarted + rewritten)
+        wait_until(lambda: sorted(_bookie_events(service_settings, topic)) == everything, 30, "bk3's cookie rewritten")
         time.sleep(2)  # nothing more: bk3 was never away for the delay
         assert sorted(_bookie_events(service_settings, topic)) == everything
