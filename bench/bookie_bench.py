@@ -32,7 +32,7 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from bench.checker_bench import running_servers, scenario_text, start_simulator, wait_backlog
+from bench.checker_bench import running_servers, scenario_text, start_simulator, stop_stack, wait_backlog
 from bench.reverify_bench import run_settings
 from scrutiny.connectors.tables.delta import read_table
 from scrutiny.connectors.zookeeper.tree import TreeLayout, read_cluster
@@ -161,13 +161,7 @@ def end_to_end(args: argparse.Namespace, tmp: Path, zk: str, kafka: str) -> None
         new_ctime_ms = wait_new_cookie(client, cookie.czxid, args.wipe_at + 120 - (time.monotonic() - started))
         firsts = wait_findings(settings.checker.data_dir, expected, new_ctime_ms)
     finally:
-        checker.stop()
-        stop.set()
-        simulator.terminate()
-        simulator.wait(timeout=60)
-        watcher.zk.stop()
-        client.stop()
-        spark.stop()
+        stop_stack(checker, stop, simulator, watcher=watcher, client=client, spark=spark)
     delays = sorted(max(0.0, (at - new_ctime_ms) / 1000) for at in firsts.values())
     print(
         f"end to end, {args.ledgers:,} ledgers on 9 simulated bookies, checker on local[2] (trigger 0.5 s, "

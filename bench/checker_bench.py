@@ -158,13 +158,7 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
         phases["of which computing the batch"] = 1000 * statistics.median(checker.compute_seconds or [0.0])
         phases["of which the Delta writes"] = 1000 * statistics.median(checker.write_seconds or [0.0])
     finally:
-        checker.stop()
-        stop.set()
-        simulator.terminate()
-        simulator.wait(timeout=60)
-        watcher.zk.stop()
-        client.stop()
-        spark.stop()
+        stop_stack(checker, stop, simulator, watcher=watcher, client=client, spark=spark)
     report(
         args,
         backlog=backlog_rate,
@@ -194,6 +188,25 @@ def start_simulator(scenario: Path, zk: str) -> subprocess.Popen[str]:
         process.kill()
         raise SystemExit(f"the simulator did not start: {line!r}")
     return process
+
+
+def stop_stack(
+    checker: Any,
+    stop: threading.Event,
+    simulator: subprocess.Popen[str],
+    *,
+    watcher: Any,
+    client: KazooClient,
+    spark: Any,
+) -> None:
+    """Stop what a benchmark started, the checker first: its watcher thread, the simulator, the clients, Spark."""
+    checker.stop()
+    stop.set()
+    simulator.terminate()
+    simulator.wait(timeout=60)
+    watcher.zk.stop()
+    client.stop()
+    spark.stop()
 
 
 def close_ledger(client: KazooClient, ledger_id: int) -> None:

@@ -152,16 +152,6 @@ class CheckerSection:
             raise ConfigError(
                 f"checker.write_conflict_attempts must be at least 1, not {self.write_conflict_attempts!r}"
             )
-        for key in (
-            "exists_check_seconds",
-            "reverify_interval",
-            "reverify_max_per_second",
-            "verification_ages_seconds",
-            "under_replication_mark_grace_seconds",
-        ):
+        for key in _NOT_NEGATIVE:
             if getattr(self, key) < 0:
                 raise ConfigError(f"checker.{key} must not be negative, not {getattr(self, key)!r}")
-        if self.check_overdue_grace_seconds < 0:
-            raise ConfigError(
-                f"checker.check_overdue_grace_seconds must not be negative, not {self.check_overdue_grace_seconds!r}"
-            )

@@ -97,6 +97,15 @@ def test_without_answers_the_recheck_asks_for_them_and_still_sets_the_deadline()
     assert step.state is not None and step.state.lost == ((LOST, 10_000 + GRACE),)
 
 
+def reported_not_marked() -> TrackedLedger:
+    """A checked ledger of the lost bookie, past its deadline: UNDER_REPLICATION_NOT_MARKED open."""
+    state = recheck(checked(), lost=True).state
+    assert state is not None
+    reported = on_timer(state, now_ms=10_000 + GRACE, config=CONFIG, cluster=WITHOUT_LOST).state
+    assert reported is not None and NOT_MARKED in reported.open
+    return reported
+
+
 def test_not_marked_by_the_deadline_is_critical_and_reported_once() -> None:
     state = recheck(checked(), lost=True).state
     assert state is not None
@@ -128,9 +137,7 @@ def test_a_ledger_marked_already_gets_no_deadline() -> None:
 
 
 def test_a_mark_after_the_report_resolves_it() -> None:
-    state = recheck(checked(), lost=True).state
-    assert state is not None
-    reported = on_timer(state, now_ms=10_000 + GRACE, config=CONFIG, cluster=WITHOUT_LOST).state
+    reported = reported_not_marked()
     assert reported is not None
     step = on_marked(reported, UnderReplicationMark((LOST,), None), now_ms=80_000, config=CONFIG)
     assert NOT_MARKED in step.outcome.resolved
@@ -138,9 +145,7 @@ def test_a_mark_after_the_report_resolves_it() -> None:
 
 
 def test_re_replication_drops_the_deadline_and_resolves_the_report() -> None:
-    state = recheck(checked(), lost=True).state
-    assert state is not None
-    reported = on_timer(state, now_ms=10_000 + GRACE, config=CONFIG, cluster=WITHOUT_LOST).state
+    reported = reported_not_marked()
     assert reported is not None
     replaced = ("b1:3181", "b4:3181", "b3:3181")
     moved = on_metadata(
@@ -158,9 +163,7 @@ def test_re_replication_drops_the_deadline_and_resolves_the_report() -> None:
 
 
 def test_a_check_of_the_same_ensemble_keeps_the_report_open() -> None:
-    state = recheck(checked(), lost=True).state
-    assert state is not None
-    reported = on_timer(state, now_ms=10_000 + GRACE, config=CONFIG, cluster=WITHOUT_LOST).state
+    reported = reported_not_marked()
     step = on_metadata(
         reported,
         version=2,
@@ -177,9 +180,7 @@ def test_a_check_of_the_same_ensemble_keeps_the_report_open() -> None:
 
 
 def test_the_bookies_return_resolves_and_drops_the_deadline() -> None:
-    state = recheck(checked(), lost=True).state
-    assert state is not None
-    reported = on_timer(state, now_ms=10_000 + GRACE, config=CONFIG, cluster=WITHOUT_LOST).state
+    reported = reported_not_marked()
     back = recheck(reported, lost=False, now_ms=100_000, answers=answers())
     assert NOT_MARKED in back.outcome.resolved
     assert back.state is not None and NOT_MARKED not in back.state.open
@@ -213,9 +214,7 @@ def test_a_ledger_without_the_bookie_gets_no_deadline() -> None:
 
 
 def test_deletion_resolves_the_report() -> None:
-    state = recheck(checked(), lost=True).state
-    assert state is not None
-    reported = on_timer(state, now_ms=10_000 + GRACE, config=CONFIG, cluster=WITHOUT_LOST).state
+    reported = reported_not_marked()
     assert NOT_MARKED in on_deleted(reported).outcome.resolved
 
 
@@ -281,9 +280,7 @@ def test_a_restart_checks_at_once_a_ledger_the_bookie_did_not_answer() -> None:
 
 
 def test_an_unreadable_version_keeps_the_report_open() -> None:
-    state = recheck(checked(), lost=True).state
-    assert state is not None
-    reported = on_timer(state, now_ms=10_000 + GRACE, config=CONFIG, cluster=WITHOUT_LOST).state
+    reported = reported_not_marked()
     garbled = on_metadata(
         reported,
         version=2,
