@@ -55,6 +55,7 @@ from scrutiny.dashboard.snapshot import (
     BookieHealth,
     CategoryCount,
     CheckerHealth,
+    ClusterFinding,
     Coverage,
     DashboardSnapshot,
     Latency,
@@ -155,7 +156,7 @@ def load_snapshot(
 
     with engine:
         opened = section("open violations", lambda: _open_summary(str(data_dir), worst))
-        overview, ranked = opened if opened is not None else (None, None)
+        overview, cluster, ranked = opened if opened is not None else (None, None, None)
         worst_ledgers = None if ranked is None else section("worst ledgers", lambda: _worst_ledgers(engine, ranked))
         categories = section("categories", lambda: _categories(engine))
         timeline = section("timeline", lambda: _timeline(engine, moment))
@@ -173,6 +174,7 @@ def load_snapshot(
         missing_tables=missing,
         problems=tuple(problems),
         overview=overview,
+        cluster=cluster,
         categories=categories,
         timeline=timeline,
         worst=worst_ledgers,
@@ -225,8 +227,9 @@ def _one_line(text: str) -> str:
 # --- open violations, overview, worst ledgers
 
 
-def _open_summary(data_dir: str, worst: int) -> tuple[Overview, tuple[LedgerFindings, ...]]:
-    """The open violations summarized once: the overview and the ``worst`` worst ledgers, ranked as the report ranks.
+def _open_summary(data_dir: str, worst: int) -> tuple[Overview, tuple[ClusterFinding, ...], tuple[LedgerFindings, ...]]:
+    """The open violations summarized once: the overview, the cluster findings (worst first) and the ``worst``
+    worst ledgers, ranked as the report ranks.
 
     Read by the report's own reader, so the dashboard and ``scrutiny report`` count the same rows.
     """
@@ -239,7 +242,17 @@ def _open_summary(data_dir: str, worst: int) -> tuple[Overview, tuple[LedgerFind
         by_severity={severity.value: count for severity, count in summary.by_severity.items()},
         data_loss_ledgers=summary.data_loss_ledgers,
     )
-    return overview, summary.worst
+    cluster = tuple(
+        ClusterFinding(
+            category=f.category.value,
+            severity=f.severity.value,
+            bookie=f.bookie,
+            first_seen=_from_epoch_ms(f.first_seen_ms),
+            details=f.details,
+        )
+        for f in summary.cluster
+    )
+    return overview, cluster, summary.worst
 
 
 def _worst_ledgers(engine: SqlEngine, ranked: Sequence[LedgerFindings]) -> tuple[WorstLedger, ...]:

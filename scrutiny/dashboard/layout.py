@@ -51,7 +51,7 @@ NUMBER_IDS: Final = (
     "violations-last-hour",
 )
 #: Elements whose children are built per refresh (tables, notes).
-_BLOCK_IDS: Final = ("data-notes", "worst-ledgers", "bookie-table", "under-replication-table")
+_BLOCK_IDS: Final = ("data-notes", "cluster-findings", "worst-ledgers", "bookie-table", "under-replication-table")
 _CHART_IDS: Final = (
     "category-chart",
     "timeline-chart",
@@ -149,6 +149,7 @@ def build_layout(refresh_seconds: float, data_dir: str) -> html.Div:
         ]
     )
     sections = [
+        _section("Cluster findings", [html.Div(id="cluster-findings", children=_PENDING)], wide=True),
         _section(
             "Open violations",
             [

@@ -1,9 +1,9 @@
 """The dashboard's refresh: the value of every element of the page for one :class:`~.dashboard_snapshot.Snapshot`.
 
 :func:`render` gives, keyed by (element id, property) as :data:`~.dashboard_layout.OUTPUTS` lists them, the text of
-every figure, the tables (worst ledgers with their evidence, bookies, stuck under-replicated ledgers), the notes on
-missing or unreadable tables and the charts of :mod:`.dashboard_charts`. A section that is None shows "no data yet";
-a figure that does not apply shows "–".
+every figure, the tables (cluster findings, worst ledgers with their evidence, bookies, stuck under-replicated
+ledgers), the notes on missing or unreadable tables and the charts of :mod:`.dashboard_charts`. A section that is
+None shows "no data yet"; a figure that does not apply shows "–".
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from scrutiny.dashboard.snapshot import (
     SEVERITIES,
     BookieHealth,
     CheckerHealth,
+    ClusterFinding,
     Coverage,
     DashboardSnapshot,
     Latency,
@@ -189,6 +190,26 @@ def _stuck_table(stuck: Sequence[StuckLedger] | None) -> Component:
     return _table(("ledger", "bookie", "hours", "first seen", "Pulsar topic", "details"), rows)
 
 
+def _cluster_table(cluster: Sequence[ClusterFinding] | None) -> Component:
+    if cluster is None:
+        return _empty(NO_DATA)
+    if not cluster:
+        return _empty("none: every bookie that held ledgers is registered")
+    rows = [
+        html.Tr(
+            [
+                html.Td(row.category, id=f"cluster-{i}-category"),
+                html.Td(_severity(row.severity)),
+                html.Td(row.bookie or _DASH, id=f"cluster-{i}-bookie"),
+                html.Td(_when(row.first_seen), className="time"),
+                html.Td(row.details or ""),
+            ]
+        )
+        for i, row in enumerate(cluster)
+    ]
+    return _table(("finding", "severity", "bookie", "first seen", "details"), rows)
+
+
 def _notes(snapshot: DashboardSnapshot) -> list[Component]:
     notes: list[Component] = []
     if snapshot.missing_tables:
@@ -218,6 +239,7 @@ def render(snapshot: DashboardSnapshot) -> dict[tuple[str, str], object]:
     values[("status", "className")] = f"status {status_class}"
     values[("checker-state", "className")] = "" if checker is None else ("stalled" if checker.stalled else "running")
     values[("data-notes", "children")] = _notes(snapshot)
+    values[("cluster-findings", "children")] = _cluster_table(snapshot.cluster)
     values[("worst-ledgers", "children")] = _worst_table(snapshot.worst)
     values[("bookie-table", "children")] = _bookie_table(snapshot.bookies)
     values[("under-replication-table", "children")] = _stuck_table(snapshot.under_replication)

@@ -118,6 +118,17 @@ class BookieHealth:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterFinding:
+    """An open finding of the cluster rather than of a ledger (``BOOKIE_LOST``: ledger id -1 in the tables)."""
+
+    category: str
+    severity: str
+    bookie: str | None
+    first_seen: datetime
+    details: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class StuckLedger:
     """One row of the ``under_replication_age`` view."""
 
@@ -203,6 +214,7 @@ class DashboardSnapshot:
     missing_tables: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()
     overview: Overview | None = None
+    cluster: tuple[ClusterFinding, ...] | None = None
     categories: tuple[CategoryCount, ...] | None = None
     timeline: Timeline | None = None
     worst: tuple[WorstLedger, ...] | None = None

@@ -44,6 +44,7 @@ from tests.support.dashboard_tables import (
     T0,
     TOPIC_AUDIT,
     TOPIC_ORDERS,
+    append_lost_bookie,
     known_snapshot,
     known_tables,
 )
@@ -72,6 +73,32 @@ def test_overview_counts_open_violations_by_severity(snapshot: DashboardSnapshot
     assert overview.ledgers_affected == 6
     assert overview.data_loss_ledgers == 1
     assert overview.status == "UNHEALTHY"
+
+
+def test_a_lost_bookie_is_a_cluster_finding_shown_first_and_counted_without_a_ledger(
+    spark: SparkSession, data_dir: Path, snapshot: DashboardSnapshot, tmp_path: Path
+) -> None:
+    assert snapshot.cluster == ()
+    assert "none" in str(render(snapshot)[("cluster-findings", "children")])
+    copy = tmp_path / "data"
+    shutil.copytree(data_dir, copy)
+    details = '{"ledgers": 40, "entries": 1200}'
+    append_lost_bookie(spark, copy, NOW - timedelta(minutes=5), B3, details)
+    lost = load_snapshot(copy, now=NOW)
+    assert lost.cluster is not None and lost.overview is not None and snapshot.overview is not None
+    ((finding),) = lost.cluster
+    assert (finding.category, finding.severity, finding.bookie, finding.details) == (
+        "BOOKIE_LOST",
+        "warning",
+        B3,
+        details,
+    )
+    assert finding.first_seen == NOW - timedelta(minutes=5)
+    assert lost.overview.open_total == snapshot.overview.open_total + 1
+    assert lost.overview.ledgers_affected == snapshot.overview.ledgers_affected  # no ledger of its own
+    assert lost.worst is not None and all(ledger.ledger_id >= 0 for ledger in lost.worst)
+    table = str(render(lost)[("cluster-findings", "children")])
+    assert "cluster-0-category" in table and "BOOKIE_LOST" in table and B3 in table and "1200" in table
 
 
 def test_categories_are_the_view_rows(snapshot: DashboardSnapshot) -> None:

@@ -174,6 +174,13 @@ def append_live_batch(spark: SparkSession, path: Path, at: datetime) -> None:
     CheckerTables(spark, path, app_id=APP_ID).write_batch(4, output_table(rows), record)
 
 
+def append_lost_bookie(spark: SparkSession, path: Path, at: datetime, bookie: str, details: str) -> None:
+    """Batch 4: ``bookie`` lost (``BOOKIE_LOST``, a cluster finding: ledger id -1, warning)."""
+    rows = [violation(at, -1, 0, "BOOKIE_LOST", "warning", bookie=bookie, details=details)]
+    record = RunRecord("run-a", at - timedelta(seconds=1), at, events=1, violations=1)
+    CheckerTables(spark, path, app_id=APP_ID).write_batch(4, output_table(rows), record)
+
+
 def known_tables(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The data set at T0 under the session's temporary directory, written by the first caller of the session.
 
