@@ -4,7 +4,8 @@ The watcher keeps every ledger's znode (data and stat) to compute its resyncs, s
 ledgers have bookie B in an ensemble" without an index of its own: the bytes of every ledger are searched for B's
 id (a plain substring search, in C), and only the ledgers whose bytes name B are decoded. Rebuilt with the known
 state at every start, it needs no storage and cannot drift from ZooKeeper. Cost: one pass over the metadata bytes
-per bookie event (bench/bookie_bench.py measures it).
+per bookie event (bench/bookie_bench.py measures it), done a slice at a time (:class:`LedgerSearch`) between the
+watcher's other work.
 """
 
 from __future__ import annotations
@@ -30,24 +31,66 @@ class BookieLedgers:
 
 def ledgers_of(ledgers: Mapping[int, Node], bookie: str) -> BookieLedgers:
     """The ledgers of ``ledgers`` (id -> znode) that have ``bookie`` in a segment that needs a check."""
-    needle = bookie.encode()
-    found = BookieLedgers()
-    for ledger_id in sorted(lid for lid, node in ledgers.items() if needle in node.data):
-        node = ledgers[ledger_id]
-        try:
-            metadata = decode_ledger_metadata(node.data)
-        except FormatError:
-            continue
-        if not needs_check(metadata):
-            continue
-        firsts = [s.first_entry_id for s in metadata.segments]
-        ensembles = [s.ensemble for s in metadata.segments]
-        spans = [s for s in segment_spans(firsts, ensembles, metadata.last_entry_id) if bookie in s.ensemble]
-        if not spans:
-            continue
-        found.ledgers.append((ledger_id, node))
-        for span in spans:
-            index = span.ensemble.index(bookie)
-            groups = expected_groups(index, metadata.ensemble_size, metadata.write_quorum, span.first, span.last)
-            found.entries += sum(g.count for g in groups)
-    return found
+    search = LedgerSearch(ledgers, bookie)
+    search.step(ledgers, len(ledgers))
+    return search.found
+
+
+class LedgerSearch:
+    """:func:`ledgers_of` a slice at a time, so that a search through 10 M ledgers (about a minute) does not hold up
+    the watcher's other work: the ids to search are those known when it began, each read at its current version
+    when its turn comes (a ledger deleted meanwhile is skipped; one created meanwhile has its own events)."""
+
+    def __init__(self, ledgers: Mapping[int, Node], bookie: str) -> None:
+        self.bookie = bookie
+        self._needle = bookie.encode()
+        self._ids = sorted(ledgers)
+        self._next = 0
+        self.found = BookieLedgers()
+
+    def remaining(self) -> int:
+        """How many ledgers are still to search."""
+        return len(self._ids) - self._next
+
+    def restart(self) -> None:
+        """From the first ledger again (what was found may not have reached Kafka)."""
+        self._next = 0
+        self.found = BookieLedgers()
+
+    def step(self, ledgers: Mapping[int, Node], count: int) -> list[tuple[int, Node]]:
+        """Search the next ``count`` ledgers (read from ``ledgers``, the current state); return those found."""
+        ids = self._ids[self._next : self._next + count]
+        self._next += len(ids)
+        found: list[tuple[int, Node]] = []
+        for ledger_id in ids:
+            node = ledgers.get(ledger_id)
+            if node is None or self._needle not in node.data:
+                continue
+            entries = _entries_held(node, self.bookie)
+            if entries is not None:
+                found.append((ledger_id, node))
+                self.found.entries += entries
+        self.found.ledgers.extend(found)
+        return found
+
+
+def _entries_held(node: Node, bookie: str) -> int | None:
+    """How many entries ``bookie``'s write sets give it in the segments of ``node`` that need a check (None: it is
+    in none of them, or the metadata does not decode)."""
+    try:
+        metadata = decode_ledger_metadata(node.data)
+    except FormatError:
+        return None
+    if not needs_check(metadata):
+        return None
+    firsts = [s.first_entry_id for s in metadata.segments]
+    ensembles = [s.ensemble for s in metadata.segments]
+    spans = [s for s in segment_spans(firsts, ensembles, metadata.last_entry_id) if bookie in s.ensemble]
+    if not spans:
+        return None
+    entries = 0
+    for span in spans:
+        index = span.ensemble.index(bookie)
+        groups = expected_groups(index, metadata.ensemble_size, metadata.write_quorum, span.first, span.last)
+        entries += sum(g.count for g in groups)
+    return entries

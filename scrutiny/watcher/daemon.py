@@ -10,7 +10,10 @@ watcher:
    SNAPSHOT_BEGIN and SNAPSHOT_END markers (origin SNAPSHOT the first time: everything; origin
    RESYNC afterwards: the differences);
 3. then, for every notification, reads the node's current state and publishes it if it is new
-   (origin LIVE), and sends a TICK to every partition every ``tick_interval_s``.
+   (origin LIVE), and sends a TICK to every partition every ``tick_interval_s``;
+4. follows every bookie's registration and cookie: a bookie lost, back after a loss, formatted again or restarted
+   has its ledgers searched for (in slices, between the other work) and published as LEDGER_RECHECK events, a
+   bookie lost a BOOKIE_LOST event too.
 
 It stops publishing as soon as its ZooKeeper connection is suspended (it may be losing its
 leadership), also while it waits for Kafka, adds the watches again and resyncs on every reconnect,
@@ -34,6 +37,7 @@ import random
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -72,7 +76,7 @@ from scrutiny.core.zk_paths import (
 )
 from scrutiny.core.zk_records import parse_layout
 from scrutiny.proto import ledger_events_pb2 as pb
-from scrutiny.watcher.bookie_ledgers import ledgers_of
+from scrutiny.watcher.bookie_ledgers import BookieLedgers, LedgerSearch
 from scrutiny.watcher.inbox import Inbox
 from scrutiny.watcher.metrics import WatcherMetrics
 
@@ -133,6 +137,7 @@ class Watcher:
         self._held_back_logged = 0.0
         self._bookies: Statuses | None = None  # each bookie's life (scrutiny.core.bookie_lifecycle)
         self._cookies: dict[str, int] | None = None  # bookie -> its cookie's mzxid (None: to be read)
+        self._searches: deque[tuple[LifecycleEvent, LedgerSearch]] = deque()  # ledgers of bookies to check again
 
     # ------------------------------------------------------------------ the outer loop
 
@@ -202,6 +207,7 @@ class Watcher:
 
     def _lead(self, stop: threading.Event) -> None:
         self._inbox.clear()
+        self._restart_searches()
         layout = self._checked_layout()
         self._add_watches(layout)
         walk = True
@@ -212,8 +218,10 @@ class Watcher:
                 if walk:
                     self._resync(layout, publisher)
                     walk = False
-                self._bookie_lifecycle(layout, publisher)
-                item = self._inbox.take(max(0.0, min(next_tick - time.monotonic(), 0.5)), batch=self.config.batch)
+                self._bookie_lifecycle(layout)
+                self._search_bookie_ledgers(publisher)
+                wait_s = 0.0 if self._searches else max(0.0, min(next_tick - time.monotonic(), 0.5))
+                item = self._inbox.take(wait_s, batch=self.config.batch)
                 if isinstance(item, list):
                     self._live(layout, publisher, item)
                 elif item is not None:
@@ -368,10 +376,10 @@ class Watcher:
 
     # ------------------------------------------------------------------ bookies' lives
 
-    def _bookie_lifecycle(self, layout: TreeLayout, publisher: EventPublisher) -> None:
-        """Observe the registrations published and the cookies: a bookie lost gets BOOKIE_LOST, and the ledgers of a
-        bookie lost, back after a loss or with a new cookie get LEDGER_RECHECK events (all acknowledged before the
-        observation is remembered: an interruption publishes them again)."""
+    def _bookie_lifecycle(self, layout: TreeLayout) -> None:
+        """Observe the registrations published and the cookies: each bookie lost, back after a loss or with a new
+        cookie starts a search for its ledgers, which :meth:`_search_bookie_ledgers` carries out a slice at a
+        time."""
         known = self.known
         if known is None:
             return
@@ -385,16 +393,27 @@ class Watcher:
             now_ms=self._now()["observed_ms"],
             lost_after_ms=self.config.bookie_lost_after_ms,
         )
-        for event in happened:
-            self._publish_lifecycle(publisher, event)
-        if happened:
-            self._flush(publisher)
+        self._searches.extend((event, LedgerSearch(view.ledgers, event.bookie)) for event in happened)
         self._bookies = statuses
 
-    def _publish_lifecycle(self, publisher: EventPublisher, event: LifecycleEvent) -> None:
-        assert self.known is not None
-        held = ledgers_of(self.known.view.ledgers, event.bookie)
-        me = self._me()
+    def _search_bookie_ledgers(self, publisher: EventPublisher) -> None:
+        """Search on for the ledgers of the bookies of lifecycle events (for at most ``SEARCH_SLICE_S``): each one
+        found gets a LEDGER_RECHECK event; at the end of a search, a bookie lost gets BOOKIE_LOST and the events
+        are flushed. A search cut off by a lost leadership or a rebuilt producer starts again from its first
+        ledger (:meth:`_restart_searches`): what it found may not have reached Kafka."""
+        deadline = time.monotonic() + SEARCH_SLICE_S
+        while self._searches and self.known is not None:
+            event, search = self._searches[0]
+            why, me = _RECHECK_REASON[event.kind], self._me()
+            for ledger_id, node in search.step(self.known.view.ledgers, SEARCH_STEP):
+                self._publish(publisher, recheck_event(ledger_id, node, why, event.bookie, me, **self._now()))
+            if not search.remaining():
+                self._finish_search(publisher, event, search.found)
+                self._searches.popleft()
+            if time.monotonic() >= deadline:
+                return
+
+    def _finish_search(self, publisher: EventPublisher, event: LifecycleEvent, held: BookieLedgers) -> None:
         if event.kind is LifecycleKind.LOST:
             if not held.ledgers and self._cookies is not None and event.bookie not in self._cookies:
                 log.info("bookie %s is gone with its cookie and holds no ledger: decommissioned", event.bookie)
@@ -405,16 +424,18 @@ class Watcher:
                 unregistered_ms=event.unregistered_ms,
                 ledgers=len(held.ledgers),
                 entries=held.entries,
-                publisher=me,
+                publisher=self._me(),
                 **self._now(),
             )
             self._publish(publisher, lost)
+        self._flush(publisher)
         level = logging.INFO if event.kind is LifecycleKind.RESTARTED else logging.WARNING
         log.log(level, "bookie %s %s: %d ledger(s) to check again", event.bookie, _SAID[event.kind], len(held.ledgers))
-        reason = _RECHECK_REASON[event.kind]
-        for ledger_id, node in held.ledgers:
-            self._publish(publisher, recheck_event(ledger_id, node, reason, event.bookie, me, **self._now()))
         self.metrics.bookie_events.labels(event.kind.value).inc()
+
+    def _restart_searches(self) -> None:
+        for _, search in self._searches:
+            search.restart()
 
     # ------------------------------------------------------------------ publishing
 
@@ -468,6 +489,7 @@ class Watcher:
         self._publisher.close()
         self._publisher = None
         self.known = None
+        self._restart_searches()
         publisher = self._publisher_ready()
         self._resync(layout, publisher)
         return publisher
@@ -495,6 +517,10 @@ _RECHECK_REASON = {
 
 #: How long one wait for Kafka's acknowledgements lasts before the leadership is checked again.
 FLUSH_WAIT_S = 0.5
+#: The longest one pass of the loop searches a bookie's ledgers before it serves notifications and ticks again.
+SEARCH_SLICE_S = 0.2
+#: Ledgers searched between two looks at the clock (a few milliseconds' work).
+SEARCH_STEP = 2000
 #: How often, at most, the watcher logs what it holds back while Kafka does not take or acknowledge events.
 HELD_BACK_LOG_S = 10.0
 

@@ -33,6 +33,10 @@ from scrutiny.watcher.wiring import watcher_from_settings
 ViolationId = tuple[int, str, str | None]
 
 
+#: How long a test waits for a new query's first batch.
+FIRST_BATCH_S = 180.0
+
+
 @dataclass
 class Harness:
     """What a test drives and reads."""
@@ -79,6 +83,11 @@ class Harness:
                 return
             time.sleep(0.5)
         raise AssertionError(f"timed out after {timeout_s} s waiting for {what}; open: {sorted(self.open_ids())}")
+
+    def wait_first_batch(self) -> None:
+        """Wait for the query's first batch: on a loaded machine it can wait for task slots a stopped query's tasks
+        still hold, for a Kafka read, and for the first Delta commits (well over a minute on two busy cores)."""
+        self.wait(lambda: bool(self.table("checker_runs")), FIRST_BATCH_S, "the first batch")
 
 
 def harness_settings(base: Settings, scenario: Scenario, chroot: str, topic: str, tmp: Path) -> Settings:

@@ -6,7 +6,7 @@ import pytest
 
 from scrutiny.core.ledger_metadata import LedgerState, Segment, build_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.metadata_view import Node, NodeStat
-from scrutiny.watcher.bookie_ledgers import ledgers_of
+from scrutiny.watcher.bookie_ledgers import LedgerSearch, ledgers_of
 
 pytestmark = pytest.mark.unit
 
@@ -39,3 +39,24 @@ def test_closed_ledgers_and_sealed_segments_with_the_bookie_and_its_entries() ->
 def test_no_ledger_of_an_unknown_bookie() -> None:
     found = ledgers_of({1: node([Segment(0, ("a:1", "b:1", "c:1"))])}, "z:9")
     assert (found.ledgers, found.entries) == ([], 0)
+
+
+def test_a_search_in_slices_finds_what_one_pass_finds_reading_each_ledger_when_its_turn_comes() -> None:
+    abc = ("a:1", "b:1", "c:1")
+    ledgers = {lid: node([Segment(0, abc if lid % 3 else ("a:1", "c:1", "d:1"))]) for lid in range(1, 30)}
+    whole = ledgers_of(ledgers, "b:1")
+    search = LedgerSearch(ledgers, "b:1")
+    slices = []
+    while search.remaining():
+        slices.append([lid for lid, _ in search.step(ledgers, 4)])
+    assert len(slices) == 8 and all(len(s) <= 4 for s in slices)
+    assert [lid for s in slices for lid in s] == [lid for lid, _ in whole.ledgers]
+    assert search.found.entries == whole.entries
+
+    search.restart()  # from the first ledger again; meanwhile 1 deleted, 2 moved off b:1, 40 created
+    assert search.remaining() == 29 and search.found.ledgers == []
+    current = {**ledgers, 2: node([Segment(0, ("a:1", "c:1", "d:1"))]), 40: node([Segment(0, abc)])}
+    del current[1]
+    search.step(current, 100)
+    assert search.remaining() == 0
+    assert [lid for lid, _ in search.found.ledgers] == [lid for lid, _ in whole.ledgers if lid not in (1, 2)]

@@ -40,6 +40,7 @@ from scrutiny.core.zk_records import (
 from scrutiny.proto import ledger_events_pb2 as pb
 from scrutiny.services.servers import start_kafka
 from scrutiny.settings.loader import Settings
+from scrutiny.watcher import daemon
 from scrutiny.watcher.daemon import Watcher, WatcherConfig
 from tests.support.event_log import Folded, Record, expected_from, fold, read_topic, wait_until
 from tests.support.servers import KafkaTopicFactory
@@ -367,8 +368,13 @@ def _bookie_events(settings: Settings, topic: str) -> list[tuple[str, str, int]]
 
 
 def test_bookie_lost_back_and_reformatted_have_their_ledgers_checked_again(
-    service_settings: Settings, zk_client: KazooClient, kafka_topic_factory: KafkaTopicFactory
+    service_settings: Settings,
+    zk_client: KazooClient,
+    kafka_topic_factory: KafkaTopicFactory,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(daemon, "SEARCH_STEP", 1)  # each search spread over passes of the loop, one ledger a pass
+    monkeypatch.setattr(daemon, "SEARCH_SLICE_S", 0.0)
     topic = kafka_topic_factory(partitions=3)
     zk_client.create("/ledgers/LAYOUT", LAYOUT, makepath=True)
     zk_client.create(ledger_path(1), metadata(), makepath=True)  # open, nothing sealed: not checked

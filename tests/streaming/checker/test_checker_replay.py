@@ -134,7 +134,7 @@ def test_a_batch_run_again_after_a_crash_at_each_commit_point_leaves_exact_table
     scenario = parse_scenario(SCENARIO)
     changes = {(change.action, change.ledger): change for change in scenario.schedule}
     with running_checker(spark, zk_client, settings, scenario, schedule=False) as harness:
-        harness.wait(lambda: bool(harness.table(CHECKER_RUNS)), 60, "the first batch")
+        harness.wait_first_batch()
         for ledger, point in POINTS.items():
             crash.arm(ledger, point)
             harness.run(harness.cluster.apply(changes[Action.CLOSE, ledger]))

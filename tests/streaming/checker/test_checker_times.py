@@ -60,7 +60,7 @@ def test_a_check_is_stamped_when_its_slow_bookie_has_answered_not_when_its_batch
         bookies=replace(settings.bookies, request_timeout_seconds=DELAY_S * 2),
     )
     with running_checker(spark, zk_client, settings, scenario, schedule=False) as harness:
-        harness.wait(lambda: bool(harness.table("checker_runs")), 60, "the first batch")
+        harness.wait_first_batch()
         harness.run(harness.cluster.apply(close))
         harness.wait(lambda: any(c["ledger_id"] == 1 for c in harness.table("ledger_checks")), 60, "ledger 1 checked")
         # The batch's tables are written at the same time: its violations may commit a moment after its check.
