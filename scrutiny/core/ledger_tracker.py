@@ -38,7 +38,9 @@ Rules (each pinned by a test):
   ensembles is lost, back after a loss, or has a new cookie. When the bookie is lost, the ledger must be marked
   under-replicated or re-replicated (the bookie gone from its ensembles) within ``mark_grace_ms``: a timer reports
   ``UNDER_REPLICATION_NOT_MARKED`` for that bookie otherwise (not when the bookie is registered again by then). A mark,
-  an ensemble without the bookie, the bookie's return or the ledger's deletion resolves it. After a bookie's restart
+  an ensemble without the bookie, the bookie's return or the ledger's deletion resolves it. The deadline is kept
+  while the ledger is marked (it sleeps): a mark cleared while the bookie is still lost and in an ensemble (nothing
+  re-replicated it) wakes it, and past the deadline the finding opens at once. After a bookie's restart
   only a ledger that waits for it (:func:`waits_for`) is checked again.
 """
 
@@ -112,6 +114,8 @@ class TrackerConfig:
     overdue_grace_ms: int = 0
     #: ``UNDER_REPLICATION_NOT_MARKED`` when a lost bookie's ledger is neither marked nor re-replicated this long after.
     mark_grace_ms: int = 300_000
+    #: ``RECOVERY_STALLED`` when a ledger stays ``IN_RECOVERY`` this long (0: never).
+    recovery_stalled_ms: int = 600_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +142,8 @@ class TrackedLedger:
     reverify_at_ms: int | None = None
     #: Lost bookies of its ensembles, each with the time by which the ledger must be marked or re-replicated.
     lost: tuple[tuple[str, int], ...] = ()
+    #: While the ledger is ``IN_RECOVERY``: when that recovery is stalled (its first such version's write + grace).
+    recovery_due_ms: int | None = None
 
     def timers(self) -> tuple[int, ...]:
         """The times at which this ledger needs :func:`on_timer` (or, for ``confirm_at_ms``, a look at its znode)."""
@@ -147,8 +153,15 @@ class TrackedLedger:
     def pending_timers(self) -> tuple[int, ...]:
         """:meth:`timers` but the re-verification: those before which the processor confirms the ledger exists
         (a re-verification reads the znode anyway)."""
-        timed = (self.retry_at_ms, self.stuck_at_ms, self.confirm_at_ms, *(due for _, due in self.lost))
+        recovery = None if _recovery_key() in self.open else self.recovery_due_ms
+        timed = (self.retry_at_ms, self.stuck_at_ms, self.confirm_at_ms, recovery, *self._lost_deadlines())
         return tuple(t for t in timed if t is not None)
+
+    def _lost_deadlines(self) -> tuple[int, ...]:
+        """The deadlines of lost bookies that can still be reported: none while marked, none once reported."""
+        if self.mark is not None:
+            return ()
+        return tuple(due for bookie, due in self.lost if _not_marked_key(bookie) not in self.open)
 
     def watched(self) -> bool:
         """Whether anything would be reported of this ledger before its next re-verification: findings open, a mark,
@@ -172,6 +185,7 @@ class TrackedLedger:
             "e": self.confirm_at_ms,
             "f": self.verified_ms,
             "z": self.reverify_at_ms,
+            "y": self.recovery_due_ms,
         }
         doc.update({k: v for k, v in optional.items() if v is not None})
         if self.attempts:
@@ -206,6 +220,7 @@ class TrackedLedger:
             confirm_at_ms=doc.get("e"),
             verified_ms=doc.get("f"),
             reverify_at_ms=doc.get("z"),
+            recovery_due_ms=doc.get("y"),
             open=tuple((k[0], k[1], k[2]) for k in doc["o"]),
             # Older states kept 3-field keys: dropped, so at worst a pending retry reports a row again.
             reported=tuple((k[0], k[1], k[2], k[3], k[4]) for k in doc.get("p", ()) if len(k) == 5),
@@ -297,9 +312,15 @@ def on_metadata(
         unreadable = Violation(
             Category.METADATA_UNREADABLE, FIXED_SEVERITY[Category.METADATA_UNREADABLE], details=str(error)
         )
-        return _complete(fresh, None, (unreadable,), VerdictKind.VIOLATED, now_ms, asked=0)
+        return _complete(
+            replace(fresh, recovery_due_ms=None), None, (unreadable,), VerdictKind.VIOLATED, now_ms, asked=0
+        )
+    fresh = _recovering(fresh, metadata, now_ms=now_ms, config=config)
     if not needs_check(metadata):
-        return Step(replace(fresh, metadata=None, written_ms=None), Outcome(metadata=metadata, version=version))
+        waiting = replace(fresh, metadata=None, written_ms=None)
+        ended = (_recovery_key(),) if fresh.recovery_due_ms is None and _recovery_key() in fresh.open else ()
+        waiting = replace(waiting, open=_without(waiting.open, ended))
+        return Step(waiting, Outcome(resolved=ended, metadata=metadata, version=version))
     if answers is None:
         return Step(fresh, Outcome(metadata=metadata, fetch=_bookies(metadata), version=version))
     return _judge(fresh, metadata, answers, now_ms=now_ms, cluster=cluster, config=config)
@@ -342,9 +363,7 @@ def on_marked(state: TrackedLedger | None, mark: UnderReplicationMark, *, now_ms
     stuck_key = _stuck_key()
     due = None if stuck_key in state.open else started + config.verdict.under_replication_grace_ms
     unmarked = tuple(k for k in state.open if k[0] == _NOT_MARKED)
-    marked = replace(
-        state, mark=mark, stuck_at_ms=due, lost=(), open=tuple(k for k in state.open if k[0] != _NOT_MARKED)
-    )
+    marked = replace(state, mark=mark, stuck_at_ms=due, open=tuple(k for k in state.open if k[0] != _NOT_MARKED))
     step = _recheck(marked) if any(key[0] in _REPLICA_CATEGORIES for key in state.open) else Step(marked)
     return Step(step.state, replace(step.outcome, resolved=unmarked)) if unmarked else step
 
@@ -395,9 +414,11 @@ def on_timer(
     re-replicated (unless ``cluster`` has the bookie registered again); a due retry asks for a fetch; a due
     re-verification asks for the znode (``Outcome.reread``), after reporting ``CHECK_OVERDUE`` when the last verified
     check is older than the interval plus the grace."""
-    found = _not_marked(state, now_ms=now_ms, config=config, cluster=cluster or ClusterView())
-    if found or any(due <= now_ms for _, due in state.lost):
-        state = replace(state, lost=tuple(x for x in state.lost if x[1] > now_ms), open=_with_keys(state.open, found))
+    view = cluster or ClusterView()
+    found = _not_marked(state, now_ms=now_ms, config=config, cluster=view)
+    back = tuple(x for x in state.lost if x[1] <= now_ms and view.registered(x[0]))
+    if found or back:
+        state = replace(state, lost=tuple(x for x in state.lost if x not in back), open=_with_keys(state.open, found))
     if state.stuck_at_ms is not None and state.stuck_at_ms <= now_ms and state.mark is not None:
         stuck = Violation(
             Category.UNDER_REPLICATION_STUCK,
@@ -406,6 +427,19 @@ def on_timer(
         )
         found += (stuck,)
         state = replace(state, stuck_at_ms=None, open=_with_keys(state.open, (stuck,)))
+    due = state.recovery_due_ms
+    if due is not None and due <= now_ms and _recovery_key() not in state.open:
+        since_ms = due - config.recovery_stalled_ms
+        stalled = Violation(
+            Category.RECOVERY_STALLED,
+            FIXED_SEVERITY[Category.RECOVERY_STALLED],
+            details=(
+                f"in recovery since {format_utc_ms(since_ms)} ({(now_ms - since_ms) // 1000} s): the recovery that "
+                "should close it has not finished, and its readers and writer wait"
+            ),
+        )
+        found += (stalled,)
+        state = replace(state, open=_with_keys(state.open, (stalled,)))
     fetch: tuple[str, ...] = ()
     metadata = None
     if state.retry_at_ms is not None and state.retry_at_ms <= now_ms and state.metadata is not None:
@@ -483,7 +517,7 @@ def on_recheck(
     if why is LifecycleKind.LOST:
         metadata = step.outcome.metadata
         holds = metadata is not None and bookie in _bookies(metadata)
-        if holds and after.mark is None and all(b != bookie for b, _ in after.lost):
+        if holds and all(b != bookie for b, _ in after.lost):
             after = replace(after, lost=(*after.lost, (bookie, now_ms + config.mark_grace_ms)))
         return Step(after, step.outcome)
     key = _not_marked_key(bookie)
@@ -586,6 +620,8 @@ def _complete(
     overdue one, which only a verified check resolves)."""
     keys = {violation_key(v) for v in found}
     kept = {_stuck_key()} if verified else {_stuck_key(), _overdue_key()}
+    if state.recovery_due_ms is not None:
+        kept.add(_recovery_key())  # a timer, not a check, decides it; the recovery's end resolves it
     named = {k[1] for k in state.open if k[0] == _NOT_MARKED} | {b for b, _ in state.lost}
     holding = set(_bookies(metadata)) if metadata is not None else named
     kept |= {k for k in state.open if k[0] == _NOT_MARKED and k[1] in holding}
@@ -660,6 +696,21 @@ def _with_keys(open_keys: tuple[ViolationKey, ...], found: tuple[Violation, ...]
 
 def _stuck_key() -> ViolationKey:
     return (Category.UNDER_REPLICATION_STUCK.value, "", -1)
+
+
+def _recovery_key() -> ViolationKey:
+    return (Category.RECOVERY_STALLED.value, "", -1)
+
+
+def _recovering(state: TrackedLedger, metadata: LedgerMetadata, *, now_ms: int, config: TrackerConfig) -> TrackedLedger:
+    """``state`` with its recovery deadline: kept while the ledger stays ``IN_RECOVERY`` (counted from the first such
+    version's write), none otherwise."""
+    if metadata.state is not LedgerState.IN_RECOVERY or config.recovery_stalled_ms <= 0:
+        return replace(state, recovery_due_ms=None) if state.recovery_due_ms is not None else state
+    if state.recovery_due_ms is not None:
+        return state
+    began = state.written_ms if state.written_ms is not None else now_ms
+    return replace(state, recovery_due_ms=began + config.recovery_stalled_ms)
 
 
 def _overdue_key() -> ViolationKey:

@@ -46,6 +46,7 @@ class Category(StrEnum):
     CHECK_OVERDUE = "CHECK_OVERDUE"
     BOOKIE_LOST = "BOOKIE_LOST"
     UNDER_REPLICATION_NOT_MARKED = "UNDER_REPLICATION_NOT_MARKED"
+    RECOVERY_STALLED = "RECOVERY_STALLED"
 
 
 #: The severity of each category whose severity does not depend on the evidence.
@@ -65,6 +66,7 @@ FIXED_SEVERITY: dict[Category, Severity] = {
     Category.CHECK_OVERDUE: Severity.WARNING,
     Category.BOOKIE_LOST: Severity.WARNING,
     Category.UNDER_REPLICATION_NOT_MARKED: Severity.CRITICAL,
+    Category.RECOVERY_STALLED: Severity.CRITICAL,
 }
 
 

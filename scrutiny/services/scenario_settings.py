@@ -37,7 +37,11 @@ def scenario_checker_settings(base: Settings, scenario: Scenario) -> Settings:
         placement=placement,
         verdict=replace(base.verdict, under_replication_grace_seconds=int(spec.under_replication_grace_s)),
         watcher=watcher,
-        checker=replace(base.checker, under_replication_mark_grace_seconds=spec.under_replication_mark_grace_s),
+        checker=replace(
+            base.checker,
+            under_replication_mark_grace_seconds=spec.under_replication_mark_grace_s,
+            recovery_stalled_grace_seconds=spec.recovery_stalled_grace_s,
+        ),
     )
 
 

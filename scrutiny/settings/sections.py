@@ -112,6 +112,7 @@ _NOT_NEGATIVE = (
     "check_overdue_grace_seconds",
     "verification_ages_seconds",
     "under_replication_mark_grace_seconds",
+    "recovery_stalled_grace_seconds",
 )
 
 
@@ -136,6 +137,7 @@ class CheckerSection:
     check_overdue_grace_seconds: float = 86_400.0
     verification_ages_seconds: float = 60.0
     under_replication_mark_grace_seconds: float = 300.0
+    recovery_stalled_grace_seconds: float = 600.0
     write_conflict_attempts: int = 8
     metrics_port: int = 0
     spark_master: str = ""

@@ -266,6 +266,8 @@ class CheckerSpec:
     bookie_lost_after_s: float = 300.0
     #: A lost bookie's ledger neither marked nor re-replicated this long after: ``UNDER_REPLICATION_NOT_MARKED``.
     under_replication_mark_grace_s: float = 300.0
+    #: A ledger in recovery (from the start) this long: ``RECOVERY_STALLED``.
+    recovery_stalled_grace_s: float = 600.0
 
     def as_json_dict(self) -> dict[str, object]:
         """The assumptions, for the truth file."""
@@ -280,6 +282,7 @@ class CheckerSpec:
             "request_timeout_s": self.request_timeout_s,
             "bookie_lost_after_s": self.bookie_lost_after_s,
             "under_replication_mark_grace_s": self.under_replication_mark_grace_s,
+            "recovery_stalled_grace_s": self.recovery_stalled_grace_s,
         }
 
 

@@ -362,6 +362,10 @@ def _parse_checker(doc: Mapping[str, Any]) -> CheckerSpec:
             table.get("under_replication_mark_grace_s", defaults.under_replication_mark_grace_s),
             where.at("under_replication_mark_grace_s"),
         ),
+        recovery_stalled_grace_s=_number(
+            table.get("recovery_stalled_grace_s", defaults.recovery_stalled_grace_s),
+            where.at("recovery_stalled_grace_s"),
+        ),
     )
     return spec
 

@@ -24,8 +24,10 @@ so that it can catch their mistakes. The rules are those of ``docs/verdict.md``:
   (alone) for a corrupt znode. ``CHECK_OVERDUE`` never (a perfect checker is never late);
 * bookies' lives: ``BOOKIE_LOST`` (cluster-level, ledger id -1) for a bookie stopped strictly longer than
   ``bookie_lost_after_s``, and ``UNDER_REPLICATION_NOT_MARKED`` for each closed ledger (or sealed segment) it is in,
-  not marked, strictly ``under_replication_mark_grace_s`` after the loss (a mark set and cleared again meanwhile is
-  not modelled: the checker would not report such a ledger).
+  not marked, strictly ``under_replication_mark_grace_s`` after the loss (a mark cleared while the bookie is still
+  lost and in the ensemble makes it so again, at once when the grace is over);
+* ``RECOVERY_STALLED`` for a ledger ``IN_RECOVERY`` (in recovery since the start) strictly longer than
+  ``recovery_stalled_grace_s``.
 
 The file format written by :func:`truth_document` is documented in ``docs/simulator.md``.
 """
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Final
 
 from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.ledger_metadata import LedgerState
 from scrutiny.core.placement import PlacementResult
 from scrutiny.core.sequence_groups import SequenceGroup
 from scrutiny.core.vocabulary import CLUSTER_LEDGER_ID, Category, Severity
@@ -303,6 +306,8 @@ def ledger_truth(state: ClusterState, ledger_id: int, now_s: float) -> list[Trut
     if spec.mark is not None and now_s > spec.mark.stuck_after_s(state.checker.under_replication_grace_s):
         out.append(TruthViolation(ledger_id, Category.UNDER_REPLICATION_STUCK, Severity.CRITICAL))
     out += _not_marked(state, spec, spans, now_s)
+    if spec.state is LedgerState.IN_RECOVERY and now_s > state.checker.recovery_stalled_grace_s:
+        out.append(TruthViolation(ledger_id, Category.RECOVERY_STALLED, Severity.CRITICAL))
     unregistered = {v.bookie for v in out if v.category is Category.BOOKIE_NOT_REGISTERED}
     for bookie in replicas.unknown:
         if state.bookies[bookie].registered:
@@ -548,13 +553,12 @@ def truth_timeline(scenario: Scenario, *, horizon_s: float | None = None) -> lis
     cheap.
     """
     state = ClusterState.from_scenario(scenario)
-    grace = scenario.checker.under_replication_grace_s
     per_ledger = {lid: ledger_truth(state, lid, 0.0) for lid in state.ledgers}
     per_ledger[CLUSTER_LEDGER_ID] = bookie_truth(state, 0.0)
     timeline = [TruthState(0.0, ("start",), _flatten(per_ledger))]
     waiting: list[tuple[float, int, str]] = []
     for lid, spec in state.ledgers.items():
-        _wait_for_grace(waiting, lid, spec, grace, 0.0)
+        _wait_for_grace(waiting, state, lid, spec, 0.0)
     for bookie in state.bookies:
         _wait_for_loss(waiting, state, bookie, 0.0)
     events = list(scenario.schedule)
@@ -589,7 +593,7 @@ def truth_timeline(scenario: Scenario, *, horizon_s: float | None = None) -> lis
         for lid in touched:
             if lid in state.ledgers:
                 per_ledger[lid] = ledger_truth(state, lid, next_event)
-                _wait_for_grace(waiting, lid, state.ledgers[lid], grace, next_event)
+                _wait_for_grace(waiting, state, lid, state.ledgers[lid], next_event)
             else:
                 per_ledger.pop(lid, None)
         per_ledger[CLUSTER_LEDGER_ID] = bookie_truth(state, next_event)
@@ -598,12 +602,15 @@ def truth_timeline(scenario: Scenario, *, horizon_s: float | None = None) -> lis
 
 
 def _wait_for_grace(
-    waiting: list[tuple[float, int, str]], lid: int, spec: LedgerSpec, grace: float, now: float
+    waiting: list[tuple[float, int, str]], state: ClusterState, lid: int, spec: LedgerSpec, now: float
 ) -> None:
+    """The end of the grace of the ledger's mark, and of its recovery (in recovery since the start)."""
     if spec.mark is not None and spec.corrupt is None:
-        due = spec.mark.stuck_after_s(grace)
+        due = spec.mark.stuck_after_s(state.checker.under_replication_grace_s)
         if due >= now:
             heapq.heappush(waiting, (due, lid, f"grace period of ledger {lid}'s mark"))
+    if spec.state is LedgerState.IN_RECOVERY and state.checker.recovery_stalled_grace_s >= now:
+        heapq.heappush(waiting, (state.checker.recovery_stalled_grace_s, lid, f"ledger {lid}'s recovery stalled"))
 
 
 def _wait_for_loss(waiting: list[tuple[float, int, str]], state: ClusterState, bookie: str, now: float) -> None:

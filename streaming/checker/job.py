@@ -69,6 +69,7 @@ def job_config(settings: Settings, fetch: FetchConfig | None = None, *, source: 
             reverify_interval_ms=round(checker.reverify_interval * 1000),
             overdue_grace_ms=round(checker.check_overdue_grace_seconds * 1000),
             mark_grace_ms=round(checker.under_replication_mark_grace_seconds * 1000),
+            recovery_stalled_ms=round(checker.recovery_stalled_grace_seconds * 1000),
         ),
         source=source,
         fetch_timeout_s=checker.fetch_timeout_seconds,

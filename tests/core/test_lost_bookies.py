@@ -12,6 +12,7 @@ from scrutiny.core.ledger_tracker import (
     TrackedLedger,
     TrackerConfig,
     on_answers,
+    on_cleared,
     on_deleted,
     on_marked,
     on_metadata,
@@ -118,7 +119,8 @@ def test_not_marked_by_the_deadline_is_critical_and_reported_once() -> None:
         Severity.CRITICAL,
         LOST,
     )
-    assert due.state is not None and NOT_MARKED in due.state.open and due.state.lost == ()
+    assert due.state is not None and NOT_MARKED in due.state.open
+    assert due.state.timers() == ()  # the deadline stays (the bookie is still lost) but has nothing left to do
     assert not on_timer(due.state, now_ms=10_000 + 2 * GRACE, config=CONFIG, cluster=WITHOUT_LOST).outcome.found
 
 
@@ -126,14 +128,52 @@ def test_a_mark_before_the_deadline_means_nothing_is_reported() -> None:
     state = recheck(checked(), lost=True).state
     assert state is not None
     marked = on_marked(state, UnderReplicationMark((LOST,), 20_000), now_ms=20_000, config=CONFIG).state
-    assert marked is not None and marked.lost == ()
+    assert marked is not None and 10_000 + GRACE not in marked.timers()  # the deadline sleeps under the mark
     assert not on_timer(marked, now_ms=10_000 + GRACE, config=CONFIG, cluster=WITHOUT_LOST).outcome.found
 
 
-def test_a_ledger_marked_already_gets_no_deadline() -> None:
+def test_a_ledger_marked_already_gets_a_deadline_that_sleeps_under_the_mark() -> None:
     marked = on_marked(checked(), UnderReplicationMark((LOST,), 5_000), now_ms=5_000, config=CONFIG).state
     step = recheck(marked, lost=True)
-    assert step.state is not None and step.state.lost == ()
+    assert step.state is not None and step.state.lost == ((LOST, 10_000 + GRACE),)
+    assert 10_000 + GRACE not in step.state.timers()
+
+
+@pytest.mark.parametrize("reported_first", [False, True])
+def test_a_mark_cleared_while_the_bookie_is_lost_and_still_in_the_ensemble_reports_it_again(
+    reported_first: bool,
+) -> None:
+    """Nothing re-replicated the ledger (its ensemble still has the lost bookie) and its mark is gone: past the
+    deadline, UNDER_REPLICATION_NOT_MARKED opens at once (again, when it was reported before the mark)."""
+    state = reported_not_marked() if reported_first else recheck(checked(), lost=True).state
+    assert state is not None
+    marked = on_marked(state, UnderReplicationMark((LOST,), 30_000), now_ms=30_000, config=CONFIG)
+    assert marked.state is not None and NOT_MARKED not in marked.state.open
+    assert (NOT_MARKED in marked.outcome.resolved) is reported_first
+    cleared = on_cleared(marked.state)
+    assert cleared.state is not None and 10_000 + GRACE in cleared.state.timers()  # past due: fires at once
+    due = on_timer(cleared.state, now_ms=200_000, config=CONFIG, cluster=WITHOUT_LOST)
+    assert [(v.category, v.bookie) for v in due.outcome.found] == [(Category.UNDER_REPLICATION_NOT_MARKED, LOST)]
+
+
+def test_a_mark_cleared_after_re_replication_reports_nothing() -> None:
+    state = recheck(checked(), lost=True).state
+    marked = on_marked(state, UnderReplicationMark((LOST,), 30_000), now_ms=30_000, config=CONFIG).state
+    replaced = ("b1:3181", "b4:3181", "b3:3181")
+    moved = on_metadata(
+        marked,
+        version=2,
+        data=blob(replaced),
+        changed_ms=None,
+        answers=answers(replaced),
+        now_ms=90_000,
+        cluster=ClusterView(writable=frozenset(replaced)),
+        config=CONFIG,
+    )
+    assert moved.state is not None and moved.state.lost == ()
+    cleared = on_cleared(moved.state)
+    assert cleared.state is not None
+    assert not on_timer(cleared.state, now_ms=200_000, config=CONFIG, cluster=WITHOUT_LOST).outcome.found
 
 
 def test_a_mark_after_the_report_resolves_it() -> None:

@@ -1,6 +1,6 @@
 """DbLedgerStorage's write cache on real bookies: the race is real, and the checker does not lose it.
 
-Three real DbLedgerStorage bookies flushing their write cache every 60 s, as Pulsar's do. A ledger
+Three real DbLedgerStorage bookies flushing their write cache every 20 s (Pulsar: every 60 s). A ledger
 closed a moment ago is not in any bookie's index yet, so every agent answers NO_LEDGER: without the write-cache
 rule a deep scan then reports a critical NO_REPLICA for a healthy ledger. With ``verdict.write_cache_flush_seconds``
 set to the bookies' interval, the scan waits for the flush and finds the ledgers healthy.
@@ -27,7 +27,7 @@ from scrutiny.services.local_stack import EmbeddedServices, UpResult
 
 pytestmark = pytest.mark.integration
 
-FLUSH_S = 60
+FLUSH_S = 20
 
 
 @pytest.fixture

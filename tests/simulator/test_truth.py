@@ -586,6 +586,10 @@ ledger = 2
 first = 0
 ensemble = ["bookie-1", "bookie-4", "bookie-3"]
 [[schedule]]
+at = 35
+action = "unmark"
+ledger = 3
+[[schedule]]
 at = 40
 action = "revive"
 bookie = "bookie-2"
@@ -598,4 +602,29 @@ bookie = "bookie-2"
     assert not any(key[1] is not_marked for key in at[12.0])
     assert {k[0] for k in at[17.0] if k[1] is not_marked} == {1, 2}  # 3 was marked at 14
     assert {k[0] for k in at[30.0] if k[1] is not_marked} == {1}  # 2 re-replicated without bookie-2
+    assert {k[0] for k in at[35.0] if k[1] is not_marked} == {1, 3}  # 3's mark gone, bookie-2 still in it
     assert not any(k[1] in (not_marked, Category.BOOKIE_LOST) for k in at[40.0])  # back
+
+
+def test_a_ledger_left_in_recovery_is_stalled_after_the_grace_until_it_is_closed() -> None:
+    head = HEAD.replace("[checker]\n", "[checker]\nrecovery_stalled_grace_s = 5\n")
+    scenario = parse_scenario(
+        head
+        + f"""
+[[ledgers]]
+ids = [[1, 2]]
+state = "IN_RECOVERY"
+{E123}
+[[schedule]]
+at = 9
+action = "close"
+ledger = 1
+last_entry = 59
+"""
+    )
+    stalled = Category.RECOVERY_STALLED
+    at = {s.at_s: s.by_key() for s in truth_timeline(scenario)}
+    assert not any(k[1] is stalled for k in at[0.0])
+    assert {k[0] for k in at[5.0] if k[1] is stalled} == {1, 2}  # strictly after 5 s (the point is 5 + a step)
+    assert {k[0] for k in at[9.0] if k[1] is stalled} == {2}  # 1's recovery ended with its close
+    assert scenario.checker.as_json_dict()["recovery_stalled_grace_s"] == 5

@@ -4,7 +4,9 @@ make the checker look at ledgers whose metadata did not change.
 A bookie wiped (formatted again: a new cookie) has its ledgers' losses found at once; a bookie restarted has the
 ledgers that waited for its answers checked at once; a bookie killed and not recovered is BOOKIE_LOST, its ledgers
 checked again, and those neither marked under-replicated nor re-replicated within the grace are
-UNDER_REPLICATION_NOT_MARKED, until a mark comes; its return resolves BOOKIE_LOST.
+UNDER_REPLICATION_NOT_MARKED, until a mark comes (and again when a mark is cleared while the bookie is still lost
+and in the ledger's ensemble); its return resolves BOOKIE_LOST. A ledger left in recovery is RECOVERY_STALLED
+after its grace, until it is closed.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ pytestmark = pytest.mark.integration
 
 LOST_AFTER_S = 20
 MARK_GRACE_S = 6.0
+RECOVERY_GRACE_S = 30
 SCENARIO = small_scenario(
     "bookie-lifecycle",
     seed=17,
@@ -38,11 +41,19 @@ SCENARIO = small_scenario(
 [checker]
 bookie_lost_after_s = {LOST_AFTER_S}
 under_replication_mark_grace_s = {MARK_GRACE_S}
+recovery_stalled_grace_s = {RECOVERY_GRACE_S}
 """
-    + TWO_GROUPS,
+    + TWO_GROUPS
+    + """
+[[ledgers]]
+id = 90
+state = "IN_RECOVERY"
+ensemble = ["bookie-1", "bookie-3", "bookie-4"]
+""",
 )
 LEDGERS = TWO_GROUPS_LEDGERS
 LIFECYCLE = ("BOOKIE_LOST", "UNDER_REPLICATION_NOT_MARKED")
+STALLED = (90, "RECOVERY_STALLED", None)
 
 
 def test_wiped_lost_and_returning_bookies_have_their_ledgers_checked_and_reported(
@@ -73,7 +84,7 @@ def test_wiped_lost_and_returning_bookies_have_their_ledgers_checked_and_reporte
             return {(v.ledger_id, v.category.value, v.bookie) for v in found if v.category.value in LIFECYCLE}
 
         harness.wait(lambda: {r["ledger_id"] for r in harness.table("ledger_checks")} == LEDGERS, 120, "all checked")
-        assert not harness.open_ids()
+        assert not harness.open_ids() - {STALLED}
 
         # bookie-3 away (shorter than a loss) while bookie-4 is formatted again: nothing changes in the ledgers'
         # metadata, the new cookie is what tells; bookie-3 cannot answer for 70 and 71 meanwhile.
@@ -107,10 +118,24 @@ def test_wiped_lost_and_returning_bookies_have_their_ledgers_checked_and_reporte
             now(Action.MARK, ledger=ledger, replicas=("bookie-2",))
         harness.wait(lambda: unmarked <= harness.resolved_ids(), 60, "marks resolve UNDER_REPLICATION_NOT_MARKED")
 
+        # Ledger 3's mark cleared while bookie-2 is still lost and in its ensemble (nothing re-replicated it).
+        now(Action.UNMARK, ledger=3)
+        cleared = (3, "UNDER_REPLICATION_NOT_MARKED", "bookie-2")
+        harness.wait(lambda: cleared in harness.open_ids(), 60, "a cleared mark reopens UNDER_REPLICATION_NOT_MARKED")
+        assert lifecycle_findings() == truth() == {cleared, lost}
+
         now(Action.REVIVE, bookie="bookie-2")
-        harness.wait(lambda: lost in harness.resolved_ids(), 60, "the return resolves BOOKIE_LOST")
+        harness.wait(lambda: {lost, cleared} <= harness.resolved_ids(), 60, "the return resolves BOOKIE_LOST")
         assert lifecycle_findings() == truth() == set()
         reported = [
             v for v in harness.table("violations") if v["category"] in ("BOOKIE_LOST", "UNDER_REPLICATION_NOT_MARKED")
         ]
-        assert len(reported) == 3  # each once (bookie-3 was never lost)
+        assert len(reported) == 4  # each once (bookie-3 was never lost)
+
+        # Ledger 90 stayed in recovery from the start: stalled after the grace (over by now), as the truth says.
+        harness.wait(lambda: STALLED in harness.open_ids(), RECOVERY_GRACE_S + 60, "RECOVERY_STALLED")
+        [stalled] = [v for v in harness.table("violations") if v["category"] == "RECOVERY_STALLED"]
+        assert harness.cluster.elapsed_s() >= RECOVERY_GRACE_S and stalled["severity"] == "critical"
+        assert STALLED in {(v.ledger_id, v.category.value, v.bookie) for v in cluster_truth(harness.cluster.state, 1e9)}
+        now(Action.CLOSE, ledger=90)
+        harness.wait(lambda: STALLED in harness.resolved_ids(), 60, "the close ends RECOVERY_STALLED")
