@@ -316,14 +316,17 @@ def on_metadata(
             replace(fresh, recovery_due_ms=None), None, (unreadable,), VerdictKind.VIOLATED, now_ms, asked=0
         )
     fresh = _recovering(fresh, metadata, now_ms=now_ms, config=config)
+    ended = _ended(fresh, metadata, cluster)
+    fresh = replace(fresh, open=_without(fresh.open, ended))
     if not needs_check(metadata):
-        waiting = replace(fresh, metadata=None, written_ms=None)
-        ended = (_recovery_key(),) if fresh.recovery_due_ms is None and _recovery_key() in fresh.open else ()
-        waiting = replace(waiting, open=_without(waiting.open, ended))
-        return Step(waiting, Outcome(resolved=ended, metadata=metadata, version=version))
-    if answers is None:
-        return Step(fresh, Outcome(metadata=metadata, fetch=_bookies(metadata), version=version))
-    return _judge(fresh, metadata, answers, now_ms=now_ms, cluster=cluster, config=config)
+        step = Step(replace(fresh, metadata=None, written_ms=None), Outcome(metadata=metadata, version=version))
+    elif answers is None:
+        step = Step(fresh, Outcome(metadata=metadata, fetch=_bookies(metadata), version=version))
+    else:
+        step = _judge(fresh, metadata, answers, now_ms=now_ms, cluster=cluster, config=config)
+    if not ended:
+        return step
+    return Step(step.state, replace(step.outcome, resolved=(*step.outcome.resolved, *ended)))
 
 
 def on_answers(
@@ -516,10 +519,14 @@ def on_recheck(
         return step
     if why is LifecycleKind.LOST:
         metadata = step.outcome.metadata
-        holds = metadata is not None and bookie in _bookies(metadata)
+        holds = metadata is not None and bookie in _checked_bookies(metadata)
         if holds and all(b != bookie for b, _ in after.lost):
             after = replace(after, lost=(*after.lost, (bookie, now_ms + config.mark_grace_ms)))
-        return Step(after, step.outcome)
+        stalled = None if metadata is None else _open_stalled(metadata, cluster)
+        if stalled is None or _open_stalled_key() in after.open:
+            return Step(after, step.outcome)
+        after = replace(after, open=_with_keys(after.open, (stalled,)))
+        return Step(after, replace(step.outcome, found=(*step.outcome.found, stalled)))
     key = _not_marked_key(bookie)
     resolved = (key,) if key in after.open else ()
     after = replace(after, lost=tuple(x for x in after.lost if x[0] != bookie), open=_without(after.open, resolved))
@@ -622,6 +629,7 @@ def _complete(
     kept = {_stuck_key()} if verified else {_stuck_key(), _overdue_key()}
     if state.recovery_due_ms is not None:
         kept.add(_recovery_key())  # a timer, not a check, decides it; the recovery's end resolves it
+    kept.add(_open_stalled_key())  # a bookie's loss decides it; a new version or a return may resolve it (_ended)
     named = {k[1] for k in state.open if k[0] == _NOT_MARKED} | {b for b, _ in state.lost}
     holding = set(_bookies(metadata)) if metadata is not None else named
     kept |= {k for k in state.open if k[0] == _NOT_MARKED and k[1] in holding}
@@ -696,6 +704,46 @@ def _with_keys(open_keys: tuple[ViolationKey, ...], found: tuple[Violation, ...]
 
 def _stuck_key() -> ViolationKey:
     return (Category.UNDER_REPLICATION_STUCK.value, "", -1)
+
+
+def _open_stalled_key() -> ViolationKey:
+    return (Category.OPEN_LEDGER_STALLED.value, "", -1)
+
+
+def _open_stalled(metadata: LedgerMetadata, cluster: ClusterView) -> Violation | None:
+    """``OPEN_LEDGER_STALLED`` when the ledger is open and fewer than AQ bookies of its current ensemble are
+    registered: its writer cannot add an entry."""
+    if metadata.state is not LedgerState.OPEN or not metadata.segments:
+        return None
+    current = metadata.segments[-1]
+    up = [b for b in current.ensemble if cluster.registered(b)]
+    if len(up) >= metadata.ack_quorum:
+        return None
+    return Violation(
+        Category.OPEN_LEDGER_STALLED,
+        FIXED_SEVERITY[Category.OPEN_LEDGER_STALLED],
+        details=(
+            f"open, and {len(up)} of the {len(current.ensemble)} bookies of its current ensemble (from entry "
+            f"{current.first_entry_id}) are registered, fewer than AQ = {metadata.ack_quorum}: its writer cannot add "
+            "an entry, and no recovery closed the ledger"
+        ),
+    )
+
+
+def _ended(state: TrackedLedger, metadata: LedgerMetadata, cluster: ClusterView) -> tuple[ViolationKey, ...]:
+    """The open findings a new reading of the metadata ends: a recovery over, a writer no longer stalled."""
+    ended = []
+    if state.recovery_due_ms is None and _recovery_key() in state.open:
+        ended.append(_recovery_key())
+    if _open_stalled_key() in state.open and _open_stalled(metadata, cluster) is None:
+        ended.append(_open_stalled_key())
+    return tuple(ended)
+
+
+def _checked_bookies(metadata: LedgerMetadata) -> tuple[str, ...]:
+    """The bookies of the segments a check judges: every segment of a closed ledger, the sealed ones of another."""
+    segments = metadata.segments if metadata.state is LedgerState.CLOSED else metadata.segments[:-1]
+    return tuple(dict.fromkeys(b for segment in segments for b in segment.ensemble))
 
 
 def _recovery_key() -> ViolationKey:

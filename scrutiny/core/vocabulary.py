@@ -47,6 +47,7 @@ class Category(StrEnum):
     BOOKIE_LOST = "BOOKIE_LOST"
     UNDER_REPLICATION_NOT_MARKED = "UNDER_REPLICATION_NOT_MARKED"
     RECOVERY_STALLED = "RECOVERY_STALLED"
+    OPEN_LEDGER_STALLED = "OPEN_LEDGER_STALLED"
 
 
 #: The severity of each category whose severity does not depend on the evidence.
@@ -67,6 +68,7 @@ FIXED_SEVERITY: dict[Category, Severity] = {
     Category.BOOKIE_LOST: Severity.WARNING,
     Category.UNDER_REPLICATION_NOT_MARKED: Severity.CRITICAL,
     Category.RECOVERY_STALLED: Severity.CRITICAL,
+    Category.OPEN_LEDGER_STALLED: Severity.WARNING,
 }
 
 

@@ -27,7 +27,8 @@ so that it can catch their mistakes. The rules are those of ``docs/verdict.md``:
   not marked, strictly ``under_replication_mark_grace_s`` after the loss (a mark cleared while the bookie is still
   lost and in the ensemble makes it so again, at once when the grace is over);
 * ``RECOVERY_STALLED`` for a ledger ``IN_RECOVERY`` (in recovery since the start) strictly longer than
-  ``recovery_stalled_grace_s``.
+  ``recovery_stalled_grace_s``; ``OPEN_LEDGER_STALLED`` for an open ledger whose current ensemble has fewer than AQ
+  registered bookies, one of the others lost.
 
 The file format written by :func:`truth_document` is documented in ``docs/simulator.md``.
 """
@@ -308,6 +309,8 @@ def ledger_truth(state: ClusterState, ledger_id: int, now_s: float) -> list[Trut
     out += _not_marked(state, spec, spans, now_s)
     if spec.state is LedgerState.IN_RECOVERY and now_s > state.checker.recovery_stalled_grace_s:
         out.append(TruthViolation(ledger_id, Category.RECOVERY_STALLED, Severity.CRITICAL))
+    if _writer_stalled(state, spec, now_s):
+        out.append(TruthViolation(ledger_id, Category.OPEN_LEDGER_STALLED, Severity.WARNING))
     unregistered = {v.bookie for v in out if v.category is Category.BOOKIE_NOT_REGISTERED}
     for bookie in replicas.unknown:
         if state.bookies[bookie].registered:
@@ -526,6 +529,16 @@ def _not_marked(state: ClusterState, spec: LedgerSpec, spans: Sequence[_Span], n
     return out
 
 
+def _writer_stalled(state: ClusterState, spec: LedgerSpec, now_s: float) -> bool:
+    """An open ledger whose current ensemble has fewer than AQ registered bookies, one of the others lost."""
+    if spec.state is not LedgerState.OPEN or not spec.segments:
+        return False
+    ensemble = spec.segments[-1].ensemble
+    up = sum(1 for b in ensemble if state.bookies[b].registered)
+    lost = any((at := _lost_at(state, b)) is not None and now_s > at for b in ensemble)
+    return up < spec.ack_quorum and lost
+
+
 def bookie_truth(state: ClusterState, now_s: float) -> list[TruthViolation]:
     """The cluster-level violations at ``now_s``: each lost bookie."""
     out = []
@@ -620,6 +633,9 @@ def _wait_for_loss(waiting: list[tuple[float, int, str]], state: ClusterState, b
         return
     if lost >= now:
         heapq.heappush(waiting, (lost, CLUSTER_LEDGER_ID, f"bookie {bookie} lost"))
+        for lid in sorted(state.ledgers_of(bookie)):  # an open ledger's writer may be stalled by the loss
+            if state.ledgers[lid].state is LedgerState.OPEN:
+                heapq.heappush(waiting, (lost, lid, f"ledger {lid}'s writer after bookie {bookie}'s loss"))
     deadline = lost + state.checker.under_replication_mark_grace_s
     if deadline >= now:
         for lid in sorted(state.ledgers_of(bookie)):

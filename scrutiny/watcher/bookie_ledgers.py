@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from scrutiny.core.errors import FormatError
-from scrutiny.core.ledger_metadata import decode_ledger_metadata
+from scrutiny.core.ledger_metadata import LedgerMetadata, LedgerState, decode_ledger_metadata
 from scrutiny.core.ledger_tracker import needs_check
 from scrutiny.core.metadata_view import Node
 from scrutiny.core.striping import expected_groups, segment_spans
@@ -23,10 +23,12 @@ from scrutiny.core.striping import expected_groups, segment_spans
 @dataclass(slots=True)
 class BookieLedgers:
     """The checked ledgers (closed, or with sealed segments) that have a bookie in an ensemble, in id order, and
-    how many of their entries the bookie's write sets give it."""
+    how many of their entries the bookie's write sets give it; apart, the open ledgers being written to it (the
+    bookie in their current ensemble only)."""
 
     ledgers: list[tuple[int, Node]] = field(default_factory=list)
     entries: int = 0
+    writing: list[tuple[int, Node]] = field(default_factory=list)
 
 
 def ledgers_of(ledgers: Mapping[int, Node], bookie: str) -> BookieLedgers:
@@ -57,30 +59,34 @@ class LedgerSearch:
         self._next = 0
         self.found = BookieLedgers()
 
-    def step(self, ledgers: Mapping[int, Node], count: int) -> list[tuple[int, Node]]:
+    def step(self, ledgers: Mapping[int, Node], count: int) -> BookieLedgers:
         """Search the next ``count`` ledgers (read from ``ledgers``, the current state); return those found."""
         ids = self._ids[self._next : self._next + count]
         self._next += len(ids)
-        found: list[tuple[int, Node]] = []
+        found = BookieLedgers()
         for ledger_id in ids:
             node = ledgers.get(ledger_id)
             if node is None or self._needle not in node.data:
                 continue
-            entries = _entries_held(node, self.bookie)
+            try:
+                metadata = decode_ledger_metadata(node.data)
+            except FormatError:
+                continue
+            entries = _entries_held(metadata, self.bookie)
             if entries is not None:
-                found.append((ledger_id, node))
-                self.found.entries += entries
-        self.found.ledgers.extend(found)
+                found.ledgers.append((ledger_id, node))
+                found.entries += entries
+            elif metadata.state is LedgerState.OPEN and self.bookie in metadata.segments[-1].ensemble:
+                found.writing.append((ledger_id, node))
+        self.found.ledgers.extend(found.ledgers)
+        self.found.entries += found.entries
+        self.found.writing.extend(found.writing)
         return found
 
 
-def _entries_held(node: Node, bookie: str) -> int | None:
-    """How many entries ``bookie``'s write sets give it in the segments of ``node`` that need a check (None: it is
-    in none of them, or the metadata does not decode)."""
-    try:
-        metadata = decode_ledger_metadata(node.data)
-    except FormatError:
-        return None
+def _entries_held(metadata: LedgerMetadata, bookie: str) -> int | None:
+    """How many entries ``bookie``'s write sets give it in the segments of ``metadata`` that need a check (None: it
+    is in none of them)."""
     if not needs_check(metadata):
         return None
     firsts = [s.first_entry_id for s in metadata.segments]

@@ -405,7 +405,9 @@ class Watcher:
         while self._searches and self.known is not None:
             event, search = self._searches[0]
             why, me = _RECHECK_REASON[event.kind], self._me()
-            for ledger_id, node in search.step(self.known.view.ledgers, SEARCH_STEP):
+            found = search.step(self.known.view.ledgers, SEARCH_STEP)
+            writing = found.writing if event.kind in _WRITERS_TOO else []  # may its open ledgers' writers be stuck?
+            for ledger_id, node in (*found.ledgers, *writing):
                 self._publish(publisher, recheck_event(ledger_id, node, why, event.bookie, me, **self._now()))
             if not search.remaining():
                 self._finish_search(publisher, event, search.found)
@@ -514,6 +516,9 @@ _RECHECK_REASON = {
     LifecycleKind.COOKIE_CHANGED: pb.RecheckReason.COOKIE_CHANGED,
     LifecycleKind.RESTARTED: pb.RecheckReason.BOOKIE_RESTARTED,
 }
+
+#: The events whose bookie's open ledgers being written to it are checked again too (OPEN_LEDGER_STALLED).
+_WRITERS_TOO = frozenset({LifecycleKind.LOST, LifecycleKind.RETURNED})
 
 #: How long one wait for Kafka's acknowledgements lasts before the leadership is checked again.
 FLUSH_WAIT_S = 0.5

@@ -334,3 +334,82 @@ def test_an_unreadable_version_keeps_the_report_open() -> None:
     assert {v.category for v in garbled.outcome.found} == {Category.METADATA_UNREADABLE}
     assert NOT_MARKED not in garbled.outcome.resolved
     assert garbled.state is not None and NOT_MARKED in garbled.state.open
+
+
+# --- an open ledger being written to a lost bookie
+
+STALLED = (Category.OPEN_LEDGER_STALLED.value, "", -1)
+ONLY_B1 = ClusterView(writable=frozenset({"b1:3181"}))
+
+
+def open_recheck(
+    state: TrackedLedger | None, *, why: LifecycleKind, cluster: ClusterView, data: bytes | None = None
+) -> Step:
+    return on_recheck(
+        state,
+        why=why,
+        bookie=LOST,
+        version=1,
+        data=data or blob(state=LedgerState.OPEN),
+        written_ms=None,
+        answers=None,
+        now_ms=10_000,
+        cluster=cluster,
+        config=CONFIG,
+    )
+
+
+def test_an_open_ledger_left_with_fewer_than_aq_registered_bookies_is_stalled() -> None:
+    step = open_recheck(None, why=LifecycleKind.LOST, cluster=ONLY_B1)
+    [found] = step.outcome.found
+    assert (found.category, found.severity) == (Category.OPEN_LEDGER_STALLED, Severity.WARNING)
+    assert found.details is not None and "1 of the 3 bookies" in found.details and "AQ = 2" in found.details
+    assert step.state is not None and STALLED in step.state.open
+    assert step.state.lost == ()  # no sealed segment: nothing for auto-recovery to mark yet
+    again = open_recheck(step.state, why=LifecycleKind.LOST, cluster=ONLY_B1)
+    assert not again.outcome.found  # once
+
+
+def test_an_open_ledger_with_aq_registered_bookies_is_not_stalled() -> None:
+    step = open_recheck(None, why=LifecycleKind.LOST, cluster=WITHOUT_LOST)
+    assert not step.outcome.found and step.state is not None and STALLED not in step.state.open
+
+
+def test_the_bookies_return_or_a_new_version_ends_the_stall() -> None:
+    stalled = open_recheck(None, why=LifecycleKind.LOST, cluster=ONLY_B1).state
+    back = open_recheck(stalled, why=LifecycleKind.RETURNED, cluster=ClusterView(writable=frozenset(BOOKIES[:2])))
+    assert STALLED in back.outcome.resolved and back.state is not None and STALLED not in back.state.open
+    replaced = ("b1:3181", "b4:3181", "b5:3181")
+    changed = on_metadata(
+        stalled,
+        version=2,
+        data=blob(replaced, state=LedgerState.OPEN),
+        changed_ms=None,
+        answers=None,
+        now_ms=20_000,
+        cluster=ClusterView(writable=frozenset({"b1:3181", *replaced})),
+        config=CONFIG,
+    )
+    assert STALLED in changed.outcome.resolved
+    closed = on_metadata(
+        stalled,
+        version=2,
+        data=blob(),
+        changed_ms=None,
+        answers=answers(),
+        now_ms=20_000,
+        cluster=ONLY_B1,
+        config=CONFIG,
+    )
+    assert STALLED in closed.outcome.resolved
+    still = on_metadata(
+        stalled,
+        version=2,
+        data=blob(state=LedgerState.OPEN),
+        changed_ms=None,
+        answers=None,
+        now_ms=20_000,
+        cluster=ONLY_B1,
+        config=CONFIG,
+    )
+    assert STALLED not in still.outcome.resolved and still.state is not None and STALLED in still.state.open

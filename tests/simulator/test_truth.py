@@ -570,6 +570,12 @@ def test_a_stopped_bookie_is_lost_and_its_unmarked_ledgers_reported_after_the_gr
 [[ledgers]]
 ids = [[1, 3]]
 {E123}
+[[ledgers]]
+id = 5
+state = "OPEN"
+write_quorum = 3
+ack_quorum = 3
+{E123}
 [[schedule]]
 at = 2
 action = "kill"
@@ -599,11 +605,14 @@ bookie = "bookie-2"
     at = {s.at_s: s.by_key() for s in timeline}
     not_marked = Category.UNDER_REPLICATION_NOT_MARKED
     assert (-1, Category.BOOKIE_LOST, "bookie-2", None) in at[12.0]  # stopped at 2, lost strictly after 12
+    writer = (5, Category.OPEN_LEDGER_STALLED, None, None)
+    assert writer in at[12.0] and writer not in at[0.0]  # open, 2 of its 3 bookies up, AQ 3: stalled once lost
     assert not any(key[1] is not_marked for key in at[12.0])
     assert {k[0] for k in at[17.0] if k[1] is not_marked} == {1, 2}  # 3 was marked at 14
     assert {k[0] for k in at[30.0] if k[1] is not_marked} == {1}  # 2 re-replicated without bookie-2
     assert {k[0] for k in at[35.0] if k[1] is not_marked} == {1, 3}  # 3's mark gone, bookie-2 still in it
     assert not any(k[1] in (not_marked, Category.BOOKIE_LOST) for k in at[40.0])  # back
+    assert writer not in at[40.0]
 
 
 def test_a_ledger_left_in_recovery_is_stalled_after_the_grace_until_it_is_closed() -> None:

@@ -34,6 +34,7 @@ def test_closed_ledgers_and_sealed_segments_with_the_bookie_and_its_entries() ->
     assert [lid for lid, _ in found.ledgers] == [3, 5, 8]
     assert found.ledgers[0][1] is ledgers[3]
     assert found.entries == 7 + 3 + 3
+    assert [lid for lid, _ in found.writing] == [7]  # open, being written to b:1 (8's current ensemble lacks it)
 
 
 def test_no_ledger_of_an_unknown_bookie() -> None:
@@ -48,7 +49,7 @@ def test_a_search_in_slices_finds_what_one_pass_finds_reading_each_ledger_when_i
     search = LedgerSearch(ledgers, "b:1")
     slices = []
     while search.remaining():
-        slices.append([lid for lid, _ in search.step(ledgers, 4)])
+        slices.append([lid for lid, _ in search.step(ledgers, 4).ledgers])
     assert len(slices) == 8 and all(len(s) <= 4 for s in slices)
     assert [lid for s in slices for lid in s] == [lid for lid, _ in whole.ledgers]
     assert search.found.entries == whole.entries

@@ -377,7 +377,7 @@ def test_bookie_lost_back_and_reformatted_have_their_ledgers_checked_again(
     monkeypatch.setattr(daemon, "SEARCH_SLICE_S", 0.0)
     topic = kafka_topic_factory(partitions=3)
     zk_client.create("/ledgers/LAYOUT", LAYOUT, makepath=True)
-    zk_client.create(ledger_path(1), metadata(), makepath=True)  # open, nothing sealed: not checked
+    zk_client.create(ledger_path(1), metadata(), makepath=True)  # open, nothing sealed: its writer only looked at
     zk_client.create(ledger_path(2), metadata(LedgerState.CLOSED, 9), makepath=True)  # bk1..bk3, entries 0..9
     zk_client.create(ledger_path(3), metadata(LedgerState.CLOSED, 19, segments=2), makepath=True)  # bk1 gone at 10
     for bookie in ENSEMBLE:
@@ -390,9 +390,10 @@ def test_bookie_lost_back_and_reformatted_have_their_ledgers_checked_again(
         # bk1 (index 0 of E=3, WQ=2) holds entries e with -e mod 3 < 2: 7 of 0..9 in ledger 2, 7 of 0..9 in ledger 3.
         lost = [("lost", "bk1:3181", 2 * 1000 + 14)]
         lost += [("BOOKIE_LOST_RECHECK", "bk1:3181", 2), ("BOOKIE_LOST_RECHECK", "bk1:3181", 3)]
+        lost += [("BOOKIE_LOST_RECHECK", "bk1:3181", 1)]  # open, being written to bk1: is its writer stalled?
         wait_until(lambda: sorted(_bookie_events(service_settings, topic)) == sorted(lost), 30, "bk1 lost")
         zk_client.create(available_bookie_path("bk1:3181"), b"", ephemeral=True, makepath=True)
-        back = [("BOOKIE_RETURNED", "bk1:3181", 2), ("BOOKIE_RETURNED", "bk1:3181", 3)]
+        back = [("BOOKIE_RETURNED", "bk1:3181", n) for n in (1, 2, 3)]
         wait_until(lambda: sorted(_bookie_events(service_settings, topic)) == sorted(lost + back), 30, "bk1 back")
         # bk2 formatted again: unregistered, cookie deleted and made again, registered (quicker than the delay).
         zk_client.delete(available_bookie_path("bk2:3181"))

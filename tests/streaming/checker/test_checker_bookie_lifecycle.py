@@ -5,7 +5,8 @@ A bookie wiped (formatted again: a new cookie) has its ledgers' losses found at 
 ledgers that waited for its answers checked at once; a bookie killed and not recovered is BOOKIE_LOST, its ledgers
 checked again, and those neither marked under-replicated nor re-replicated within the grace are
 UNDER_REPLICATION_NOT_MARKED, until a mark comes (and again when a mark is cleared while the bookie is still lost
-and in the ledger's ensemble); its return resolves BOOKIE_LOST. A ledger left in recovery is RECOVERY_STALLED
+and in the ledger's ensemble), and an open ledger being written to it with too few bookies left is
+OPEN_LEDGER_STALLED; its return resolves them and BOOKIE_LOST. A ledger left in recovery is RECOVERY_STALLED
 after its grace, until it is closed.
 """
 
@@ -49,10 +50,17 @@ recovery_stalled_grace_s = {RECOVERY_GRACE_S}
 id = 90
 state = "IN_RECOVERY"
 ensemble = ["bookie-1", "bookie-3", "bookie-4"]
+
+[[ledgers]]
+id = 91
+state = "OPEN"
+write_quorum = 3
+ack_quorum = 3
+ensemble = ["bookie-1", "bookie-2", "bookie-4"]
 """,
 )
 LEDGERS = TWO_GROUPS_LEDGERS
-LIFECYCLE = ("BOOKIE_LOST", "UNDER_REPLICATION_NOT_MARKED")
+LIFECYCLE = ("BOOKIE_LOST", "UNDER_REPLICATION_NOT_MARKED", "OPEN_LEDGER_STALLED")
 STALLED = (90, "RECOVERY_STALLED", None)
 
 
@@ -112,7 +120,8 @@ def test_wiped_lost_and_returning_bookies_have_their_ledgers_checked_and_reporte
         time.sleep(MARK_GRACE_S)
         not_marked = {i for i in harness.open_ids() if i[1] == "UNDER_REPLICATION_NOT_MARKED"}
         assert not_marked == unmarked  # the marked ledgers are never reported
-        assert lifecycle_findings() == truth() == unmarked | {lost}  # the simulator's ground truth agrees
+        writer = (91, "OPEN_LEDGER_STALLED", None)  # open, being written to bookie-2 with AQ 3: its writer is stuck
+        assert lifecycle_findings() == truth() == unmarked | {lost, writer}  # the simulator's ground truth agrees
 
         for ledger in (1, 2):
             now(Action.MARK, ledger=ledger, replicas=("bookie-2",))
@@ -122,10 +131,10 @@ def test_wiped_lost_and_returning_bookies_have_their_ledgers_checked_and_reporte
         now(Action.UNMARK, ledger=3)
         cleared = (3, "UNDER_REPLICATION_NOT_MARKED", "bookie-2")
         harness.wait(lambda: cleared in harness.open_ids(), 60, "a cleared mark reopens UNDER_REPLICATION_NOT_MARKED")
-        assert lifecycle_findings() == truth() == {cleared, lost}
+        assert lifecycle_findings() == truth() == {cleared, lost, writer}
 
         now(Action.REVIVE, bookie="bookie-2")
-        harness.wait(lambda: {lost, cleared} <= harness.resolved_ids(), 60, "the return resolves BOOKIE_LOST")
+        harness.wait(lambda: {lost, cleared, writer} <= harness.resolved_ids(), 60, "the return resolves BOOKIE_LOST")
         assert lifecycle_findings() == truth() == set()
         reported = [
             v for v in harness.table("violations") if v["category"] in ("BOOKIE_LOST", "UNDER_REPLICATION_NOT_MARKED")
