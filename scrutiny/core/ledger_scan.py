@@ -36,9 +36,10 @@ from scrutiny.core.ledger_tracker import (
     on_marked,
     on_metadata,
     on_timer,
+    stalled_recovery,
     violation_key,
 )
-from scrutiny.core.verdict import BookieAnswer, ClusterView, VerdictKind, compute_verdict
+from scrutiny.core.verdict import BookieAnswer, ClusterView, VerdictKind, Violation, compute_verdict
 from scrutiny.core.vocabulary import Category
 from scrutiny.core.zk_paths import MAX_LEDGER_ID
 from scrutiny.core.zk_records import UnderReplicationMark
@@ -60,11 +61,13 @@ FAST_CATEGORIES: Final = frozenset(
         Category.UNDER_REPLICATION_STUCK,
         Category.ACK_QUORUM_ONE,
         Category.METADATA_UNREADABLE,
+        Category.RECOVERY_STALLED,
     }
 )
 #: What a deep scan decides: every category a check reports (CHECK_OVERDUE is the streaming checker's own).
 DEEP_CATEGORIES: Final = frozenset(Category) - {Category.CHECK_OVERDUE}
 _STUCK: Final = Category.UNDER_REPLICATION_STUCK.value
+_RECOVERY: Final = Category.RECOVERY_STALLED.value
 
 
 class SelectionError(ScrutinyError, ValueError):
@@ -201,14 +204,17 @@ def scan_fast(item: ScanItem, *, now_ms: int, cluster: ClusterView, config: Trac
         )  # fmt: skip
         outcomes.append(step.outcome)
         return ScanStep(_with_stuck_resolution(item, outcomes, stuck_found))
+    stalled = _stalled(item, metadata, now_ms=now_ms, config=config)
     if not needs_check(metadata):
-        outcomes.append(Outcome(metadata=metadata, version=item.version))
+        ended = tuple(k for k in state.open if k[0] == _RECOVERY and not stalled)
+        outcomes.append(Outcome(found=stalled, resolved=ended, metadata=metadata, version=item.version))
         return ScanStep(_with_stuck_resolution(item, outcomes, stuck_found))
     mark = None if item.mark is None else replace(item.mark, ctime_ms=None)
     verdict = compute_verdict(
         metadata, {}, now_ms=now_ms, config=config.verdict, cluster=cluster, under_replication=mark
     )
     found = tuple(v for v in verdict.violations if v.category in FAST_CATEGORIES and v.category.value != _STUCK)
+    found += stalled
     keys = {violation_key(v) for v in found}
     resolved = tuple(k for k in state.open if k not in keys and k[0] != _STUCK)
     kind = VerdictKind.VIOLATED if found or stuck_found else verdict.verdict
@@ -232,6 +238,9 @@ def scan_deep(
         cluster=cluster, config=config, written_ms=item.written_ms,
     )  # fmt: skip
     outcomes = [*marked, step.outcome]
+    if step.outcome.metadata is not None:
+        stalled = _stalled(item, step.outcome.metadata, now_ms=now_ms, config=config)
+        outcomes += [Outcome(found=stalled, version=item.version)] if stalled else []
     return _deep_step(item, outcomes, step.state)
 
 
@@ -285,6 +294,11 @@ def _marked(
     step = on_timer(marked, now_ms=now_ms)
     assert step.state is not None
     return step.state, [step.outcome]
+
+
+def _stalled(item: ScanItem, metadata: LedgerMetadata, *, now_ms: int, config: TrackerConfig) -> tuple[Violation, ...]:
+    found = stalled_recovery(metadata, written_ms=item.written_ms, now_ms=now_ms, config=config)
+    return () if found is None else (found,)
 
 
 def _found_stuck(outcomes: Iterable[Outcome]) -> bool:

@@ -432,15 +432,7 @@ def on_timer(
         state = replace(state, stuck_at_ms=None, open=_with_keys(state.open, (stuck,)))
     due = state.recovery_due_ms
     if due is not None and due <= now_ms and _recovery_key() not in state.open:
-        since_ms = due - config.recovery_stalled_ms
-        stalled = Violation(
-            Category.RECOVERY_STALLED,
-            FIXED_SEVERITY[Category.RECOVERY_STALLED],
-            details=(
-                f"in recovery since {format_utc_ms(since_ms)} ({(now_ms - since_ms) // 1000} s): the recovery that "
-                "should close it has not finished, and its readers and writer wait"
-            ),
-        )
+        stalled = _recovery_stalled(due - config.recovery_stalled_ms, now_ms)
         found += (stalled,)
         state = replace(state, open=_with_keys(state.open, (stalled,)))
     fetch: tuple[str, ...] = ()
@@ -704,6 +696,29 @@ def _with_keys(open_keys: tuple[ViolationKey, ...], found: tuple[Violation, ...]
 
 def _stuck_key() -> ViolationKey:
     return (Category.UNDER_REPLICATION_STUCK.value, "", -1)
+
+
+def stalled_recovery(
+    metadata: LedgerMetadata, *, written_ms: int | None, now_ms: int, config: TrackerConfig
+) -> Violation | None:
+    """``RECOVERY_STALLED`` from one reading of the metadata (a scan's): in recovery, its node last written at
+    least the grace ago (the first version in recovery was written earlier still)."""
+    if metadata.state is not LedgerState.IN_RECOVERY or written_ms is None or config.recovery_stalled_ms <= 0:
+        return None
+    if now_ms < written_ms + config.recovery_stalled_ms:
+        return None
+    return _recovery_stalled(written_ms, now_ms)
+
+
+def _recovery_stalled(since_ms: int, now_ms: int) -> Violation:
+    return Violation(
+        Category.RECOVERY_STALLED,
+        FIXED_SEVERITY[Category.RECOVERY_STALLED],
+        details=(
+            f"in recovery since {format_utc_ms(since_ms)} ({(now_ms - since_ms) // 1000} s): the recovery that "
+            "should close it has not finished, and its readers and writer wait"
+        ),
+    )
 
 
 def _open_stalled_key() -> ViolationKey:

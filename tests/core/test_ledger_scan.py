@@ -230,3 +230,19 @@ def test_bookie_filter() -> None:
     assert involves_bookie(blob(), "b2:3181")
     assert not involves_bookie(blob(), "b9:3181")
     assert not involves_bookie(b"garbage", "b2:3181")
+
+
+def test_a_ledger_in_recovery_longer_than_the_grace_is_stalled_for_both_scans() -> None:
+    stalled = [("RECOVERY_STALLED", None)]
+    long_ago = item(blob(LedgerState.IN_RECOVERY), written_ms=NOW - CONFIG.recovery_stalled_ms)
+    assert found(scan_fast(long_ago, now_ms=NOW, cluster=CLUSTER, config=CONFIG)) == stalled
+    assert found(scan_deep(long_ago, {}, now_ms=NOW, cluster=CLUSTER, config=CONFIG)) == stalled
+    recent = item(blob(LedgerState.IN_RECOVERY), written_ms=NOW - CONFIG.recovery_stalled_ms + 1)
+    assert found(scan_fast(recent, now_ms=NOW, cluster=CLUSTER, config=CONFIG)) == []
+    assert found(scan_fast(item(blob(LedgerState.IN_RECOVERY)), now_ms=NOW, cluster=CLUSTER, config=CONFIG)) == []
+    key = ("RECOVERY_STALLED", "", -1)
+    closed = item(open_keys=(key,), written_ms=NOW)  # its recovery ended with the close
+    assert key in resolved(scan_fast(closed, now_ms=NOW, cluster=CLUSTER, config=CONFIG))
+    assert key in resolved(scan_deep(closed, healthy(), now_ms=NOW, cluster=CLUSTER, config=CONFIG))
+    still = item(blob(LedgerState.IN_RECOVERY), open_keys=(key,), written_ms=NOW - CONFIG.recovery_stalled_ms)
+    assert key not in resolved(scan_fast(still, now_ms=NOW, cluster=CLUSTER, config=CONFIG))
