@@ -35,9 +35,7 @@ from scrutiny.core.repair_plan import (
     RepairOutcome,
     RepairPlan,
 )
-from scrutiny.core.zk_paths import (
-    underreplication_disable_path,
-)
+from scrutiny.core.zk_paths import LedgerManager, ledger_path, underreplication_disable_path
 
 log = logging.getLogger(__name__)
 
@@ -63,13 +61,17 @@ def read_recovery_state(client: KazooClient, root: str) -> tuple[bool, set[int]]
     return result
 
 
-def apply_repairs(client: KazooClient, plan: RepairPlan) -> list[RepairAction]:
+def apply_repairs(
+    client: KazooClient, plan: RepairPlan, *, manager: LedgerManager = LedgerManager.HIERARCHICAL
+) -> list[RepairAction]:
     """Carry out ``plan``; what happened to each of its ledgers, in the plan's order.
 
     SKIP_ALREADY_MARKED becomes ALREADY_MARKED and SKIP_DISABLED becomes SKIPPED_DISABLED with
     no ZooKeeper access. For the MARK items, unless the plan is forced, the disable node is read
     once first: if it now exists they all become SKIPPED_DISABLED (and if it cannot be read, FAILED).
-    Each mark is then created with its planned bytes (``makepath``, the client's ACL, the
+    Each ledger's znode is read again first: deleted, or at another version than the scan checked, it gets
+    SKIPPED_STALE (a scan that ran for an hour must not mark a ledger re-replicated or deleted meanwhile). Each
+    mark is then created with its planned bytes (``makepath``, the client's ACL, the
     client's command retry): MARKED; NodeExistsError gives ALREADY_MARKED (unless the node holds
     exactly the planned bytes, i.e. this create landed before a lost connection was retried);
     any other ZooKeeper error gives FAILED with the error as reason, and the next ledger is tried.
@@ -89,7 +91,10 @@ def apply_repairs(client: KazooClient, plan: RepairPlan) -> list[RepairAction]:
     for item in plan.items:
         outcome = _planned_outcome(item, plan.disable_path)
         if outcome is None:
-            outcome = _action(item, RepairOutcome.SKIPPED_DISABLED, blocked) if blocked else _create_mark(client, item)
+            if blocked:
+                outcome = _action(item, RepairOutcome.SKIPPED_DISABLED, blocked)
+            else:
+                outcome = _create_mark(client, item, ledger_path(item.ledger_id, manager=manager, root=plan.root))
         actions.append(outcome)
     return actions
 
@@ -112,11 +117,21 @@ def _planned_outcome(item: PlannedRepair, disable_path: str) -> RepairAction | N
     return None
 
 
-def _create_mark(client: KazooClient, item: PlannedRepair) -> RepairAction:
-    """Create one mark node; never overwrites an existing one."""
+def _create_mark(client: KazooClient, item: PlannedRepair, metadata_path: str) -> RepairAction:
+    """Create one mark node, once the ledger's znode was read again and is still the version the scan checked
+    (else SKIPPED_STALE: deleted or changed meanwhile, perhaps re-replicated); never overwrites an existing mark."""
     if item.data is None:
         raise RepairError(f"ledger {item.ledger_id}: a MARK item has no node bytes")
     try:
+        stat = client.retry(client.exists, metadata_path)
+        if stat is None:
+            return _action(item, RepairOutcome.SKIPPED_STALE, "the ledger was deleted after the scan checked it")
+        if item.version is not None and stat.version != item.version:
+            why = (
+                f"its metadata changed after the scan checked it (version {item.version}, now {stat.version}; "
+                "perhaps re-replicated): scan it again"
+            )
+            return _action(item, RepairOutcome.SKIPPED_STALE, why)
         client.retry(client.create, item.path, item.data, makepath=True)
     except NodeExistsError:
         if _holds(client, item.path, item.data):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
@@ -63,6 +63,7 @@ class RepairOutcome(StrEnum):
     MARKED = "MARKED"
     ALREADY_MARKED = "ALREADY_MARKED"
     SKIPPED_DISABLED = "SKIPPED_DISABLED"
+    SKIPPED_STALE = "SKIPPED_STALE"
     FAILED = "FAILED"
 
 
@@ -70,11 +71,13 @@ class RepairOutcome(StrEnum):
 class RepairCandidate:
     """A ledger the scan found missing replicas of, and the bookies that lack them.
 
-    ``missing_bookies`` is normalised to the sorted distinct bookie ids; it must not be empty.
+    ``missing_bookies`` is normalised to the sorted distinct bookie ids; it must not be empty. ``version``: the
+    metadata version the scan checked (None: not known); a mark is written only while the ledger is at it.
     """
 
     ledger_id: int
     missing_bookies: tuple[str, ...]
+    version: int | None = None
 
     def __post_init__(self) -> None:
         if not self.missing_bookies or not all(isinstance(b, str) and b for b in self.missing_bookies):
@@ -92,6 +95,8 @@ class PlannedRepair:
     missing_bookies: tuple[str, ...]
     path: str
     data: bytes | None = None
+    #: The metadata version the scan checked (None: not known): the mark is written only while it is current.
+    version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,18 +147,22 @@ REASON_MARKED_BEFORE: Final = "a mark existed before the fix; left untouched"
 REASON_MARKED_CONCURRENTLY: Final = "a mark appeared between the plan and the write; left untouched"
 
 
-def repair_candidates(rows: Iterable[tuple[int, str, str | None]]) -> list[RepairCandidate]:
+def repair_candidates(
+    rows: Iterable[tuple[int, str, str | None]], versions: Mapping[int, int] | None = None
+) -> list[RepairCandidate]:
     """The ledgers a fix may mark, from the scan's ``(ledger_id, category, bookie)`` violation rows.
 
     A row qualifies when its category is ``MISSING_REPLICA`` and it names a bookie (not None,
     not empty); each ledger's candidate lists the sorted distinct bookies of its qualifying
-    rows. Every other row is ignored. Returned in ascending ledger id.
+    rows, and the metadata version the scan checked when ``versions`` has it. Every other row
+    is ignored. Returned in ascending ledger id.
     """
     missing: dict[int, set[str]] = {}
     for ledger_id, category, bookie in rows:
         if category == Category.MISSING_REPLICA and bookie:
             missing.setdefault(ledger_id, set()).add(bookie)
-    return [RepairCandidate(ledger_id, tuple(bookies)) for ledger_id, bookies in sorted(missing.items())]
+    known = versions or {}
+    return [RepairCandidate(lid, tuple(bookies), known.get(lid)) for lid, bookies in sorted(missing.items())]
 
 
 def plan_repairs(
@@ -174,8 +183,11 @@ def plan_repairs(
     invalid root and FormatError if ``now_ms`` does not fit int64.
     """
     merged: dict[int, set[str]] = {}
+    versions: dict[int, int] = {}
     for candidate in candidates:
         merged.setdefault(candidate.ledger_id, set()).update(candidate.missing_bookies)
+        if candidate.version is not None:
+            versions[candidate.ledger_id] = max(candidate.version, versions.get(candidate.ledger_id, -1))
     already = frozenset(marked)
     blocked = disabled and not force
     items: list[PlannedRepair] = []
@@ -188,7 +200,7 @@ def plan_repairs(
             items.append(PlannedRepair(ledger_id, PlanAction.SKIP_DISABLED, bookies, path))
         else:
             data = format_underreplication_mark(UnderReplicationMark(replicas=bookies, ctime_ms=now_ms))
-            items.append(PlannedRepair(ledger_id, PlanAction.MARK, bookies, path, data))
+            items.append(PlannedRepair(ledger_id, PlanAction.MARK, bookies, path, data, versions.get(ledger_id)))
     underreplication_disable_path(root=root)  # validates the root even for an empty plan
     return RepairPlan(tuple(items), root=root, now_ms=now_ms, disabled=disabled, force=force)
 
@@ -229,7 +241,7 @@ def render_actions(actions: Sequence[RepairAction]) -> str:
     """What a fix did: one line per ledger (in the given order), then one totals line (docs/fix.md).
 
     ``<OUTCOME padded to 16> ledger=<id> missing=<b1,...> path=<mark path>[ reason=<JSON string>]`` and
-    ``fix: ledgers=N marked=N already_marked=N skipped_disabled=N failed=N``. No trailing newline.
+    ``fix: ledgers=N marked=N already_marked=N skipped_disabled=N failed=N skipped_stale=N``. No trailing newline.
     """
     lines = []
     for action in actions:
@@ -247,5 +259,6 @@ def render_actions(actions: Sequence[RepairAction]) -> str:
         f" already_marked={counts[RepairOutcome.ALREADY_MARKED]}"
         f" skipped_disabled={counts[RepairOutcome.SKIPPED_DISABLED]}"
         f" failed={counts[RepairOutcome.FAILED]}"
+        f" skipped_stale={counts[RepairOutcome.SKIPPED_STALE]}"
     )
     return "\n".join(lines)

@@ -35,6 +35,7 @@ from scrutiny.core.repair_plan import (
     render_plan,
     repair_candidates,
 )
+from scrutiny.core.zk_paths import LedgerManager
 from scrutiny.settings.loader import Settings
 from scrutiny.streaming.delta_writer import append_rows, ensure_table
 from scrutiny.streaming.scan.job import ScanResult
@@ -70,13 +71,19 @@ def run_fix(
     """Plan from the scan's findings and ZooKeeper's state; apply and record (in ``data_dir``) unless a dry run."""
     target = zookeeper_target(settings.zookeeper)
     rows = [(int(str(r["ledger_id"])), str(r["category"]), _bookie(r.get("bookie"))) for r in result.violations]
+    versions = {
+        int(str(r["ledger_id"])): int(str(r["metadata_version"]))
+        for r in result.violations
+        if r.get("metadata_version") is not None
+    }
     client = start_zookeeper_client(settings.zookeeper, timeout_s=CONNECT_TIMEOUT_S)
     try:
         return fix_under_replicated(
             spark,
             client,
-            repair_candidates(rows),
+            repair_candidates(rows, versions),
             root=target.ledgers_root,
+            manager=target.manager,
             data_dir=data_dir,
             run_id=result.scan_id,
             now=datetime.now(UTC),
@@ -149,6 +156,7 @@ def fix_under_replicated(
     now: datetime,
     force: bool = False,
     dry_run: bool = True,
+    manager: LedgerManager = LedgerManager.HIERARCHICAL,
 ) -> FixResult:
     """Read the recovery state, plan, and unless ``dry_run`` apply the plan and record it.
 
@@ -168,7 +176,7 @@ def fix_under_replicated(
     plan = plan_repairs(candidates, marked=marked, disabled=disabled, force=force, now_ms=now_ms, root=root)
     if dry_run:
         return FixResult(plan, (), 0, dry_run=True)
-    actions = apply_repairs(client, plan)
+    actions = apply_repairs(client, plan, manager=manager)
     try:
         rows = repair_log_rows(actions, run_id=run_id, at=now)
         if rows.num_rows:

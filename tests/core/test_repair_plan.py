@@ -169,9 +169,9 @@ def test_render_actions_is_pinned() -> None:
         f"MARKED           ledger=5 missing=bk1:3181 path={MARK_5}\n"
         f'FAILED           ledger=7 missing=bk1:3181,bk2:3181 path={MARK_7} reason="NoAuthError: \\"x\\""\n'
         f'ALREADY_MARKED   ledger=9 missing=bk3:3181 path={MARK_9} reason="marked"\n'
-        "fix: ledgers=3 marked=1 already_marked=1 skipped_disabled=0 failed=1"
+        "fix: ledgers=3 marked=1 already_marked=1 skipped_disabled=0 failed=1 skipped_stale=0"
     )
-    assert render_actions([]) == "fix: ledgers=0 marked=0 already_marked=0 skipped_disabled=0 failed=0"
+    assert render_actions([]) == "fix: ledgers=0 marked=0 already_marked=0 skipped_disabled=0 failed=0 skipped_stale=0"
 
 
 # --------------------------------------------------------------------------- property: against a naive reference

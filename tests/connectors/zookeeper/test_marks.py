@@ -28,6 +28,7 @@ from scrutiny.core.repair_plan import (
     render_plan,
     repair_candidates,
 )
+from scrutiny.core.zk_paths import ledger_path
 from scrutiny.core.zk_records import UnderReplicationMark, format_underreplication_mark, parse_underreplication_mark
 from scrutiny.streaming.scan.fix import epoch_ms, fix_under_replicated
 
@@ -73,9 +74,18 @@ def dump(client: KazooClient, path: str = "/") -> Dump:
     return out
 
 
+def checked_ledgers(client: KazooClient) -> None:
+    """The ledgers of ROWS exist, as when the scan checked them (version 0)."""
+    for ledger_id, _, _ in ROWS:
+        path = ledger_path(ledger_id, root=ROOT)
+        if client.exists(path) is None:
+            client.create(path, b"metadata-%d" % ledger_id, makepath=True)
+
+
 def seed_cluster(client: KazooClient) -> None:
     """A BookKeeper-like tree: ledgers, registrations, the under-replication subtree and one mark (ledger 7)."""
     client.create("/ledgers/00/0000/L0005", b"metadata-5", makepath=True)
+    checked_ledgers(client)
     client.create("/ledgers/available/bk1:3181", b"", makepath=True)
     client.create("/ledgers/underreplication/locks", b"", makepath=True)
     client.create("/ledgers/underreplication/lostBookieRecoveryDelay", b"30")
@@ -83,6 +93,7 @@ def seed_cluster(client: KazooClient) -> None:
 
 
 def fix_plan(client: KazooClient, *, force: bool = False) -> Any:
+    checked_ledgers(client)
     disabled, marked = read_recovery_state(client, ROOT)
     return plan_repairs(
         repair_candidates(ROWS), marked=marked, disabled=disabled, force=force, now_ms=NOW_MS, root=ROOT
@@ -228,6 +239,7 @@ def test_an_error_on_one_ledger_is_recorded_and_the_others_continue(zk_client: K
 
 def test_marks_and_new_parents_get_the_clients_acl(zk_client: KazooClient) -> None:
     zk_client.create("/ledgers/underreplication", b"", makepath=True)  # exists before: keeps its open ACL
+    checked_ledgers(zk_client)
     own = [ACL(Permissions.READ | Permissions.WRITE | Permissions.CREATE | Permissions.DELETE, Id("world", "anyone"))]
     zk_client.default_acl = own
     candidates = [RepairCandidate(5, ("bk1:3181",))]
@@ -308,3 +320,22 @@ def test_repair_log_rows_carry_each_action_and_refuse_a_naive_time() -> None:
     ) == expected_rows("r", actions)
     with pytest.raises(RepairError, match="timezone-aware"):
         repair_log_rows(actions, run_id="r", at=NOW.replace(tzinfo=None))
+
+
+def test_a_ledger_deleted_or_changed_since_the_scan_is_not_marked(zk_client: KazooClient) -> None:
+    """Re-read before writing: a scan that ran for an hour must not mark a ledger re-replicated or deleted since."""
+    checked_ledgers(zk_client)
+    zk_client.set(ledger_path(70000, root=ROOT), b"re-replicated")  # version 1 now
+    zk_client.delete(ledger_path(LONG_ID, root=ROOT))
+    versions = {ledger_id: 0 for ledger_id, _, _ in ROWS}
+    disabled, marked = read_recovery_state(zk_client, ROOT)
+    candidates = repair_candidates(ROWS, versions)
+    plan = plan_repairs(candidates, marked=marked, disabled=disabled, force=False, now_ms=NOW_MS, root=ROOT)
+    actions = {a.ledger_id: a for a in apply_repairs(zk_client, plan)}
+    assert actions[5].action is RepairOutcome.MARKED
+    assert actions[70000].action is RepairOutcome.SKIPPED_STALE
+    assert actions[70000].reason is not None and "version 0, now 1" in actions[70000].reason
+    assert actions[LONG_ID].action is RepairOutcome.SKIPPED_STALE
+    assert actions[LONG_ID].reason == "the ledger was deleted after the scan checked it"
+    assert zk_client.exists(PATHS[70000]) is None and zk_client.exists(PATHS[LONG_ID]) is None
+    assert read_recovery_state(zk_client, ROOT) == (False, {5, 7})
