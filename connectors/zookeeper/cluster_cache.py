@@ -180,6 +180,11 @@ class CachedClusterReader:
         """
         return frozenset(self._read_ledgers(ledger_ids, lambda client, path: client.exists_async(path)))
 
+    def ledger_versions(self, ledger_ids: Collection[int]) -> dict[int, int]:
+        """The metadata version of those of ``ledger_ids`` that exist now, read as in :meth:`ledgers_present`."""
+        stats = self._read_ledgers(ledger_ids, lambda client, path: client.exists_async(path))
+        return {ledger: stat.version for ledger, stat in stats.items()}
+
     def ledgers_metadata(self, ledger_ids: Collection[int]) -> dict[int, LedgerZnode]:
         """The metadata znodes of those of ``ledger_ids`` that exist now, read after a ``sync`` as in
         :meth:`ledgers_present` (a ledger without one was deleted). ClusterCacheError when ZooKeeper cannot answer

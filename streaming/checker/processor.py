@@ -166,6 +166,7 @@ class LedgerProcessor(StatefulProcessor):
                 continue
             self._put(states, ledger_id, state, now_ms)
             records += found
+        records = self._confirm_critical(before, states, records, now_ms)
         if walked:
             unnamed = [lid for lid, state in states.items() if lid not in by_ledger and state.watched()]
             records += self._forget_deleted(states, unnamed, now_ms)
@@ -220,6 +221,7 @@ class LedgerProcessor(StatefulProcessor):
                 ledger_id, before[ledger_id], step.state, now_ms=judged_ms, source=self.config.source
             )
             self._put(states, ledger_id, step.state, judged_ms)
+        records = self._confirm_critical(before, states, records, judged_ms)
         records += self._save(bucket, before, states, now_ms)
         yield from self._rows(records)
 
@@ -356,6 +358,45 @@ class LedgerProcessor(StatefulProcessor):
             config=self.config.tracker,
         )
         return done, outcome_records(ledger_id, done.outcome, now_ms=now_ms, source=self.config.source)
+
+    def _confirm_critical(
+        self, before: dict[int, TrackedLedger], states: dict[int, TrackedLedger], records: list[Record], now_ms: int
+    ) -> list[Record]:
+        """Read again, before they are written, the znodes of the ledgers with a critical finding among ``records``
+        (one sync, all at once): a ledger deleted meanwhile, or whose metadata moved on from the version checked
+        (re-replicated, recovered), gets none of this step's records and its state goes back to ``before`` (a
+        deleted one is then dropped, its findings resolved); its new version is checked when its event comes. When
+        ZooKeeper cannot answer, the findings are written as found."""
+        checked = {
+            int(str(r["ledger_id"])): states[int(str(r["ledger_id"]))].version
+            for r in records
+            if r.get("record") == "violation" and r.get("severity") == "critical" and int(str(r["ledger_id"])) in states
+        }
+        if not checked:
+            return records
+        try:
+            current = self.config.cluster_reader().ledger_versions(list(checked))
+        except ScrutinyError as error:
+            log.warning("cannot read %d ledger(s) again before their critical findings (%s)", len(checked), error)
+            return records
+        stale = {lid for lid, version in checked.items() if current.get(lid) != version}
+        kept = [r for r in records if int(str(r["ledger_id"])) not in stale]
+        for ledger_id in sorted(stale):
+            previous = before.get(ledger_id)
+            if previous is None:
+                states.pop(ledger_id, None)
+            else:
+                states[ledger_id] = previous
+            moved = current.get(ledger_id)
+            log.info(
+                "ledger %d: %s since version %d was checked; its critical finding(s) are not written",
+                ledger_id,
+                "deleted" if moved is None else f"at version {moved}",
+                checked[ledger_id],
+            )
+            if moved is None and previous is not None:
+                kept += self._deleted_unseen(states, ledger_id, now_ms)
+        return kept
 
     def _forget_deleted(self, states: dict[int, TrackedLedger], ledgers: list[int], now_ms: int) -> list[Record]:
         """Drop from ``states`` those of ``ledgers`` whose znode is gone (their findings resolve); their records.
