@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!scrutiny/proto/bookie_agent.proto\x12\x11scrutiny.agent.v1\"%\n\x0fListingsRequest\x12\x12\n\nledger_ids\x18\x01 \x03(\x03\"Y\n\x10ListingsResponse\x12\x32\n\x08listings\x18\x01 \x03(\x0b\x32 .scrutiny.agent.v1.LedgerListing\x12\x11\n\tbookie_id\x18\x02 \x01(\t\"\x85\x02\n\rLedgerListing\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x37\n\x06status\x18\x02 \x01(\x0e\x32\'.scrutiny.agent.v1.LedgerListing.Status\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07listing\x18\x04 \x01(\x0c\x12\x10\n\x08\x61s_of_ms\x18\x05 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\x12\x19\n\x11has_ledger_record\x18\x07 \x01(\x08\"J\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x0c\n\x08POSITIVE\x10\x01\x12\r\n\tNO_LEDGER\x10\x02\x12\x0b\n\x07UNKNOWN\x10\x03\"\x0f\n\rHealthRequest\"\\\n\x0eHealthResponse\x12\x11\n\tbookie_id\x18\x01 \x01(\t\x12\x37\n\x0b\x64irectories\x18\x02 \x03(\x0b\x32\".scrutiny.agent.v1.DirectoryHealth\"`\n\x0f\x44irectoryHealth\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\n\n\x02ok\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x14\n\x0c\x63\x61ught_up_ms\x18\x05 \x01(\x03\"e\n\nLedgerData\x12\x0e\n\x06\x65xists\x18\x01 \x01(\x08\x12\x0e\n\x06\x66\x65nced\x18\x02 \x01(\x08\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\x14\n\x0c\x65xplicit_lac\x18\x04 \x01(\x0c\x12\r\n\x05limbo\x18\x05 \x01(\x08\x32\xb4\x01\n\x0b\x42ookieAgent\x12V\n\x0bGetListings\x12\".scrutiny.agent.v1.ListingsRequest\x1a#.scrutiny.agent.v1.ListingsResponse\x12M\n\x06Health\x12 .scrutiny.agent.v1.HealthRequest\x1a!.scrutiny.agent.v1.HealthResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!scrutiny/proto/bookie_agent.proto\x12\x11scrutiny.agent.v1\"%\n\x0fListingsRequest\x12\x12\n\nledger_ids\x18\x01 \x03(\x03\"Y\n\x10ListingsResponse\x12\x32\n\x08listings\x18\x01 \x03(\x0b\x32 .scrutiny.agent.v1.LedgerListing\x12\x11\n\tbookie_id\x18\x02 \x01(\t\"\x94\x02\n\rLedgerListing\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x37\n\x06status\x18\x02 \x01(\x0e\x32\'.scrutiny.agent.v1.LedgerListing.Status\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07listing\x18\x04 \x01(\x0c\x12\x10\n\x08\x61s_of_ms\x18\x05 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\x12\x19\n\x11has_ledger_record\x18\x07 \x01(\x08\x12\r\n\x05limbo\x18\x08 \x01(\x08\"J\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x0c\n\x08POSITIVE\x10\x01\x12\r\n\tNO_LEDGER\x10\x02\x12\x0b\n\x07UNKNOWN\x10\x03\"\x0f\n\rHealthRequest\"\\\n\x0eHealthResponse\x12\x11\n\tbookie_id\x18\x01 \x01(\t\x12\x37\n\x0b\x64irectories\x18\x02 \x03(\x0b\x32\".scrutiny.agent.v1.DirectoryHealth\"`\n\x0f\x44irectoryHealth\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\n\n\x02ok\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x14\n\x0c\x63\x61ught_up_ms\x18\x05 \x01(\x03\"e\n\nLedgerData\x12\x0e\n\x06\x65xists\x18\x01 \x01(\x08\x12\x0e\n\x06\x66\x65nced\x18\x02 \x01(\x08\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\x14\n\x0c\x65xplicit_lac\x18\x04 \x01(\x0c\x12\r\n\x05limbo\x18\x05 \x01(\x08\x32\xb4\x01\n\x0b\x42ookieAgent\x12V\n\x0bGetListings\x12\".scrutiny.agent.v1.ListingsRequest\x1a#.scrutiny.agent.v1.ListingsResponse\x12M\n\x06Health\x12 .scrutiny.agent.v1.HealthRequest\x1a!.scrutiny.agent.v1.HealthResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,17 +36,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTINGSRESPONSE']._serialized_start=95
   _globals['_LISTINGSRESPONSE']._serialized_end=184
   _globals['_LEDGERLISTING']._serialized_start=187
-  _globals['_LEDGERLISTING']._serialized_end=448
-  _globals['_LEDGERLISTING_STATUS']._serialized_start=374
-  _globals['_LEDGERLISTING_STATUS']._serialized_end=448
-  _globals['_HEALTHREQUEST']._serialized_start=450
-  _globals['_HEALTHREQUEST']._serialized_end=465
-  _globals['_HEALTHRESPONSE']._serialized_start=467
-  _globals['_HEALTHRESPONSE']._serialized_end=559
-  _globals['_DIRECTORYHEALTH']._serialized_start=561
-  _globals['_DIRECTORYHEALTH']._serialized_end=657
-  _globals['_LEDGERDATA']._serialized_start=659
-  _globals['_LEDGERDATA']._serialized_end=760
-  _globals['_BOOKIEAGENT']._serialized_start=763
-  _globals['_BOOKIEAGENT']._serialized_end=943
+  _globals['_LEDGERLISTING']._serialized_end=463
+  _globals['_LEDGERLISTING_STATUS']._serialized_start=389
+  _globals['_LEDGERLISTING_STATUS']._serialized_end=463
+  _globals['_HEALTHREQUEST']._serialized_start=465
+  _globals['_HEALTHREQUEST']._serialized_end=480
+  _globals['_HEALTHRESPONSE']._serialized_start=482
+  _globals['_HEALTHRESPONSE']._serialized_end=574
+  _globals['_DIRECTORYHEALTH']._serialized_start=576
+  _globals['_DIRECTORYHEALTH']._serialized_end=672
+  _globals['_LEDGERDATA']._serialized_start=674
+  _globals['_LEDGERDATA']._serialized_end=775
+  _globals['_BOOKIEAGENT']._serialized_start=778
+  _globals['_BOOKIEAGENT']._serialized_end=958
 # @@protoc_insertion_point(module_scope)

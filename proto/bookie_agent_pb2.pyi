@@ -22,7 +22,7 @@ class ListingsResponse(_message.Message):
     def __init__(self, listings: _Optional[_Iterable[_Union[LedgerListing, _Mapping]]] = ..., bookie_id: _Optional[str] = ...) -> None: ...
 
 class LedgerListing(_message.Message):
-    __slots__ = ("ledger_id", "status", "reason", "listing", "as_of_ms", "fenced", "has_ledger_record")
+    __slots__ = ("ledger_id", "status", "reason", "listing", "as_of_ms", "fenced", "has_ledger_record", "limbo")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATUS_UNSPECIFIED: _ClassVar[LedgerListing.Status]
@@ -40,6 +40,7 @@ class LedgerListing(_message.Message):
     AS_OF_MS_FIELD_NUMBER: _ClassVar[int]
     FENCED_FIELD_NUMBER: _ClassVar[int]
     HAS_LEDGER_RECORD_FIELD_NUMBER: _ClassVar[int]
+    LIMBO_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     status: LedgerListing.Status
     reason: str
@@ -47,7 +48,8 @@ class LedgerListing(_message.Message):
     as_of_ms: int
     fenced: bool
     has_ledger_record: bool
-    def __init__(self, ledger_id: _Optional[int] = ..., status: _Optional[_Union[LedgerListing.Status, str]] = ..., reason: _Optional[str] = ..., listing: _Optional[bytes] = ..., as_of_ms: _Optional[int] = ..., fenced: _Optional[bool] = ..., has_ledger_record: _Optional[bool] = ...) -> None: ...
+    limbo: bool
+    def __init__(self, ledger_id: _Optional[int] = ..., status: _Optional[_Union[LedgerListing.Status, str]] = ..., reason: _Optional[str] = ..., listing: _Optional[bytes] = ..., as_of_ms: _Optional[int] = ..., fenced: _Optional[bool] = ..., has_ledger_record: _Optional[bool] = ..., limbo: _Optional[bool] = ...) -> None: ...
 
 class HealthRequest(_message.Message):
     __slots__ = ()

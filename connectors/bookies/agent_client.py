@@ -186,6 +186,8 @@ def _answer_of(listing: pb.LedgerListing) -> AgentAnswer:
     if listing.status == _Status.NO_LEDGER:
         return AgentAnswer(BookieAnswer.no_ledger(), listing.as_of_ms)
     if listing.status == _Status.UNKNOWN:
+        if listing.limbo:
+            return AgentAnswer(BookieAnswer.in_limbo(listing.reason or "ledger in limbo"))
         return AgentAnswer(BookieAnswer.unknown(listing.reason or "agent gave no reason"))
     return AgentAnswer(BookieAnswer.unknown(f"agent sent status {listing.status}, which this client does not know"))
 

@@ -141,6 +141,8 @@ def check_response(ledger_id: int, response: pb.Response) -> BookieAnswer | byte
         if not inner.HasField("status"):
             return BookieAnswer.unknown("inner response without a status code BookKeeper defines")
         status = inner.status
+    if status == pb.EUNKNOWNLEDGERSTATE:
+        return BookieAnswer.in_limbo(f"{_status_reason(status)}: the ledger is in limbo on the bookie")
     if status not in (pb.EOK, pb.ENOLEDGER):
         return BookieAnswer.unknown(_status_reason(status))
     if inner is None or not inner.HasField("ledgerId"):

@@ -157,7 +157,7 @@ def answer_for(
 ) -> LedgerAnswer:
     """The answer for a ledger from its record (None: absent) and its entry runs, as of ``as_of_ms``."""
     if record is not None and record.limbo:
-        return LedgerAnswer.unknown(ledger_id, "ledger in limbo on this bookie (it may have lost entries)")
+        return LedgerAnswer.in_limbo(ledger_id, "ledger in limbo on this bookie (it may have lost entries)")
     if record is None and not runs:
         return LedgerAnswer(ledger_id, ListingStatus.NO_LEDGER, as_of_ms=as_of_ms)
     return LedgerAnswer(

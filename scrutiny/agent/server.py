@@ -71,11 +71,17 @@ class LedgerAnswer:
     as_of_ms: int = 0
     fenced: bool = False
     has_ledger_record: bool = False
+    limbo: bool = False
 
     @classmethod
     def unknown(cls, ledger_id: int, reason: str) -> LedgerAnswer:
         """No usable answer, with the reason."""
         return cls(ledger_id, ListingStatus.UNKNOWN, reason=reason)
+
+    @classmethod
+    def in_limbo(cls, ledger_id: int, reason: str) -> LedgerAnswer:
+        """No usable answer: the ledger is in limbo on the bookie (BP-46)."""
+        return cls(ledger_id, ListingStatus.UNKNOWN, reason=reason, limbo=True)
 
     def to_proto(self) -> pb.LedgerListing:
         """The wire message."""
@@ -87,6 +93,7 @@ class LedgerAnswer:
             as_of_ms=self.as_of_ms,
             fenced=self.fenced,
             has_ledger_record=self.has_ledger_record,
+            limbo=self.limbo,
         )
 
 

@@ -528,7 +528,11 @@ def on_recheck(
 def waits_for(state: TrackedLedger, bookie: str) -> bool:
     """Whether the ledger waits for ``bookie``'s answers: a finding that it did not answer (unresponsive, not
     registered), a retry pending, or ``CHECK_OVERDUE`` (its last verified check is old)."""
-    unanswered = (Category.BOOKIE_UNRESPONSIVE.value, Category.BOOKIE_NOT_REGISTERED.value)
+    unanswered = (
+        Category.BOOKIE_UNRESPONSIVE.value,
+        Category.BOOKIE_NOT_REGISTERED.value,
+        Category.LEDGER_IN_LIMBO.value,
+    )
     named = any(k[0] in unanswered and k[1] == bookie for k in state.open)
     return named or state.retry_at_ms is not None or _overdue_key() in state.open
 
@@ -600,7 +604,7 @@ def _judge(
             reported=tuple(dict.fromkeys((*state.reported, *(report_key(v) for v in new)))),
         )
         return Step(pending, Outcome(found=new, metadata=metadata, version=state.version))
-    found += _unanswered(verdict, cluster, found)
+    found += _unanswered(verdict, cluster, found, answers)
     kind = VerdictKind.VIOLATED if found else verdict.verdict
     return _complete(state, metadata, found, kind, now_ms, asked=asked, verified=not verdict.retry_bookies)
 
@@ -668,19 +672,30 @@ def _not_stuck(verdict: Verdict) -> tuple[Violation, ...]:
     return tuple(v for v in verdict.violations if v.category is not Category.UNDER_REPLICATION_STUCK)
 
 
-def _unanswered(verdict: Verdict, cluster: ClusterView, found: tuple[Violation, ...]) -> tuple[Violation, ...]:
-    """After the last retry: each silent bookie, by whether it is still registered."""
+def _unanswered(
+    verdict: Verdict, cluster: ClusterView, found: tuple[Violation, ...], answers: Mapping[str, BookieAnswer]
+) -> tuple[Violation, ...]:
+    """After the last retry: each bookie without a usable answer, by what it said (the ledger in limbo: it answers)
+    and whether it is still registered; the last answer's reason is in the details."""
     reported = {v.bookie for v in found if v.category is Category.BOOKIE_NOT_REGISTERED}
     out: list[Violation] = []
     for bookie in verdict.retry_bookies:
-        if cluster.registered(bookie):
+        answer = answers.get(bookie)
+        said = f" (last answer: {answer.reason})" if answer is not None and answer.reason else ""
+        if answer is not None and answer.limbo:
+            category = Category.LEDGER_IN_LIMBO
+            details = (
+                f"the bookie answers that the ledger is in limbo on it, still after the retries{said}: it may have "
+                "lost entries in an unclean shutdown (BP-46), and its copies count for nothing until the limbo clears"
+            )
+        elif cluster.registered(bookie):
             category = Category.BOOKIE_UNRESPONSIVE
-            details = "no answer after the retries; the bookie is still registered"
+            details = f"no usable answer after the retries; the bookie is still registered{said}"
         elif bookie in reported:
             continue
         else:
             category = Category.BOOKIE_NOT_REGISTERED
-            details = "no answer after the retries, and the bookie is no longer registered"
+            details = f"no answer after the retries, and the bookie is no longer registered{said}"
         out.append(Violation(category, FIXED_SEVERITY[category], bookie=bookie, details=details))
     return tuple(out)
 

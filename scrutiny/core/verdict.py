@@ -88,6 +88,8 @@ class BookieAnswer:
     groups: tuple[SequenceGroup, ...] = ()
     reason: str = ""
     as_of_ms: int | None = field(default=None, compare=False)  # when, not what: answers equal by content
+    #: UNKNOWN because the bookie has the ledger in limbo (BP-46): it answers, but may have lost entries.
+    limbo: bool = False
 
     @classmethod
     def listing(cls, groups: tuple[SequenceGroup, ...] | list[SequenceGroup]) -> BookieAnswer:
@@ -101,8 +103,13 @@ class BookieAnswer:
 
     @classmethod
     def unknown(cls, reason: str) -> BookieAnswer:
-        """No usable answer (timeout, error, unsupported storage, limbo...)."""
+        """No usable answer (timeout, error, unsupported storage...)."""
         return cls(AnswerKind.UNKNOWN, (), reason)
+
+    @classmethod
+    def in_limbo(cls, reason: str = "ledger in limbo") -> BookieAnswer:
+        """No usable answer because the ledger is in limbo on the bookie (BP-46): unknown, never a negative."""
+        return cls(AnswerKind.UNKNOWN, (), reason, limbo=True)
 
 
 class VerdictKind(StrEnum):

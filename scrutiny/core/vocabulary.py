@@ -48,6 +48,7 @@ class Category(StrEnum):
     UNDER_REPLICATION_NOT_MARKED = "UNDER_REPLICATION_NOT_MARKED"
     RECOVERY_STALLED = "RECOVERY_STALLED"
     OPEN_LEDGER_STALLED = "OPEN_LEDGER_STALLED"
+    LEDGER_IN_LIMBO = "LEDGER_IN_LIMBO"
 
 
 #: The severity of each category whose severity does not depend on the evidence.
@@ -69,6 +70,7 @@ FIXED_SEVERITY: dict[Category, Severity] = {
     Category.UNDER_REPLICATION_NOT_MARKED: Severity.CRITICAL,
     Category.RECOVERY_STALLED: Severity.CRITICAL,
     Category.OPEN_LEDGER_STALLED: Severity.WARNING,
+    Category.LEDGER_IN_LIMBO: Severity.WARNING,
 }
 
 

@@ -137,6 +137,12 @@ class FaultSwitch:
         fault = self.fault
         return fault if fault is not None and fault.applies_to(ledger_id) else None
 
+    def in_limbo(self, ledger_id: int) -> bool:
+        """Whether the bookie answers "in limbo" for the ledger: it is in limbo and no fault but a delay applies (a
+        fault that applies decides the answer)."""
+        fault = self.fault_for(ledger_id)
+        return ledger_id in self.limbo and (fault is None or fault.kind is FaultKind.SLOW)
+
 
 class MemoryListingBackend:
     """The agent's :class:`~scrutiny.agent.server.ListingBackend` over an :class:`EntryStore`."""
@@ -167,8 +173,8 @@ class MemoryListingBackend:
         return [self._answer(lid, fault, now_ms) for lid, fault in zip(ledger_ids, faults, strict=True)]
 
     def _answer(self, ledger_id: int, fault: FaultSpec | None, now_ms: int) -> LedgerAnswer:
-        if ledger_id in self._faults.limbo:
-            return LedgerAnswer.unknown(ledger_id, _LIMBO_REASON)
+        if self._faults.in_limbo(ledger_id):
+            return LedgerAnswer.in_limbo(ledger_id, _LIMBO_REASON)
         if fault is not None and fault.kind is FaultKind.STATUS:
             return LedgerAnswer.unknown(ledger_id, f"bookie status {fault.status}")
         if fault is not None and fault.kind is FaultKind.GARBAGE:
@@ -335,7 +341,8 @@ class SimBookie:
                 for ledger_id in fault.ledgers:
                     server.set_fault(v3_fault(fault), ledger_id=ledger_id)
         for ledger_id in self.faults.limbo:
-            server.set_fault(ReplyStatus(bk_pb.EUNKNOWNLEDGERSTATE), ledger_id=ledger_id)
+            if self.faults.in_limbo(ledger_id):
+                server.set_fault(ReplyStatus(bk_pb.EUNKNOWNLEDGERSTATE), ledger_id=ledger_id)
 
     async def __aenter__(self) -> SimBookie:
         await self.start()

@@ -63,6 +63,16 @@ class BookieState:
         """Whether the bookie has a writable or read-only registration."""
         return self.mode is not BookieMode.STOPPED
 
+    def answers_limbo(self, ledger_id: int, checker: CheckerSpec) -> bool:
+        """Whether a registered bookie answers, in time, that the ledger is in limbo (a fault that applies decides
+        the answer, but a short delay)."""
+        if self.mode is BookieMode.STOPPED or ledger_id not in self.limbo:
+            return False
+        fault = self.fault
+        if fault is None or not fault.applies_to(ledger_id):
+            return True
+        return fault.kind is FaultKind.SLOW and fault.delay_s < checker.request_timeout_s
+
     def answers_unknown(self, ledger_id: int, checker: CheckerSpec) -> bool:
         """Whether a checker with ``checker.request_timeout_s`` gets no usable answer for the ledger."""
         if self.mode is BookieMode.STOPPED or ledger_id in self.limbo:

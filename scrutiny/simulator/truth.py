@@ -19,7 +19,8 @@ so that it can catch their mistakes. The rules are those of ``docs/verdict.md``:
   per bookie), ``UNDER_REPLICATION_STUCK`` (strictly older than the grace period; a mark without ctime
   counts from when it appeared);
 * and what the jobs around the verdict decide: ``BOOKIE_UNRESPONSIVE`` per (ledger, bookie) for a
-  registered bookie whose answer stays unknown while the checker needs it (``BOOKIE_NOT_REGISTERED``
+  registered bookie whose answer stays unknown while the checker needs it (``LEDGER_IN_LIMBO`` when it
+  answers that the ledger is in limbo and no other fault decides its answer; ``BOOKIE_NOT_REGISTERED``
   for such a bookie that is gone, unless already reported), ``METADATA_UNREADABLE``
   (alone) for a corrupt znode. ``CHECK_OVERDUE`` never (a perfect checker is never late);
 * bookies' lives: ``BOOKIE_LOST`` (cluster-level, ledger id -1) for a bookie stopped strictly longer than
@@ -313,7 +314,9 @@ def ledger_truth(state: ClusterState, ledger_id: int, now_s: float) -> list[Trut
         out.append(TruthViolation(ledger_id, Category.OPEN_LEDGER_STALLED, Severity.WARNING))
     unregistered = {v.bookie for v in out if v.category is Category.BOOKIE_NOT_REGISTERED}
     for bookie in replicas.unknown:
-        if state.bookies[bookie].registered:
+        if state.bookies[bookie].answers_limbo(ledger_id, state.checker):
+            out.append(TruthViolation(ledger_id, Category.LEDGER_IN_LIMBO, Severity.WARNING, bookie=bookie))
+        elif state.bookies[bookie].registered:
             out.append(TruthViolation(ledger_id, Category.BOOKIE_UNRESPONSIVE, Severity.WARNING, bookie=bookie))
         elif bookie not in unregistered:  # silent and gone, in no checked segment: found by the retries
             out.append(TruthViolation(ledger_id, Category.BOOKIE_NOT_REGISTERED, Severity.WARNING, bookie=bookie))

@@ -1,8 +1,9 @@
 """Bookie answers as bytes, to travel in a row from the fetch stage to the stateful processor.
 
 A JSON object: bookie id -> ``["L", base64 listing]`` (the compact listing bytes of
-:mod:`scrutiny.core.listing_codec`), ``["N"]`` (no ledger) or ``["U", reason]`` (unknown), each with the answer's
-``as_of_ms`` appended when it has one (an index read: the write-cache rule of the verdict needs it).
+:mod:`scrutiny.core.listing_codec`), ``["N"]`` (no ledger), ``["U", reason]`` (unknown) or ``["Z", reason]``
+(unknown: the ledger in limbo), each with the answer's ``as_of_ms`` appended when it has one (an index read: the
+write-cache rule of the verdict needs it).
 Written and read by this job only, within one micro-batch.
 """
 
@@ -27,7 +28,7 @@ def encode_answers(answers: Mapping[str, BookieAnswer]) -> bytes:
         elif answer.kind is AnswerKind.NO_LEDGER:
             item = ["N"]
         else:
-            item = ["U", answer.reason]
+            item = ["Z" if answer.limbo else "U", answer.reason]
         doc[bookie] = item if answer.as_of_ms is None else [*item, answer.as_of_ms]
     return json.dumps(doc, separators=(",", ":")).encode()
 
@@ -42,6 +43,8 @@ def decode_answers(data: bytes) -> dict[str, BookieAnswer]:
             answer = BookieAnswer.listing(decode_listing(base64.b64decode(item[1])))
         elif item[0] == "N":
             answer = BookieAnswer.no_ledger()
+        elif item[0] == "Z":
+            answer = BookieAnswer.in_limbo(item[1])
         else:
             answer = BookieAnswer.unknown(item[1])
         out[bookie] = answer if as_of is None else replace(answer, as_of_ms=as_of)

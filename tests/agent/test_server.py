@@ -179,6 +179,7 @@ def test_listings_are_exactly_what_the_bookie_wrote(bookie: FakeBookie, tmp_path
         i: e for i, e in expected.items() if e.kind is not AnswerKind.UNKNOWN
     }
     assert "limbo" in answers[9].answer.reason and "limbo" in answers[11].answer.reason
+    assert answers[9].answer.limbo and answers[11].answer.limbo and not answers[-2].answer.limbo
     assert "negative" in answers[-2].answer.reason
     assert answers[3].answer.groups == (SequenceGroup(0, 19_995, 2, 5),)  # compact: one group
     assert all(

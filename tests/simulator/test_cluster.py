@@ -439,7 +439,7 @@ def test_a_generated_cluster_of_100k_ledgers(zk_client: KazooClient) -> None:
     assert counts[Category.NO_REPLICA] == len(plan.ledgers["no_replica"]) == 100
     assert counts[Category.PLACEMENT_FAIL] == len(plan.ledgers["placement"]) == 500
     assert counts[Category.ACK_QUORUM_ONE] == len(plan.ledgers["aq1"]) == 1000
-    assert counts[Category.BOOKIE_UNRESPONSIVE] == len(plan.ledgers["limbo"]) == 100
+    assert counts[Category.LEDGER_IN_LIMBO] == len(plan.ledgers["limbo"]) == 100
     assert counts[Category.UNDER_REPLICATION_STUCK] == len(plan.ledgers["stuck"]) == 100
     below = counts.get(Category.BELOW_ACK_QUORUM, 0) + counts.get(Category.BELOW_WRITE_QUORUM, 0)
     assert below == len(plan.ledgers["missing"]) + len(plan.ledgers["nothing"])

@@ -157,7 +157,7 @@ ensemble = ["bookie-4", "bookie-5", "bookie-6"]
     assert ("BOOKIE_UNRESPONSIVE", "bookie-1") not in one  # not registered ...
     assert one["BOOKIE_NOT_REGISTERED", "bookie-1"].severity is Severity.WARNING  # ... which is its finding
     assert not found(state, 2)
-    assert set(found(state, 3)) == {("BOOKIE_UNRESPONSIVE", "bookie-4")}
+    assert set(found(state, 3)) == {("LEDGER_IN_LIMBO", "bookie-4")}  # it answers: the ledger is in limbo there
 
 
 def test_marked_ledgers_open_ledgers_corrupt_metadata_and_stuck_marks() -> None:
@@ -422,8 +422,9 @@ def verdict_violations(state: ClusterState, ledger_id: int, now_s: float) -> tup
 
 
 def after_retries(row: TruthViolation) -> bool:
-    """A row the tracker decides after the retries: a silent bookie, registered or gone."""
-    return row.category is Category.BOOKIE_UNRESPONSIVE or (
+    """A row the tracker decides after the retries: a silent bookie (or one whose ledger is in limbo), registered or
+    gone."""
+    return row.category in (Category.BOOKIE_UNRESPONSIVE, Category.LEDGER_IN_LIMBO) or (
         row.category is Category.BOOKIE_NOT_REGISTERED and row.segment_first_entry is None
     )
 
@@ -546,7 +547,7 @@ def test_generated_truth_matches_the_fault_plan() -> None:
         "stuck": {"UNDER_REPLICATION_STUCK"},
         "corrupt": {"METADATA_UNREADABLE"},
         "aq1": {"ACK_QUORUM_ONE"},
-        "limbo": {"BOOKIE_UNRESPONSIVE"},
+        "limbo": {"LEDGER_IN_LIMBO"},
     }
     fault_of = plan.fault_of()
     assert set(by_ledger) == {lid for lid, kind in fault_of.items() if kind in expected}
@@ -637,3 +638,23 @@ last_entry = 59
     assert {k[0] for k in at[5.0] if k[1] is stalled} == {1, 2}  # strictly after 5 s (the point is 5 + a step)
     assert {k[0] for k in at[9.0] if k[1] is stalled} == {2}  # 1's recovery ended with its close
     assert scenario.checker.as_json_dict()["recovery_stalled_grace_s"] == 5
+
+
+def test_a_fault_that_applies_decides_a_limbo_bookies_answer_but_a_short_delay() -> None:
+    head = HEAD.replace("[checker]\n", "[checker]\nrequest_timeout_s = 5\n")
+    for fault, expected in (
+        ('fault = "unresponsive"', "BOOKIE_UNRESPONSIVE"),
+        ('fault = { kind = "slow", delay_s = 1 }', "LEDGER_IN_LIMBO"),
+        ('fault = { kind = "slow", delay_s = 9 }', "BOOKIE_UNRESPONSIVE"),
+        ('fault = { kind = "status", status = "EIO" }', "BOOKIE_UNRESPONSIVE"),
+    ):
+        body = f"""
+[bookies.bookie-4]
+limbo = [3]
+{fault}
+[[ledgers]]
+id = 3
+ensemble = ["bookie-4", "bookie-5", "bookie-6"]
+"""
+        state = ClusterState.from_scenario(parse_scenario(head + body))
+        assert set(found(state, 3)) == {(expected, "bookie-4")}, fault

@@ -232,6 +232,7 @@ def assert_truth(cluster: SimCluster, result: FetchResult, wanted: dict[int, lis
             where = (ledger_id, bookie, answer)
             if state.bookies[bookie].answers_unknown(ledger_id, state.checker):
                 assert answer.kind is AnswerKind.UNKNOWN and answer.reason, where
+                assert answer.limbo is state.bookies[bookie].answers_limbo(ledger_id, state.checker), where
                 continue
             held = state.held_groups(bookie, ledger_id)
             if held is None:

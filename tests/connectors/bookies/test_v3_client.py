@@ -144,6 +144,8 @@ def test_every_other_status_is_unknown_with_its_name() -> None:
                 assert answers[ledger_id].kind is AnswerKind.UNKNOWN
                 assert answers[ledger_id].reason.startswith(f"status {name}")
             assert "authentication" in answers[10 + statuses.index("EUA")].reason
+            limbo = answers[10 + statuses.index("EUNKNOWNLEDGERSTATE")]
+            assert limbo.limbo and not any(a.limbo for a in answers.values() if a is not limbo)  # it answers: limbo
 
     run(scenario())
 

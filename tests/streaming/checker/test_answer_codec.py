@@ -21,6 +21,7 @@ answers = st.builds(
         st.sets(st.integers(0, 500), max_size=60).map(lambda s: BookieAnswer.listing(from_entries(sorted(s)))),
         st.just(BookieAnswer.no_ledger()),
         st.text(max_size=20).map(BookieAnswer.unknown),
+        st.text(max_size=20).map(BookieAnswer.in_limbo),
     ),
     st.none() | st.integers(0, 2**62),  # an index read's time (the agent), or none (the bookie itself)
 )

@@ -1,0 +1,62 @@
+"""A bookie that answers "ledger in limbo" is answering: LEDGER_IN_LIMBO, not BOOKIE_UNRESPONSIVE; a bookie that
+answers EIO is not silent either: its finding says what it answered."""
+
+from __future__ import annotations
+
+import pytest
+
+from scrutiny.core.ledger_metadata import LedgerState, build_ledger_metadata, encode_ledger_metadata_v3
+from scrutiny.core.ledger_tracker import RecheckPolicy, Step, TrackerConfig, on_metadata, waits_for
+from scrutiny.core.sequence_groups import from_entries
+from scrutiny.core.verdict import BookieAnswer, ClusterView
+from scrutiny.core.vocabulary import Category, Severity
+
+pytestmark = pytest.mark.unit
+
+BOOKIES = ("b1:3181", "b2:3181", "b3:3181")
+NO_RETRIES = TrackerConfig(retry=RecheckPolicy(max_retries=0))
+CLUSTER = ClusterView(writable=frozenset(BOOKIES))
+
+
+def checked_with(b2: BookieAnswer) -> Step:
+    """Ledger 0..9 (E=3, WQ=2) checked without retries, b2 answering ``b2``."""
+    metadata = build_ledger_metadata(
+        ensemble_size=3,
+        write_quorum=2,
+        ack_quorum=2,
+        segments=[(0, BOOKIES)],
+        state=LedgerState.CLOSED,
+        last_entry_id=9,
+    )
+    answers = {
+        bookie: BookieAnswer.listing(from_entries([e for e in range(10) if i in (e % 3, (e + 1) % 3)]))
+        for i, bookie in enumerate(BOOKIES)
+    }
+    answers[BOOKIES[1]] = b2
+    return on_metadata(
+        None,
+        version=1,
+        data=encode_ledger_metadata_v3(metadata),
+        changed_ms=None,
+        answers=answers,
+        now_ms=1_000,
+        cluster=CLUSTER,
+        config=NO_RETRIES,
+    )
+
+
+def test_limbo_after_the_retries_is_ledger_in_limbo_and_a_restart_checks_it_again() -> None:
+    step = checked_with(BookieAnswer.in_limbo("EUNKNOWNLEDGERSTATE: the ledger is in limbo on the bookie"))
+    [found] = [v for v in step.outcome.found if v.bookie == BOOKIES[1]]
+    assert (found.category, found.severity) == (Category.LEDGER_IN_LIMBO, Severity.WARNING)
+    assert found.details is not None and "EUNKNOWNLEDGERSTATE" in found.details and "BP-46" in found.details
+    assert not any(v.category is Category.BOOKIE_UNRESPONSIVE for v in step.outcome.found)
+    assert not any(v.category in (Category.MISSING_REPLICA, Category.NO_REPLICA) for v in step.outcome.found)
+    assert step.state is not None and waits_for(step.state, BOOKIES[1]) and not waits_for(step.state, BOOKIES[0])
+
+
+def test_an_eio_answer_is_unresponsive_with_what_it_answered() -> None:
+    step = checked_with(BookieAnswer.unknown("EIO"))
+    [found] = [v for v in step.outcome.found if v.bookie == BOOKIES[1]]
+    assert found.category is Category.BOOKIE_UNRESPONSIVE
+    assert found.details is not None and found.details.endswith("(last answer: EIO)")
