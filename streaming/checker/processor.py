@@ -363,38 +363,39 @@ class LedgerProcessor(StatefulProcessor):
         self, before: dict[int, TrackedLedger], states: dict[int, TrackedLedger], records: list[Record], now_ms: int
     ) -> list[Record]:
         """Read again, before they are written, the znodes of the ledgers with a critical finding among ``records``
-        (one sync, all at once): a ledger deleted meanwhile, or whose metadata moved on from the version checked
-        (re-replicated, recovered), gets none of this step's records and its state goes back to ``before`` (a
-        deleted one is then dropped, its findings resolved); its new version is checked when its event comes. When
-        ZooKeeper cannot answer, the findings are written as found."""
-        checked = {
+        (one sync, all at once). A ledger deleted meanwhile, or whose metadata moved on from the version judged
+        (re-replicated, recovered), gets none of this step's findings, resolutions or check: its open findings stay
+        those written before (the step's other effects, a mark, a deadline, a retry, are kept), a deleted one is then
+        dropped (its findings resolved), and its new version is checked when its event comes. A state that has no
+        version yet (a mark came first) is only checked to exist. When ZooKeeper cannot answer, the findings are
+        written as found."""
+        judged = {
             int(str(r["ledger_id"])): states[int(str(r["ledger_id"]))].version
             for r in records
             if r.get("record") == "violation" and r.get("severity") == "critical" and int(str(r["ledger_id"])) in states
         }
-        if not checked:
+        if not judged:
             return records
         try:
-            current = self.config.cluster_reader().ledger_versions(list(checked))
+            current = self.config.cluster_reader().ledger_versions(list(judged))
         except ScrutinyError as error:
-            log.warning("cannot read %d ledger(s) again before their critical findings (%s)", len(checked), error)
+            log.warning("cannot read %d ledger(s) again before their critical findings (%s)", len(judged), error)
             return records
-        stale = {lid for lid, version in checked.items() if current.get(lid) != version}
-        kept = [r for r in records if int(str(r["ledger_id"])) not in stale]
+        stale = {
+            lid for lid, version in judged.items() if lid not in current or (version >= 0 and current[lid] != version)
+        }
+        kept = [r for r in records if int(str(r["ledger_id"])) not in stale or r.get("record") not in _JUDGED]
         for ledger_id in sorted(stale):
-            previous = before.get(ledger_id)
-            if previous is None:
-                states.pop(ledger_id, None)
-            else:
-                states[ledger_id] = previous
+            previous = before.get(ledger_id) or TrackedLedger()
+            states[ledger_id] = replace(states[ledger_id], open=previous.open, reported=previous.reported)
             moved = current.get(ledger_id)
             log.info(
-                "ledger %d: %s since version %d was checked; its critical finding(s) are not written",
+                "ledger %d: %s since version %d was judged; its critical finding(s) are not written",
                 ledger_id,
                 "deleted" if moved is None else f"at version {moved}",
-                checked[ledger_id],
+                judged[ledger_id],
             )
-            if moved is None and previous is not None:
+            if moved is None:
                 kept += self._deleted_unseen(states, ledger_id, now_ms)
         return kept
 
@@ -539,6 +540,10 @@ def _bookie_step(state: TrackedLedger | None, event: pb.LedgerEvent) -> Step:
             state, event.bookie_id, unregistered_ms=lost.unregistered_ms, ledgers=lost.ledgers, entries=lost.entries
         )
     return on_bookie_registered(state, event.bookie_id)
+
+
+#: The records a step makes of its judgement of one version (what a version found stale must not write).
+_JUDGED = frozenset({"violation", "resolved", "check"})
 
 
 def _supersedes(event: pb.LedgerEvent) -> bool:

@@ -98,6 +98,21 @@ def test_without_answers_the_recheck_asks_for_them_and_still_sets_the_deadline()
     assert step.state is not None and step.state.lost == ((LOST, 10_000 + GRACE),)
 
 
+def re_replicated(state: TrackedLedger | None) -> Step:
+    """Version 2: the lost bookie replaced by b4, which holds its copies (what auto-recovery does)."""
+    replaced = ("b1:3181", "b4:3181", "b3:3181")
+    return on_metadata(
+        state,
+        version=2,
+        data=blob(replaced),
+        changed_ms=None,
+        answers=answers(replaced),
+        now_ms=90_000,
+        cluster=ClusterView(writable=frozenset(replaced)),
+        config=CONFIG,
+    )
+
+
 def reported_not_marked() -> TrackedLedger:
     """A checked ledger of the lost bookie, past its deadline: UNDER_REPLICATION_NOT_MARKED open."""
     state = recheck(checked(), lost=True).state
@@ -159,17 +174,7 @@ def test_a_mark_cleared_while_the_bookie_is_lost_and_still_in_the_ensemble_repor
 def test_a_mark_cleared_after_re_replication_reports_nothing() -> None:
     state = recheck(checked(), lost=True).state
     marked = on_marked(state, UnderReplicationMark((LOST,), 30_000), now_ms=30_000, config=CONFIG).state
-    replaced = ("b1:3181", "b4:3181", "b3:3181")
-    moved = on_metadata(
-        marked,
-        version=2,
-        data=blob(replaced),
-        changed_ms=None,
-        answers=answers(replaced),
-        now_ms=90_000,
-        cluster=ClusterView(writable=frozenset(replaced)),
-        config=CONFIG,
-    )
+    moved = re_replicated(marked)
     assert moved.state is not None and moved.state.lost == ()
     cleared = on_cleared(moved.state)
     assert cleared.state is not None
@@ -187,17 +192,7 @@ def test_a_mark_after_the_report_resolves_it() -> None:
 def test_re_replication_drops_the_deadline_and_resolves_the_report() -> None:
     reported = reported_not_marked()
     assert reported is not None
-    replaced = ("b1:3181", "b4:3181", "b3:3181")
-    moved = on_metadata(
-        reported,
-        version=2,
-        data=blob(replaced),
-        changed_ms=None,
-        answers=answers(replaced),
-        now_ms=90_000,
-        cluster=ClusterView(writable=frozenset(replaced)),
-        config=CONFIG,
-    )
+    moved = re_replicated(reported)
     assert NOT_MARKED in moved.outcome.resolved
     assert moved.state is not None and moved.state.lost == () and NOT_MARKED not in moved.state.open
 

@@ -33,6 +33,10 @@ from scrutiny.watcher.wiring import watcher_from_settings
 ViolationId = tuple[int, str, str | None]
 
 
+#: ``settings_for(scenario)`` (a fixture of the end-to-end tests): the scenario's settings, with a fresh
+#: two-partition topic and the test's own directory.
+SettingsFor = Callable[[Scenario], Settings]
+
 #: How long a test waits for a new query's first batch.
 FIRST_BATCH_S = 180.0
 

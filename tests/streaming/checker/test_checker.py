@@ -4,19 +4,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
 
 from scrutiny.paths import PROJECT_ROOT
-from scrutiny.settings.loader import Settings
 from scrutiny.simulator.scenario import load_scenario, parse_scenario
 from scrutiny.simulator.state import ClusterState
 from scrutiny.simulator.truth import cluster_truth
-from tests.support.checker_harness import ViolationId, harness_settings, running_checker
-from tests.support.servers import KafkaTopicFactory
+from tests.support.checker_harness import SettingsFor, ViolationId, running_checker
 
 pytestmark = pytest.mark.integration
 
@@ -31,15 +28,12 @@ def truth_ids(state: ClusterState, now_s: float) -> set[ViolationId]:
 def test_every_injected_violation_is_found_and_nothing_else(
     spark: SparkSession,
     zk_client: KazooClient,
-    service_settings: Settings,
-    kafka_topic_factory: KafkaTopicFactory,
-    tmp_path: Path,
+    settings_for: SettingsFor,
 ) -> None:
     scenario = replace(load_scenario(EXAMPLE), schedule=())
     expected = truth_ids(ClusterState.from_scenario(scenario), 0.0)
     assert {c for _, c, _ in expected} >= {"NO_REPLICA", "BOOKIE_UNRESPONSIVE", "UNDER_REPLICATION_STUCK"}
-    topic = kafka_topic_factory(partitions=2)
-    settings = harness_settings(service_settings, scenario, zk_client.chroot, topic, tmp_path)
+    settings = settings_for(scenario)
     with running_checker(spark, zk_client, settings, scenario) as harness:
         harness.wait(lambda: harness.open_ids() >= expected, 90, "every injected violation")
         harness.wait(lambda: harness.checker.sink.pending == set(), 30, "no retry pending")
@@ -132,14 +126,11 @@ ledger = 6
 def test_retries_marks_deletions_and_closes_over_time(
     spark: SparkSession,
     zk_client: KazooClient,
-    service_settings: Settings,
-    kafka_topic_factory: KafkaTopicFactory,
-    tmp_path: Path,
+    settings_for: SettingsFor,
 ) -> None:
     scenario = parse_scenario(SCHEDULED)
     recover, unmark, delete, close = scenario.schedule
-    topic = kafka_topic_factory(partitions=2)
-    settings = harness_settings(service_settings, scenario, zk_client.chroot, topic, tmp_path)
+    settings = settings_for(scenario)
     settings = replace(
         settings,
         checker=replace(settings.checker, retry_initial_seconds=1.0, retry_max_seconds=2.0, retry_attempts=3),

@@ -14,20 +14,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
 
-from scrutiny.settings.loader import Settings
 from scrutiny.simulator.model import Action, Event
 from scrutiny.simulator.scenario import parse_scenario
 from scrutiny.simulator.truth import cluster_truth
 from scrutiny.streaming.checker.records import CLUSTER_LEDGER
-from tests.support.checker_harness import harness_settings, running_checker
+from tests.support.checker_harness import SettingsFor, running_checker
 from tests.support.scenarios import TWO_GROUPS, TWO_GROUPS_LEDGERS, small_scenario
-from tests.support.servers import KafkaTopicFactory
 
 pytestmark = pytest.mark.integration
 
@@ -67,12 +64,10 @@ STALLED = (90, "RECOVERY_STALLED", None)
 def test_wiped_lost_and_returning_bookies_have_their_ledgers_checked_and_reported(
     spark: SparkSession,
     zk_client: KazooClient,
-    service_settings: Settings,
-    kafka_topic_factory: KafkaTopicFactory,
-    tmp_path: Path,
+    settings_for: SettingsFor,
 ) -> None:
     scenario = parse_scenario(SCENARIO)
-    settings = harness_settings(service_settings, scenario, zk_client.chroot, kafka_topic_factory(2), tmp_path)
+    settings = settings_for(scenario)
     # The lost delay and the marks' grace come from the scenario (the ground truth assumes them); no scrub.
     settings = replace(settings, checker=replace(settings.checker, reverify_interval=0))
     assert settings.watcher.bookie_lost_grace_seconds == LOST_AFTER_S

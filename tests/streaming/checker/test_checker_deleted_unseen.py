@@ -9,17 +9,14 @@ critical NO_REPLICA).
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
 
-from scrutiny.settings.loader import Settings
 from scrutiny.simulator.scenario import parse_scenario
-from tests.support.checker_harness import harness_settings, running_checker, running_watcher
+from tests.support.checker_harness import SettingsFor, running_checker, running_watcher
 from tests.support.scenarios import small_scenario
-from tests.support.servers import KafkaTopicFactory
 
 pytestmark = pytest.mark.integration
 
@@ -71,17 +68,14 @@ ledger = 200
 
 
 @pytest.mark.parametrize("exists_check_seconds", [6.0, 0.0], ids=["with-timer", "snapshot-only"])
-def test_ledgers_deleted_while_no_watcher_ran_are_forgotten_and_never_reported_missing(  # noqa: PLR0917
+def test_ledgers_deleted_while_no_watcher_ran_are_forgotten_and_never_reported_missing(
     exists_check_seconds: float,
     spark: SparkSession,
     zk_client: KazooClient,
-    service_settings: Settings,
-    kafka_topic_factory: KafkaTopicFactory,
-    tmp_path: Path,
+    settings_for: SettingsFor,
 ) -> None:
     scenario = parse_scenario(SCENARIO)
-    topic = kafka_topic_factory(partitions=2)
-    settings = harness_settings(service_settings, scenario, zk_client.chroot, topic, tmp_path)
+    settings = settings_for(scenario)
     settings = replace(
         settings,
         checker=replace(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from kafka import KafkaProducer
@@ -11,12 +10,10 @@ from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
 
 from scrutiny.proto import ledger_events_pb2 as pb
-from scrutiny.settings.loader import Settings
 from scrutiny.simulator.scenario import parse_scenario
 from scrutiny.streaming.checker.job import ledgers_root
-from tests.support.checker_harness import harness_settings, running_checker
+from tests.support.checker_harness import SettingsFor, running_checker
 from tests.support.scenarios import small_scenario
-from tests.support.servers import KafkaTopicFactory
 
 pytestmark = pytest.mark.integration
 
@@ -75,14 +72,12 @@ def malformed(root: str) -> list[tuple[bytes | None, bytes | None, str]]:
 def test_malformed_records_are_recorded_and_the_checker_keeps_checking(
     spark: SparkSession,
     zk_client: KazooClient,
-    service_settings: Settings,
-    kafka_topic_factory: KafkaTopicFactory,
-    tmp_path: Path,
+    settings_for: SettingsFor,
 ) -> None:
     scenario = parse_scenario(SCENARIO)
     (close,) = scenario.schedule
-    topic = kafka_topic_factory(partitions=2)
-    settings = harness_settings(service_settings, scenario, zk_client.chroot, topic, tmp_path)
+    settings = settings_for(scenario)
+    topic = settings.kafka.topic
     bad = malformed(ledgers_root(settings))
     producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers)
     with running_checker(spark, zk_client, settings, scenario, schedule=False) as harness:

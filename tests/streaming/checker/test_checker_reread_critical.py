@@ -10,7 +10,6 @@ version 1, which is checked and healthy.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
@@ -24,14 +23,13 @@ from scrutiny.simulator.scenario import parse_scenario
 from scrutiny.streaming.checker.job import start_checker
 from tests.support.checker_harness import (
     Harness,
-    harness_settings,
+    SettingsFor,
     running_watcher,
     simulated_cluster,
     wait_for_idle_spark,
 )
 from tests.support.event_log import read_topic, wait_until
 from tests.support.scenarios import small_scenario
-from tests.support.servers import KafkaTopicFactory
 
 pytestmark = pytest.mark.integration
 
@@ -49,13 +47,11 @@ SCENARIO = small_scenario(
 def test_a_critical_finding_of_a_ledger_changed_or_deleted_since_its_event_is_not_written(
     spark: SparkSession,
     zk_client: KazooClient,
-    service_settings: Settings,
-    kafka_topic_factory: KafkaTopicFactory,
-    tmp_path: Path,
+    settings_for: SettingsFor,
 ) -> None:
     scenario = parse_scenario(SCENARIO)
-    topic = kafka_topic_factory(partitions=2)
-    settings = harness_settings(service_settings, scenario, zk_client.chroot, topic, tmp_path)
+    settings = settings_for(scenario)
+    topic = settings.kafka.topic
     with simulated_cluster(zk_client, settings, scenario, watch=False) as simulated:
         with running_watcher(settings, "watcher-before"):
             wait_until(lambda: _snapshot_ends(settings, topic) == 2, 60, "the snapshot on both partitions")

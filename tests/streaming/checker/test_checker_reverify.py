@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
 
-from scrutiny.settings.loader import Settings
 from scrutiny.simulator.model import Action, Event
 from scrutiny.simulator.scenario import parse_scenario
 from scrutiny.streaming.checker.job import start_checker
-from tests.support.checker_harness import harness_settings, running_checker, wait_for_idle_spark
+from tests.support.checker_harness import SettingsFor, running_checker, wait_for_idle_spark
 from tests.support.scenarios import TWO_GROUPS, TWO_GROUPS_LEDGERS, small_scenario
-from tests.support.servers import KafkaTopicFactory
 
 pytestmark = pytest.mark.integration
 
@@ -41,12 +38,10 @@ LEDGERS = TWO_GROUPS_LEDGERS
 def test_a_bookie_emptied_after_the_close_is_found_by_the_scrub_and_a_stopped_job_reports_check_overdue(
     spark: SparkSession,
     zk_client: KazooClient,
-    service_settings: Settings,
-    kafka_topic_factory: KafkaTopicFactory,
-    tmp_path: Path,
+    settings_for: SettingsFor,
 ) -> None:
     scenario = parse_scenario(SCENARIO)
-    settings = harness_settings(service_settings, scenario, zk_client.chroot, kafka_topic_factory(2), tmp_path)
+    settings = settings_for(scenario)
     checker = replace(
         settings.checker,
         reverify_interval=INTERVAL_S,

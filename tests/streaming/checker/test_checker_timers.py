@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
 
-from scrutiny.settings.loader import Settings
 from scrutiny.simulator.scenario import parse_scenario
 from scrutiny.streaming.checker.job import start_checker
-from tests.support.checker_harness import harness_settings, running_checker
-from tests.support.servers import KafkaTopicFactory
+from tests.support.checker_harness import SettingsFor, running_checker
 
 pytestmark = pytest.mark.integration
 
@@ -52,14 +49,10 @@ under_replicated = {{ replicas = ["bookie-3"], age_s = {GRACE_S - DUE_S} }}
 def test_a_mark_timer_set_before_a_restart_fires_after_it(
     spark: SparkSession,
     zk_client: KazooClient,
-    service_settings: Settings,
-    kafka_topic_factory: KafkaTopicFactory,
-    tmp_path: Path,
+    settings_for: SettingsFor,
 ) -> None:
     scenario = parse_scenario(SCENARIO)
-    settings = harness_settings(
-        service_settings, scenario, zk_client.chroot, kafka_topic_factory(partitions=2), tmp_path
-    )
+    settings = settings_for(scenario)
     started = time.monotonic()  # the mark's grace ends about DUE_S from here
     stuck = (4, "UNDER_REPLICATION_STUCK", None)
     with running_checker(spark, zk_client, settings, scenario) as harness:

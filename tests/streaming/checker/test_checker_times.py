@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
 
 from scrutiny.core.zk_paths import ledger_path
-from scrutiny.settings.loader import Settings
 from scrutiny.simulator.scenario import parse_scenario
-from tests.support.checker_harness import harness_settings, running_checker
+from tests.support.checker_harness import SettingsFor, running_checker
 from tests.support.scenarios import small_scenario
-from tests.support.servers import KafkaTopicFactory
 
 pytestmark = pytest.mark.integration
 
@@ -46,14 +43,11 @@ ledger = 1
 def test_a_check_is_stamped_when_its_slow_bookie_has_answered_not_when_its_batch_began(
     spark: SparkSession,
     zk_client: KazooClient,
-    service_settings: Settings,
-    kafka_topic_factory: KafkaTopicFactory,
-    tmp_path: Path,
+    settings_for: SettingsFor,
 ) -> None:
     scenario = parse_scenario(SCENARIO)
     (close,) = scenario.schedule
-    topic = kafka_topic_factory(partitions=2)
-    settings = harness_settings(service_settings, scenario, zk_client.chroot, topic, tmp_path)
+    settings = settings_for(scenario)
     settings = replace(
         settings,
         checker=replace(settings.checker, fetch_timeout_seconds=DELAY_S * 3),
