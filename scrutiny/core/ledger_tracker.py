@@ -41,7 +41,13 @@ Rules (each pinned by a test):
   an ensemble without the bookie, the bookie's return or the ledger's deletion resolves it. The deadline is kept
   while the ledger is marked (it sleeps): a mark cleared while the bookie is still lost and in an ensemble (nothing
   re-replicated it) wakes it, and past the deadline the finding opens at once. After a bookie's restart
-  only a ledger that waits for it (:func:`waits_for`) is checked again.
+  only a ledger that waits for it (:func:`waits_for`) is checked again. An open ledger rechecked because a bookie
+  of its current ensemble is lost, with fewer than AQ of that ensemble registered, is ``OPEN_LEDGER_STALLED``
+  until a new version or a reading with enough registered bookies;
+* **stalled recovery**: a ledger ``IN_RECOVERY`` is ``RECOVERY_STALLED`` ``recovery_stalled_ms`` after the write of
+  its first version in recovery (a timer), until a version not in recovery;
+* **limbo**: after the retries, a bookie that answers that the ledger is in limbo is ``LEDGER_IN_LIMBO``, not
+  ``BOOKIE_UNRESPONSIVE``; the ledger then waits for it (a restart checks it again).
 """
 
 from __future__ import annotations
