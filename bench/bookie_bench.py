@@ -109,7 +109,7 @@ def index_figures(size: int) -> None:
         f"(ratio {took / base:.2f}); a plain pass over the bytes {min(floor) * 1000:.0f} ms (best of 3 each)"
     )
     started = time.perf_counter()
-    sliced = LedgerSearch(ledgers, WIPED)
+    sliced = LedgerSearch(sorted(ledgers), WIPED)
     begun = time.perf_counter() - started
     steps = []
     while sliced.remaining():

@@ -10,7 +10,7 @@ watcher's other work.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from scrutiny.core.errors import FormatError
@@ -33,7 +33,7 @@ class BookieLedgers:
 
 def ledgers_of(ledgers: Mapping[int, Node], bookie: str) -> BookieLedgers:
     """The ledgers of ``ledgers`` (id -> znode) that have ``bookie`` in a segment that needs a check."""
-    search = LedgerSearch(ledgers, bookie)
+    search = LedgerSearch(sorted(ledgers), bookie)
     search.step(ledgers, len(ledgers))
     return search.found
 
@@ -43,10 +43,11 @@ class LedgerSearch:
     the watcher's other work: the ids to search are those known when it began, each read at its current version
     when its turn comes (a ledger deleted meanwhile is skipped; one created meanwhile has its own events)."""
 
-    def __init__(self, ledgers: Mapping[int, Node], bookie: str) -> None:
+    def __init__(self, ids: Sequence[int], bookie: str) -> None:
+        """Search the ledgers ``ids`` (ascending; several searches may share one list) for ``bookie``."""
         self.bookie = bookie
         self._needle = bookie.encode()
-        self._ids = sorted(ledgers)
+        self._ids = ids
         self._next = 0
         self.found = BookieLedgers()
 

@@ -393,7 +393,8 @@ class Watcher:
             now_ms=self._now()["observed_ms"],
             lost_after_ms=self.config.bookie_lost_after_ms,
         )
-        self._searches.extend((event, LedgerSearch(view.ledgers, event.bookie)) for event in happened)
+        ids = sorted(view.ledgers) if happened else []  # one sorted list for the searches this observation starts
+        self._searches.extend((event, LedgerSearch(ids, event.bookie)) for event in happened)
         self._bookies = statuses
 
     def _search_bookie_ledgers(self, publisher: EventPublisher) -> None:

@@ -369,11 +369,12 @@ class LedgerProcessor(StatefulProcessor):
         dropped (its findings resolved), and its new version is checked when its event comes. A state that has no
         version yet (a mark came first) is only checked to exist. When ZooKeeper cannot answer, the findings are
         written as found."""
-        judged = {
-            int(str(r["ledger_id"])): states[int(str(r["ledger_id"]))].version
+        critical = {
+            int(str(r["ledger_id"]))
             for r in records
-            if r.get("record") == "violation" and r.get("severity") == "critical" and int(str(r["ledger_id"])) in states
+            if r.get("record") == "violation" and r.get("severity") == "critical"
         }
+        judged = {lid: states[lid].version for lid in critical if lid in states}
         if not judged:
             return records
         try:

@@ -46,7 +46,7 @@ def test_a_search_in_slices_finds_what_one_pass_finds_reading_each_ledger_when_i
     abc = ("a:1", "b:1", "c:1")
     ledgers = {lid: node([Segment(0, abc if lid % 3 else ("a:1", "c:1", "d:1"))]) for lid in range(1, 30)}
     whole = ledgers_of(ledgers, "b:1")
-    search = LedgerSearch(ledgers, "b:1")
+    search = LedgerSearch(sorted(ledgers), "b:1")
     slices = []
     while search.remaining():
         slices.append([lid for lid, _ in search.step(ledgers, 4).ledgers])
