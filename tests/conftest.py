@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest_plugins = ["tests.support.servers"]
+pytest_plugins = ["tests.support.servers", "tests.support.checker_fixtures"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -26,6 +26,7 @@ from wsgiref.simple_server import WSGIServer
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from scrutiny.component_metrics import register_component_metrics
 from scrutiny.connectors.bookies.agent_protocol import (
     DEFAULT_MAX_LEDGERS_PER_CALL,
     DEFAULT_MAX_REQUEST_BYTES,
@@ -163,6 +164,7 @@ class AgentMetrics:
             ["directory", "database"],
             registry=registry,
         )
+        register_component_metrics(registry)
         self._http: WSGIServer | None = None
 
     def observe_catch_up(self, directory: int, database: str, seconds: float, ok: bool) -> None:

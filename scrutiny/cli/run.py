@@ -59,7 +59,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run.add_argument(
         "--summary-every", type=seconds_argument, default=30.0, metavar="SECONDS", help="open-violation summary"
     )
-    run.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port of 127.0.0.1")
+    run.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (checker.metrics_port)")
+    run.add_argument(
+        "--metrics-host", metavar="HOST", help="the metrics' address (checker.metrics_host, default 127.0.0.1)"
+    )
     run.set_defaults(handler=_run)
 
 
@@ -69,9 +72,10 @@ def _run(args: argparse.Namespace) -> int:
     log_file = _route_logs(settings.checker.data_dir)
     metrics = JobMetrics()
     port = args.metrics_port if args.metrics_port is not None else settings.checker.metrics_port
+    host = args.metrics_host or settings.checker.metrics_host
     if port:
-        start_http_server(port, addr="127.0.0.1", registry=metrics.registry)
-        log.info("metrics on http://127.0.0.1:%d/metrics", port)
+        start_http_server(port, addr=host, registry=metrics.registry)
+        log.info("metrics on http://%s:%d/metrics", host, port)
     if configured:
         spark = build_spark_session(
             "scrutiny-checker",

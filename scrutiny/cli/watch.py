@@ -36,7 +36,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     watch.add_argument(
         "--duration", type=seconds_argument, metavar="SECONDS", help="stop after this long (default: run on)"
     )
-    watch.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
+    watch.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (watcher.metrics_port)")
+    watch.add_argument(
+        "--metrics-host", metavar="HOST", help="the metrics' address (watcher.metrics_host, default 127.0.0.1)"
+    )
     watch.set_defaults(handler=_run)
 
 
@@ -46,9 +49,10 @@ def _run(args: argparse.Namespace) -> int:
     watcher_id = args.watcher_id or f"{socket.gethostname()}:{os.getpid()}"
     metrics = WatcherMetrics()
     port = args.metrics_port if args.metrics_port is not None else settings.watcher.metrics_port
+    host = args.metrics_host or settings.watcher.metrics_host
     if port:
-        metrics.serve(port)
-        log.info("metrics on http://127.0.0.1:%d/metrics", port)
+        metrics.serve(port, host)
+        log.info("metrics on http://%s:%d/metrics", host, port)
     watcher = watcher_from_settings(settings, watcher_id, metrics)
     with stop_on_signals(lambda signum: log.info("stopping (signal %d)", signum)) as stop:
         if args.duration is not None:

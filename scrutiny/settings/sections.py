@@ -79,6 +79,7 @@ class WatcherSection:
     election_path: str = "/scrutiny/watcher"
     tick_interval_seconds: int = 5
     metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
     delivery_timeout_seconds: int = 3600
     lost_bookie_recovery_delay_seconds: int = 0
     bookie_lost_grace_seconds: int = 300
@@ -113,6 +114,7 @@ _NOT_NEGATIVE = (
     "verification_ages_seconds",
     "under_replication_mark_grace_seconds",
     "recovery_stalled_grace_seconds",
+    "open_violation_gauges_seconds",
 )
 
 
@@ -140,6 +142,8 @@ class CheckerSection:
     recovery_stalled_grace_seconds: float = 600.0
     write_conflict_attempts: int = 8
     metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
+    open_violation_gauges_seconds: float = 60.0
     spark_master: str = ""
     spark_ui: bool = False
     shuffle_partitions: int = 4

@@ -108,6 +108,17 @@ class ConnectionSuspended(ScrutinyError):  # noqa: N818 - a state, not a failure
 _EXPECTED_ERRORS = (KazooException, PublishError, LeadershipLost, OSError, ScrutinyError)
 
 
+def _error_place(error: Exception) -> str:
+    """Where a retried error came from: one of the metric's fixed values (``ERROR_PLACES``)."""
+    if isinstance(error, LeadershipLost):
+        return "leadership"
+    if isinstance(error, KazooException):
+        return "zookeeper"
+    if isinstance(error, PublishError):
+        return "kafka"
+    return "other"
+
+
 class Watcher:
     """One watcher process's loop: elect, lead, publish; see the module docstring."""
 
@@ -153,7 +164,7 @@ class Watcher:
                     self._elect_and_lead(stop)
                     attempt = 0
                 except Exception as error:  # every failure is retried; unforeseen ones are logged in full
-                    self.metrics.errors.labels(type(error).__name__).inc()
+                    self.metrics.errors.labels(_error_place(error)).inc()
                     if isinstance(error, _EXPECTED_ERRORS):
                         log.warning("watcher: %s; retrying", str(error) or type(error).__name__)
                     else:

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from scrutiny.component_metrics import register_component_metrics
 from scrutiny.proto import ledger_events_pb2 as pb
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+#: A walk of the whole tree: under a second for a small cluster, minutes for millions of ledgers
+#: (bench/README.md, "Watcher").
+_RESYNC_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0)
+#: The values of ``scrutiny_watcher_errors_total{where}``: a fixed set, whatever the error.
+ERROR_PLACES = ("zookeeper", "kafka", "leadership", "other")
 
 
 class WatcherMetrics:
@@ -30,7 +36,10 @@ class WatcherMetrics:
         )
         self.resyncs = Counter("scrutiny_watcher_resyncs", "Walks of the whole tree", ["origin"], registry=r)
         self.resync_duration = Histogram(
-            "scrutiny_watcher_resync_duration_seconds", "Duration of a walk and its publication", registry=r
+            "scrutiny_watcher_resync_duration_seconds",
+            "Duration of a walk and its publication",
+            buckets=_RESYNC_BUCKETS,
+            registry=r,
         )
         self.leader = Gauge("scrutiny_watcher_leader", "1 while this watcher is the active one", registry=r)
         self.session = Gauge(
@@ -48,10 +57,18 @@ class WatcherMetrics:
             ["kind"],
             registry=r,
         )
-        self.errors = Counter("scrutiny_watcher_errors", "Errors retried, by where", ["where"], registry=r)
+        self.errors = Counter(
+            "scrutiny_watcher_errors",
+            "Errors retried, by where: " + ", ".join(ERROR_PLACES),
+            ["where"],
+            registry=r,
+        )
+        for place in ERROR_PLACES:
+            self.errors.labels(place)
         self.last_event = Gauge(
             "scrutiny_watcher_last_event_timestamp_seconds", "When the last event was published", registry=r
         )
+        register_component_metrics(r)
 
     def published(self, kind: int) -> None:
         """Count one published event."""

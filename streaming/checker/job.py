@@ -33,6 +33,7 @@ from scrutiny.settings.sections import CheckerSection
 from scrutiny.streaming.checker.buckets import BUCKET_EXPRESSION
 from scrutiny.streaming.checker.config import JobConfig
 from scrutiny.streaming.checker.metrics import JobMetrics
+from scrutiny.streaming.checker.open_gauges import OpenGauges
 from scrutiny.streaming.checker.prepare import PREPARED_DDL, PrepareEvents
 from scrutiny.streaming.checker.processor import LedgerProcessor
 from scrutiny.streaming.checker.records import NARROW_DDL
@@ -216,7 +217,12 @@ def start_checker(
             grace_ms=config.tracker.overdue_grace_ms,
             table_every_s=checker.verification_ages_seconds,
         )
-    sink = BatchSink(tables, run_id=run_id or stream_id, metrics=metrics, outputs=outputs, verified=verified)
+    metrics = metrics or JobMetrics()
+    gauges = OpenGauges(metrics, checker.data_dir, every_s=checker.open_violation_gauges_seconds)
+    gauges.refresh(changed=True)  # what is open from the start, before the first batch
+    sink = BatchSink(
+        tables, run_id=run_id or stream_id, metrics=metrics, outputs=outputs, verified=verified, gauges=gauges
+    )
     query = (
         checked.writeStream.queryName("scrutiny_checker")
         .foreachBatch(sink)

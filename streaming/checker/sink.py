@@ -27,6 +27,7 @@ from pyspark.sql import DataFrame
 
 from scrutiny.connectors.tables.schemas import CHECKER_RUNS, RunRecord, output_table
 from scrutiny.streaming.checker.metrics import JobMetrics
+from scrutiny.streaming.checker.open_gauges import OpenGauges
 from scrutiny.streaming.checker.records import STATE_RECORD, widen_table
 from scrutiny.streaming.checker.replay import BatchOutputs
 from scrutiny.streaming.checker.verified_counts import VerifiedCounts
@@ -41,7 +42,8 @@ _TABLE_RECORDS = ("violation", "resolved", "check")
 class BatchSummary:
     """What the last batch did, for the live display and the tests.
 
-    ``compute_seconds``: Spark computing the batch (events to records); ``seconds``: writing the tables.
+    ``compute_seconds``: Spark computing the batch (events to records); ``seconds``: writing the tables;
+    ``resolutions``: the resolved violations by category (``resolved`` counts them all).
     """
 
     batch_id: int = -1
@@ -50,6 +52,7 @@ class BatchSummary:
     verdicts: dict[str, int] = field(default_factory=dict)
     violations: dict[str, int] = field(default_factory=dict)
     resolved: int = 0
+    resolutions: dict[str, int] = field(default_factory=dict)
     rpcs: int = 0
     retries_pending: int = 0
     seconds: float = 0.0
@@ -70,10 +73,12 @@ class BatchSink:
         on_batch: Callable[[BatchSummary], None] | None = None,
         outputs: BatchOutputs | None = None,
         verified: VerifiedCounts | None = None,
+        gauges: OpenGauges | None = None,
     ) -> None:
         self.tables = tables
         self.outputs = outputs
         self.verified = verified
+        self.gauges = gauges
         self.run_id = run_id
         self.source = source
         self.metrics = metrics or JobMetrics()
@@ -121,6 +126,8 @@ class BatchSink:
             self.outputs.forget_before(batch_id)
         summary.seconds = time.monotonic() - clock
         summary.compute_seconds = computed
+        if self.gauges is not None:
+            self.gauges.refresh(changed=bool(summary.violations or summary.resolved))
         if CHECKER_RUNS in result.skipped:
             log.info("batch %d was already written (a re-run after a restart): figures not counted again", batch_id)
             return
@@ -162,7 +169,8 @@ class BatchSink:
         m.retries_pending.set(summary.retries_pending)
         for category, count in summary.violations.items():
             m.violations.labels(category).inc(count)
-        m.resolved.inc(summary.resolved)
+        for category, count in summary.resolutions.items():
+            m.resolved.labels(category).inc(count)
         if run.lag_records is not None:
             m.lag.set(run.lag_records)
         m.last_batch.set(time.time())
@@ -198,6 +206,7 @@ def _summary(batch_id: int, records: pa.Table, stats: dict[str, int], pending: i
         verdicts=_counts(v for k, v in zip(kinds, verdicts, strict=True) if k == "check" and v is not None),
         violations=_counts(c for k, c in zip(kinds, categories, strict=True) if k == "violation" and c is not None),
         resolved=kinds.count("resolved"),
+        resolutions=_counts(c for k, c in zip(kinds, categories, strict=True) if k == "resolved" and c is not None),
         rpcs=stats.get("rpcs", 0),
         retries_pending=pending,
     )

@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 from scrutiny.connectors.tables.delta import read_table
 from scrutiny.streaming.checker.job import checkpoint_stream_id
 from scrutiny.streaming.checker.metrics import JobMetrics
+from scrutiny.streaming.checker.open_gauges import OpenGauges
 from scrutiny.streaming.checker.records import NARROW_DDL, REJECTED_KEY, narrow
 from scrutiny.streaming.checker.sink import BatchSink, BatchSummary
 from scrutiny.streaming.checker.verified_counts import VerifiedCounts
@@ -121,3 +122,35 @@ def test_verified_records_move_the_age_counts_once_and_reach_the_metrics_and_the
     assert {(r["age_class"], r["ledgers"]) for r in ages if r["ledgers"]} == {("0-25%", 1), ("overdue", 1)}
     assert {r["batch_id"] for r in ages} == {0} and len(ages) == 6  # one set of rows: the re-run wrote none
     assert read_table(tmp_path, "ledger_checks").num_rows == 1  # "verified" records are no table's rows
+
+
+def test_the_open_violation_gauges_follow_the_table_and_survive_a_restart(spark: SparkSession, tmp_path: Path) -> None:
+    metrics = JobMetrics()
+    gauges = OpenGauges(metrics, str(tmp_path), every_s=3600)
+    gauges.refresh(changed=True)  # no table yet: nothing open
+    registry = metrics.registry
+    assert (
+        registry.get_sample_value("scrutiny_open_violations", {"category": "NO_REPLICA", "severity": "critical"}) == 0
+    )
+    sink = BatchSink(CheckerTables(spark, tmp_path, app_id="test"), run_id="r1", metrics=metrics, gauges=gauges)
+    sink(spark.createDataFrame([narrow(r) for r in rows()], schema=NARROW_DDL), 0)
+    assert (
+        registry.get_sample_value("scrutiny_open_violations", {"category": "NO_REPLICA", "severity": "critical"}) == 1
+    )
+    assert registry.get_sample_value("scrutiny_violating_ledgers", {"category": "MISSING_REPLICA"}) == 1
+    oldest = "scrutiny_open_violations_oldest_first_seen_timestamp_seconds"
+    assert registry.get_sample_value(oldest, {"category": "NO_REPLICA"}) == AT.timestamp()
+    assert registry.get_sample_value("scrutiny_checker_resolved_total", {"category": "ACK_QUORUM_ONE"}) == 1
+
+    restarted = JobMetrics()  # a new process: the gauges come from the table, before any batch
+    OpenGauges(restarted, str(tmp_path), every_s=3600).refresh(changed=True)
+    assert restarted.registry.get_sample_value("scrutiny_violating_ledgers", {"category": "NO_REPLICA"}) == 1
+
+    base = {"at": AT, "source": "stream"}
+    resolved = [{**base, "record": "resolved", "ledger_id": 5, "category": "NO_REPLICA"}]
+    sink(spark.createDataFrame([narrow(r) for r in resolved], schema=NARROW_DDL), 1)
+    assert (
+        registry.get_sample_value("scrutiny_open_violations", {"category": "NO_REPLICA", "severity": "critical"}) == 0
+    )
+    assert registry.get_sample_value(oldest, {"category": "NO_REPLICA"}) is None  # absent: nothing open
+    assert registry.get_sample_value(oldest, {"category": "MISSING_REPLICA"}) == AT.timestamp()

@@ -1,4 +1,4 @@
-"""The end-to-end checker tests' common fixture: settings for a scenario on the session's servers."""
+"""The end-to-end checker tests' settings for a scenario on the session's servers (a fixture of the whole suite)."""
 
 from __future__ import annotations
 
