@@ -40,13 +40,13 @@ def test_listing_benches_quick_run(module: str) -> None:
 
 
 def test_scan_bench_runs_a_fast_a_deep_and_a_fast_scan() -> None:
-    done = run_bench("bench.scan_bench", "--ledgers", "600", "--chunk-size", "200")
+    done = run_bench("bench.scan_bench", "--ledgers", "300", "--chunk-size", "300")
     rows = [
         line.split() for line in done.stdout.splitlines() if line.startswith(("fast ", "deep ")) and "/" not in line
     ]
     assert [row[0] for row in rows] == ["fast", "deep", "fast"]
     checked = {int(row[5]) for row in rows}
-    assert len(checked) == 1 and 0 < checked.pop() <= 600  # the same ledgers checked by every scan
+    assert len(checked) == 1 and 0 < checked.pop() <= 300  # the same ledgers checked by every scan
     assert int(rows[1][6]) > 0 and int(rows[0][6]) == int(rows[2][6]) == 0  # only the deep scan asks bookies
     assert "deep / fast:" in done.stdout
 

@@ -22,10 +22,12 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
+from pyspark.sql import SparkSession
 
 from scrutiny.connectors.bookies.agent_client import AgentClient
 from scrutiny.connectors.bookies.v3_client import BookieV3Client
 from scrutiny.core.ledger_metadata import LedgerState, decode_ledger_metadata, encode_ledger_metadata_v3
+from scrutiny.core.ledger_scan import ScanMode, parse_ledger_selection
 from scrutiny.core.sequence_groups import SequenceGroup
 from scrutiny.core.striping import write_set
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
@@ -35,6 +37,8 @@ from scrutiny.services.bookkeeper import BookieOptions, BookieStorage
 from scrutiny.services.bookkeeper_tools import METADATA_ROOT, entries_read_from_bookie, ledger_tool
 from scrutiny.services.local_stack import EmbeddedServices
 from scrutiny.services.servers import ServiceState, is_same_process, read_record
+from scrutiny.settings.loader import load_settings
+from scrutiny.streaming.scan.job import ScanOptions, ScanRun
 
 pytestmark = pytest.mark.integration
 
@@ -208,7 +212,7 @@ def test_status_lists_the_bookies_and_stop_start_keep_their_identity(cluster: Cl
     assert unknown.returncode != 0 and "no local bookie '127.0.0.1:1'" in unknown.stderr
 
 
-def test_a_wiped_bookie_is_found_with_exactly_the_entries_it_lost(cluster: Cluster) -> None:
+def test_a_wiped_bookie_is_found_with_exactly_the_entries_it_lost(cluster: Cluster, spark: SparkSession) -> None:
     ledgers = ledger_tool(cluster.uri, "create", "--entries", str(ENTRIES), "--count", "2")
     victim = sorted(cluster.agents)[1]
     bookie = next(b for b in cluster.services.bookie_status() if b.id == victim)
@@ -220,15 +224,13 @@ def test_a_wiped_bookie_is_found_with_exactly_the_entries_it_lost(cluster: Clust
     ids = [ledger["ledger_id"] for ledger in ledgers]
     assert agent_entries(cluster, victim, ids, wiped_at_ms, {i: set() for i in ids}) == {i: set() for i in ids}
 
-    data_dir = cluster.state_dir.parent / "scan-data"
-    scan = cluster.cli(
-        "scan", "--deep", "--ledgers", ",".join(map(str, ids)), "--data-dir", str(data_dir), "--format", "json"
-    )
-    assert scan.returncode == 1, scan.stderr[-3000:]  # UNHEALTHY
-    summary = json.loads(scan.stdout)
-    findings = {
-        (row["ledger_id"], f["category"], f["bookie"]): f for row in summary["worst_ledgers"] for f in row["findings"]
-    }
+    # A deep scan of the two ledgers, in this process on the tests' Spark session (the CLI's scan is tested elsewhere).
+    data_dir = str(cluster.state_dir.parent / "scan-data")
+    selection = parse_ledger_selection(",".join(map(str, ids)))
+    options = ScanOptions(mode=ScanMode.DEEP, selection=selection, data_dir=data_dir)
+    result = ScanRun(spark, load_settings(env=cluster.env), options).run()
+    assert result.checked == 2
+    findings = {(r["ledger_id"], r["category"], r.get("bookie")): r for r in result.violations}
     for ledger in ledgers:
         lost = held_by(ledger, victim)
         missing = findings[ledger["ledger_id"], "MISSING_REPLICA", victim]
