@@ -16,7 +16,8 @@ from scrutiny.component_metrics import register_component_metrics
 from scrutiny.core.health_summary import OpenViolation
 from scrutiny.core.vocabulary import CLUSTER_LEDGER_ID, FIXED_SEVERITY, Category, Severity
 
-_BATCH_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
+#: A micro-batch: a second or two when steady, minutes for a first batch after a long stop or a resync of millions.
+_BATCH_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
 def category_severities() -> list[tuple[Category, Severity]]:

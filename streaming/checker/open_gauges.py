@@ -10,25 +10,32 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from scrutiny.connectors.tables.health import TableMissingError, read_open_violations
-from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.health_summary import OpenViolation
 from scrutiny.streaming.checker.metrics import JobMetrics
 
 log = logging.getLogger(__name__)
 
 
 class OpenGauges:
-    """Sets :class:`JobMetrics`' open-violation gauges from the table under ``data_dir``."""
+    """Sets :class:`JobMetrics`' open-violation gauges from the table under ``data_dir`` (``read``: its reader)."""
 
     def __init__(
-        self, metrics: JobMetrics, data_dir: str, *, every_s: float, clock: Callable[[], float] = time.monotonic
+        self,
+        metrics: JobMetrics,
+        data_dir: str,
+        *,
+        every_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        read: Callable[[str], Sequence[OpenViolation]] = read_open_violations,
     ) -> None:
         self.metrics = metrics
         self.data_dir = data_dir
         self.every_s = every_s
         self.clock = clock
+        self.read = read
         self._read_at: float | None = None
 
     def refresh(self, *, changed: bool) -> None:
@@ -38,10 +45,10 @@ class OpenGauges:
             return
         self._read_at = now
         try:
-            rows = read_open_violations(self.data_dir)
+            rows = self.read(self.data_dir)
         except TableMissingError:
             rows = []  # nothing was ever found
-        except ScrutinyError as error:  # the gauges keep their last values; the job goes on
+        except Exception as error:  # whatever the read meets, the gauges keep their last values and the job goes on
             log.warning("the open-violation gauges were not updated: %s", error)
             return
         self.metrics.set_open(rows)

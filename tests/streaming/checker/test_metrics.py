@@ -7,9 +7,11 @@ from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
 from scrutiny import __version__
+from scrutiny.connectors.tables.health import TableMissingError, TableReadError
 from scrutiny.core.health_summary import OpenViolation
 from scrutiny.core.vocabulary import CLUSTER_LEDGER_ID, FIXED_SEVERITY, Category, Severity
 from scrutiny.streaming.checker.metrics import JobMetrics, category_severities
+from scrutiny.streaming.checker.open_gauges import OpenGauges
 
 OLDEST = "scrutiny_open_violations_oldest_first_seen_timestamp_seconds"
 
@@ -85,3 +87,34 @@ def test_no_label_value_is_an_id() -> None:
     metrics.set_open([violation(123456789, Category.NO_REPLICA, 1_000)])
     exposition = generate_latest(metrics.registry).decode()
     assert "123456789" not in exposition
+
+
+def test_the_table_is_read_after_a_change_when_due_and_a_failed_read_keeps_the_last_values() -> None:
+    now = [0.0]
+    answers: list[list[OpenViolation] | Exception] = []
+    reads: list[str] = []
+
+    def read(data_dir: str) -> list[OpenViolation]:
+        reads.append(data_dir)
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    metrics = JobMetrics()
+    gauges = OpenGauges(metrics, "tables", every_s=60, clock=lambda: now[0], read=read)
+    answers.append([violation(5, Category.NO_REPLICA, 1_000)])
+    gauges.refresh(changed=False)  # the first refresh always reads
+    now[0] = 30
+    gauges.refresh(changed=False)  # nothing changed, not due: no read
+    assert reads == ["tables"]
+    answers.append(TableReadError("open_violations: unreadable"))
+    gauges.refresh(changed=True)  # a change: read (and fail)
+    labels = {"category": "NO_REPLICA", "severity": "critical"}
+    assert metrics.registry.get_sample_value("scrutiny_open_violations", labels) == 1  # the last values stay
+    answers.append(OSError("disk gone"))
+    now[0] = 95
+    gauges.refresh(changed=False)  # due: read (any error is survived: the gauges never stop the job)
+    answers.append(TableMissingError("no table"))
+    gauges.refresh(changed=True)
+    assert len(reads) == 4 and metrics.registry.get_sample_value("scrutiny_open_violations", labels) == 0
