@@ -154,7 +154,10 @@ def is_loopback(host: str) -> bool:
 
 def _read_token(name: str) -> str:
     path = Path(name)
-    token = _read_file(name).decode("utf-8", errors="strict").strip()
+    try:
+        token = _read_file(name).decode("utf-8", errors="strict").strip()
+    except UnicodeDecodeError as error:
+        raise InputError(f"the token file {name} is not UTF-8 text (byte {error.start})") from None
     if not token:
         raise InputError(f"the token file {name} is empty")
     if path.stat().st_mode & 0o077:

@@ -6,14 +6,16 @@ it — ``[zookeeper]``, ``[kafka]`` and ``[bookies]`` by their connectors, the r
 in ``conf/scrutiny.toml``) and which checks its own values when built. A file may
 set any subset; ``SCRUTINY_<SECTION>_<KEY>`` environment variables override it, and the short
 ``SCRUTINY_ZOOKEEPER`` / ``SCRUTINY_KAFKA`` (printed by ``scrutiny services up``) set the
-connection strings. Unknown sections or keys and values of the wrong type are errors
-(:class:`ConfigError` naming the key), never silently ignored. Secrets are :class:`Secret`
+connection strings. Unknown sections or keys, values of the wrong type, numbers that are not finite (TOML's and
+the environment's ``inf`` and ``nan``), ports outside 0-65535 and a file that is not UTF-8 are errors
+(:class:`ConfigError` naming the key, one line), never silently ignored. Secrets are :class:`Secret`
 values: their repr never shows them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -104,9 +106,19 @@ def load_settings(path: str | Path | None = None, *, env: Mapping[str, str] | No
         _merge_file(values, _read_toml(Path(path)))
     _merge_env(values, env)
     sections = {name: _SECTION_TYPES[name](**given) for name, given in values.items()}
+    for name, section in sections.items():
+        _check_ports(name, section)
     explicit = frozenset(f"{section}.{key}" for section, keys in values.items() for key in keys)
     settings = Settings(**sections, source=str(path) if path is not None else None, given=explicit)
     return settings
+
+
+def _check_ports(section_name: str, section: object) -> None:
+    """Every ``*_port`` key is a TCP port or 0 (off, or any free port where the key says so)."""
+    for field in dataclasses.fields(section):  # type: ignore[arg-type]
+        value = getattr(section, field.name)
+        if field.name.endswith("port") and isinstance(value, int) and not 0 <= value <= 65_535:
+            raise ConfigError(f"{section_name}.{field.name} must be a port from 0 to 65535, not {value!r}")
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -117,6 +129,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read configuration file {path}: {error.strerror or error}") from error
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"configuration file {path} is not valid TOML: {error}") from error
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"configuration file {path} is not UTF-8 text (byte {error.start})") from None
 
 
 def _field_types(section: str) -> dict[str, type]:
@@ -147,6 +161,13 @@ def _typed(name: str, value: object, kind: type) -> object:
         return float(value)
     if type(value) is not kind:
         raise ConfigError(f"{name} must be a {kind.__name__}, not {value!r}")
+    return _finite(name, value)
+
+
+def _finite(name: str, value: object) -> object:
+    """``value``, unless it is a float that is not a finite number (TOML and the environment allow inf and nan)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, not {value!r}")
     return value
 
 
@@ -174,9 +195,10 @@ def _from_text(name: str, text: str, kind: type) -> object:
             raise ConfigError(f"environment variable {name} must be an integer, not {text!r}") from None
     if kind is float:
         try:
-            return float(text)
+            number = float(text)
         except ValueError:
             raise ConfigError(f"environment variable {name} must be a number, not {text!r}") from None
+        return _finite(f"environment variable {name}", number)
     if kind is Secret:
         return Secret(text)
     return text

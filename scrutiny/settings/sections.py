@@ -152,6 +152,8 @@ class CheckerSection:
         for key in ("trigger_seconds", "retry_initial_seconds", "retry_max_seconds", "fetch_timeout_seconds"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"checker.{key} must be positive, not {getattr(self, key)!r}")
+        if self.shuffle_partitions < 1:
+            raise ConfigError(f"checker.shuffle_partitions must be at least 1, not {self.shuffle_partitions!r}")
         if self.retry_attempts < 0 or self.max_offsets_per_trigger < 0:
             raise ConfigError("checker.retry_attempts and checker.max_offsets_per_trigger must not be negative")
         if self.write_conflict_attempts < 1:

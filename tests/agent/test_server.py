@@ -528,3 +528,13 @@ def test_agent_command_refuses_a_public_address_without_a_token(
     code = main(["agent", "--ledger-dirs", str(tmp_path), "--listen", "0.0.0.0:0"])
     assert code == 2
     assert "refusing to listen on non-loopback 0.0.0.0:0 without --token-file" in capsys.readouterr().err
+
+
+def test_agent_command_says_in_one_line_that_a_token_file_is_not_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_bytes(b"\xff\xfesecret")
+    code = main(["agent", "--ledger-dirs", str(tmp_path), "--token-file", str(token_file)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "is not UTF-8 text (byte 0)" in err[0], err
