@@ -16,6 +16,7 @@ from scrutiny.cli.commands import COMMAND_HELP
 from scrutiny.cli.common import add_config_argument, add_summary_arguments, print_json
 from scrutiny.connectors.tables.health import read_checker_figures, read_ledgers_checked, read_open_violations
 from scrutiny.core.health_summary import Figures, as_json_dict, exit_code, render, summarize
+from scrutiny.core.terminal_text import terminal_safe
 from scrutiny.core.vocabulary import Severity
 from scrutiny.settings.loader import load_settings
 
@@ -51,5 +52,5 @@ def _run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print_json(as_json_dict(summary))
     else:
-        print(render(summary), flush=True)
+        print(terminal_safe(render(summary), keep_newlines=True), flush=True)
     return exit_code(summary)

@@ -41,6 +41,7 @@ from scrutiny.core.health_summary import (
     summarize,
 )
 from scrutiny.core.ledger_scan import ScanMode, parse_ledger_selection
+from scrutiny.core.terminal_text import terminal_safe
 from scrutiny.core.vocabulary import Severity
 from scrutiny.settings.loader import Settings, load_settings
 from scrutiny.streaming.scan.fix import FixOptions, check_fix_options, fix_json, fix_lines, run_fix
@@ -134,7 +135,7 @@ def _run(args: argparse.Namespace) -> int:
         lines = scan_lines(result, run.data_dir, settings, selection=_selection(run.options))
         if fixed is not None:
             lines += ["", *fix_lines(fixed)]
-        print("\n".join([*lines, "", render(summary)]), flush=True)
+        print(terminal_safe("\n".join([*lines, "", render(summary)]), keep_newlines=True), flush=True)
     return exit_code(summary)
 
 

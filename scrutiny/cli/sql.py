@@ -20,6 +20,7 @@ from typing import Final
 from scrutiny.cli.commands import COMMAND_HELP
 from scrutiny.cli.common import InputError, add_config_argument
 from scrutiny.connectors.tables.sql import QueryResult, SqlEngine
+from scrutiny.core.terminal_text import terminal_safe
 from scrutiny.settings.loader import load_settings
 
 FORMATS: Final = ("table", "json", "csv")
@@ -101,7 +102,7 @@ def render(result: QueryResult, fmt: str) -> str:
 
 
 def _table(result: QueryResult) -> str:
-    cells = [[_text(value) for value in row] for row in result.rows]
+    cells = [[terminal_safe(_text(value)) for value in row] for row in result.rows]
     widths = [max([len(name), *(len(row[i]) for row in cells)]) for i, name in enumerate(result.columns)]
     numeric = [_is_numeric(t) for t in result.types]
 
