@@ -25,7 +25,12 @@ from scrutiny.core.health_summary import DEFAULT_STALL_AFTER_MS, DEFAULT_WORST
 from scrutiny.dashboard.data import load_snapshot
 from scrutiny.dashboard.layout import INDEX, OUTPUTS, build_layout
 from scrutiny.dashboard.render import render
-from scrutiny.dashboard.server import DashboardError, install_security_headers, install_token_guard
+from scrutiny.dashboard.server import (
+    DashboardError,
+    install_host_guard,
+    install_security_headers,
+    install_token_guard,
+)
 from scrutiny.dashboard.snapshot import DashboardSnapshot
 
 __all__ = ["DEFAULT_REFRESH_SECONDS", "SnapshotCache", "create_app"]
@@ -78,6 +83,8 @@ def create_app(
     server = Flask(__name__)
     if token is not None:
         install_token_guard(server, token)
+    else:
+        install_host_guard(server)
     install_security_headers(server)
     app = Dash(
         __name__,

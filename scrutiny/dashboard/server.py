@@ -4,7 +4,8 @@ With a token, :func:`install_token_guard` makes every request (the page, its scr
 ``?token=...`` (answered with an HttpOnly cookie, :data:`TOKEN_COOKIE`, that carries it from then on), as
 ``Authorization: Bearer ...`` or as that cookie; anything else gets 401. Tokens are compared with
 :func:`hmac.compare_digest`. :func:`install_security_headers` keeps a ``?token=`` URL from leaking and the page from
-being framed. :func:`is_loopback` tells whether an address needs a token at all.
+being framed. :func:`is_loopback` tells whether an address needs a token at all; without one,
+:func:`install_host_guard` answers only requests addressed to a loopback name (no DNS rebinding).
 
 :class:`DashboardServer` serves the app with Werkzeug's threaded server, binding when constructed (so a port in use
 is a :class:`DashboardError`, one line); request lines are not logged, since they may carry the token.
@@ -29,6 +30,7 @@ __all__ = [
     "DashboardError",
     "DashboardServer",
     "install_security_headers",
+    "install_host_guard",
     "install_token_guard",
     "is_loopback",
 ]
@@ -87,6 +89,24 @@ def install_token_guard(server: Flask, token: str) -> None:
 
     server.before_request(guard)
     server.after_request(remember)
+
+
+def install_host_guard(server: Flask) -> None:
+    """Without a token: answer only requests addressed to a loopback name (``Host`` 127.0.0.1, [::1], localhost),
+    else 421. A web page of another site whose name its DNS points at 127.0.0.1 (DNS rebinding) then cannot read the
+    dashboard through the visitor's browser: its requests carry its own name in ``Host``."""
+
+    def guard() -> Response | None:
+        host = request.host.rsplit(":", 1)[0] if not request.host.endswith("]") else request.host
+        if is_loopback(host):
+            return None
+        return Response(
+            "421 Misdirected Request: this dashboard answers only to a loopback name (127.0.0.1, [::1], localhost)\n",
+            status=421,
+            mimetype="text/plain",
+        )
+
+    server.before_request(guard)
 
 
 def install_security_headers(server: Flask) -> None:

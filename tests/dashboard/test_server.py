@@ -24,6 +24,15 @@ def test_is_loopback(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
 
 
+def test_without_a_token_only_requests_to_a_loopback_name_are_answered(tmp_path: Path) -> None:
+    client = create_app(tmp_path).server.test_client()
+    for host in ("127.0.0.1:8050", "localhost:8050", "[::1]:8050", "127.0.0.2", "localhost"):
+        assert client.get("/", headers={"Host": host}).status_code == 200, host
+    for host in ("rebind.example:8050", "127.0.0.1.rebind.example", "192.168.1.10:8050"):  # DNS rebinding
+        response = client.get("/_dash-layout", headers={"Host": host})
+        assert response.status_code == 421 and b"loopback" in response.data, host
+
+
 def test_the_token_guard_answers_401_unless_the_token_is_presented(tmp_path: Path) -> None:
     client = create_app(tmp_path, token="s3cret-token").server.test_client()
     for path in ("/", "/_dash-layout", "/_dash-dependencies", "/_favicon.ico"):
