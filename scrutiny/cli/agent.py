@@ -11,7 +11,6 @@ import argparse
 import ipaddress
 import logging
 import signal
-from pathlib import Path
 
 from scrutiny.agent.dbstorage import DbLedgerStorageBackend
 from scrutiny.agent.server import (
@@ -22,7 +21,14 @@ from scrutiny.agent.server import (
 )
 from scrutiny.agent.v3_forward import V3ForwardBackend
 from scrutiny.cli.commands import COMMAND_HELP
-from scrutiny.cli.common import InputError, configure_logging, seconds_argument, stop_on_signals
+from scrutiny.cli.common import (
+    InputError,
+    configure_logging,
+    read_file_bytes,
+    read_token_file,
+    seconds_argument,
+    stop_on_signals,
+)
 from scrutiny.connectors.bookies.agent_protocol import DEFAULT_MAX_LEDGERS_PER_CALL
 
 DEFAULT_LISTEN = "127.0.0.1:3185"
@@ -64,7 +70,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _run(args: argparse.Namespace) -> int:
     configure_logging()
     host, _port = split_listen(args.listen)
-    token = _read_token(args.token_file) if args.token_file else None
+    token = read_token_file(args.token_file) if args.token_file else None
     if token is None and not is_loopback(host):
         raise InputError(f"refusing to listen on non-loopback {args.listen} without --token-file")
     if (args.tls_cert is None) != (args.tls_key is None):
@@ -73,8 +79,8 @@ def _run(args: argparse.Namespace) -> int:
         listen=args.listen,
         bookie_id=args.bookie_id,
         token=token,
-        tls_cert_chain=_read_file(args.tls_cert) if args.tls_cert else None,
-        tls_private_key=_read_file(args.tls_key) if args.tls_key else None,
+        tls_cert_chain=read_file_bytes(args.tls_cert) if args.tls_cert else None,
+        tls_private_key=read_file_bytes(args.tls_key) if args.tls_key else None,
         max_ledgers_per_call=args.max_ledgers_per_call,
         max_concurrent_calls=args.max_concurrent_calls,
         grace_s=args.grace,
@@ -150,23 +156,3 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _read_token(name: str) -> str:
-    path = Path(name)
-    try:
-        token = _read_file(name).decode("utf-8", errors="strict").strip()
-    except UnicodeDecodeError as error:
-        raise InputError(f"the token file {name} is not UTF-8 text (byte {error.start})") from None
-    if not token:
-        raise InputError(f"the token file {name} is empty")
-    if path.stat().st_mode & 0o077:
-        log.warning("the token file %s is readable by other users", name)
-    return token
-
-
-def _read_file(name: str) -> bytes:
-    try:
-        return Path(name).read_bytes()
-    except OSError as error:
-        raise InputError(f"cannot read {name}: {error.strerror or error}") from error

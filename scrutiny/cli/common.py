@@ -152,3 +152,24 @@ def stop_on_signals(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, signal.SIG_IGN if until_exit else handler)
+
+
+def read_file_bytes(name: str) -> bytes:
+    """The bytes of file ``name`` (an unreadable one: :class:`InputError`, one line)."""
+    try:
+        return Path(name).read_bytes()
+    except OSError as error:
+        raise InputError(f"cannot read {name}: {error.strerror or error}") from error
+
+
+def read_token_file(name: str) -> str:
+    """The secret held in file ``name`` (UTF-8, surrounding blanks dropped; warned about when others can read it)."""
+    try:
+        token = read_file_bytes(name).decode("utf-8", errors="strict").strip()
+    except UnicodeDecodeError as error:
+        raise InputError(f"the token file {name} is not UTF-8 text (byte {error.start})") from None
+    if not token:
+        raise InputError(f"the token file {name} is empty")
+    if Path(name).stat().st_mode & 0o077:
+        logging.getLogger(__name__).warning("the token file %s is readable by other users", name)
+    return token

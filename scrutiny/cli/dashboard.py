@@ -1,7 +1,7 @@
 """``scrutiny dashboard``: a live web dashboard over the checker's Delta tables (docs/dashboard.md).
 
 Serves the page of :mod:`scrutiny.dashboard.app` with :mod:`scrutiny.dashboard.server` until
-Ctrl-C. Bound to 127.0.0.1 by default. A token is enforced when one is given (``--token`` or
+Ctrl-C. Bound to 127.0.0.1 by default. A token is enforced when one is given (``--token-file``, ``--token`` or
 ``$SCRUTINY_DASHBOARD_TOKEN``) and always when the address is not a loopback one: without a given token one is
 generated and the URL carrying it is printed once. A missing data directory, one without any of the tables, or an
 address that cannot be bound ends the command with exit code 2 and one line on standard error.
@@ -17,7 +17,7 @@ import sys
 from collections.abc import Mapping
 
 from scrutiny.cli.commands import COMMAND_HELP
-from scrutiny.cli.common import InputError, add_config_argument, count_argument, seconds_argument
+from scrutiny.cli.common import InputError, add_config_argument, count_argument, read_token_file, seconds_argument
 from scrutiny.dashboard.app import DEFAULT_REFRESH_SECONDS, create_app
 from scrutiny.dashboard.data import check_data_dir
 from scrutiny.dashboard.server import DashboardServer, is_loopback
@@ -47,9 +47,17 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     dashboard.add_argument(
         "--port", type=_port, default=DEFAULT_PORT, help=f"port to bind, 0 for any free one (default: {DEFAULT_PORT})"
     )
-    dashboard.add_argument(
+    secret = dashboard.add_mutually_exclusive_group()
+    secret.add_argument(
         "--token",
-        help=f"require this token on every request (default: ${TOKEN_ENV}; generated when the address is not loopback)",
+        help=f"require this token on every request (default: ${TOKEN_ENV}; generated when the address is not loopback;"
+        " visible to other users in the process list: prefer --token-file)",
+    )
+    secret.add_argument("--token-file", metavar="FILE", help="require the token this file holds")
+    dashboard.add_argument(
+        "--trust-proxy",
+        action="store_true",
+        help="behind a TLS-terminating reverse proxy: take the scheme from X-Forwarded-Proto (the cookie is Secure)",
     )
     dashboard.add_argument(
         "--refresh-seconds",
@@ -99,9 +107,20 @@ def _run(args: argparse.Namespace) -> int:
     data_dir = args.data_dir if args.data_dir is not None else settings.checker.data_dir
     for table in check_data_dir(data_dir):
         print(f"scrutiny: note: table {table!r} does not exist yet in {data_dir}: no data yet", file=sys.stderr)
-    token, generated = resolve_token(args.host, args.token, os.environ)
+    if args.token is not None:
+        print(
+            "scrutiny: warning: --token is visible to other users in the process list; prefer --token-file or"
+            f" ${TOKEN_ENV}",
+            file=sys.stderr,
+        )
+    given = read_token_file(args.token_file) if args.token_file else args.token
+    token, generated = resolve_token(args.host, given, os.environ)
     app = create_app(
-        data_dir, token=token, refresh_seconds=args.refresh_seconds, stall_after_ms=settings.stall_after_ms()
+        data_dir,
+        token=token,
+        refresh_seconds=args.refresh_seconds,
+        stall_after_ms=settings.stall_after_ms(),
+        trust_proxy=args.trust_proxy,
     )
     server = DashboardServer(app, args.host, args.port)
     if generated:

@@ -20,6 +20,7 @@ from typing import Final
 
 from dash import Dash, Input, Output
 from flask import Flask
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 from scrutiny.core.health_summary import DEFAULT_STALL_AFTER_MS, DEFAULT_WORST
 from scrutiny.dashboard.data import load_snapshot
@@ -73,14 +74,20 @@ def create_app(
     worst: int = DEFAULT_WORST,
     stall_after_ms: int = DEFAULT_STALL_AFTER_MS,
     clock: Callable[[], datetime] | None = None,
+    trust_proxy: bool = False,
 ) -> Dash:
     """The dashboard over the tables of ``data_dir``; with ``token``, every request must present it (else 401).
+
+    ``trust_proxy``: behind a reverse proxy that terminates TLS, the scheme of ``X-Forwarded-Proto`` is the request's
+    (the token's cookie is then ``Secure``); never set it when clients can reach the dashboard directly.
 
     ``clock`` gives "now" for the time windows (default: the current time). Nothing is read until a page asks.
     """
     if refresh_seconds <= 0:
         raise DashboardError(f"the refresh interval must be positive, got {refresh_seconds}")
     server = Flask(__name__)
+    if trust_proxy:
+        server.wsgi_app = ProxyFix(server.wsgi_app, x_proto=1)  # type: ignore[method-assign]
     if token is not None:
         install_token_guard(server, token)
     else:

@@ -78,3 +78,22 @@ def test_command_refuses_bad_options(args: list[str], reason: str, capsys: pytes
     err = capsys.readouterr().err
     assert "dashboard" in err
     assert f"argument {args[0]}: {reason}" in err
+
+
+def test_a_token_comes_from_a_file_and_one_on_the_command_line_is_warned_about(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "token"
+    empty.write_text("  \n")
+    assert main(["dashboard", "--data-dir", str(data_dir), "--token-file", str(empty)]) == 2
+    assert capsys.readouterr().err.strip() == f"scrutiny: error: the token file {empty} is empty"
+    with socket.socket() as taken:  # the command stops at the bind, after reading its token
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = str(taken.getsockname()[1])
+        assert main(["dashboard", "--data-dir", str(data_dir), "--port", port, "--token", "s3cret"]) == 2
+    warning, error = capsys.readouterr().err.strip().splitlines()
+    assert "--token is visible to other users" in warning and "s3cret" not in warning + error
+    with pytest.raises(SystemExit):
+        main(["dashboard", "--token", "a", "--token-file", str(empty)])
+    assert "not allowed with argument" in capsys.readouterr().err

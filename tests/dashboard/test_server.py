@@ -33,6 +33,14 @@ def test_without_a_token_only_requests_to_a_loopback_name_are_answered(tmp_path:
         assert response.status_code == 421 and b"loopback" in response.data, host
 
 
+def test_behind_a_trusted_tls_proxy_the_token_cookie_is_secure(tmp_path: Path) -> None:
+    forwarded = {"X-Forwarded-Proto": "https"}
+    trusting = create_app(tmp_path, token="t0ken", trust_proxy=True).server.test_client()
+    assert "; Secure" in trusting.get("/?token=t0ken", headers=forwarded).headers["Set-Cookie"]
+    direct = create_app(tmp_path, token="t0ken").server.test_client()  # a client's own header is not believed
+    assert "; Secure" not in direct.get("/?token=t0ken", headers=forwarded).headers["Set-Cookie"]
+
+
 def test_the_token_guard_answers_401_unless_the_token_is_presented(tmp_path: Path) -> None:
     client = create_app(tmp_path, token="s3cret-token").server.test_client()
     for path in ("/", "/_dash-layout", "/_dash-dependencies", "/_favicon.ico"):
