@@ -49,7 +49,7 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 from rocksdict import AccessType, DBPath, Options, Rdict, RdictIter
 
-from scrutiny.agent.server import LedgerAnswer, ListingStatus, SourceHealth
+from scrutiny.agent.server import CANCELLED_REASON, Cancelled, LedgerAnswer, ListingStatus, SourceHealth, never
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.listing_codec import encode_listing
 from scrutiny.core.sequence_groups import SequenceGroup, merge_fields
@@ -58,6 +58,8 @@ from scrutiny.proto import bookie_agent_pb2 as pb
 log = logging.getLogger(__name__)
 
 LEDGERS_DB = "ledgers"
+#: How often (in ledgers read) a call asks whether its caller gave up: often enough to stop within milliseconds.
+CANCEL_CHECK_LEDGERS = 64
 LOCATIONS_DB = "locations"
 _BE64 = struct.Struct(">q")
 _ZERO64 = bytes(8)
@@ -372,8 +374,9 @@ class DbLedgerStorageBackend:
         """The directory of this backend's own files (removed on close)."""
         return self._scratch
 
-    def get_listings(self, ledger_ids: Sequence[int]) -> list[LedgerAnswer]:
-        """One answer per id, in order; storage trouble becomes UNKNOWN answers (never raised)."""
+    def get_listings(self, ledger_ids: Sequence[int], *, cancelled: Cancelled = never) -> list[LedgerAnswer]:
+        """One answer per id, in order; storage trouble becomes UNKNOWN answers (never raised). Once ``cancelled``
+        (checked every :data:`CANCEL_CHECK_LEDGERS` ledgers), the ledgers not read yet are UNKNOWN."""
         requested_at = time.monotonic()
         by_directory: dict[int, list[int]] = {}
         answers: dict[int, LedgerAnswer] = {}
@@ -383,7 +386,7 @@ class DbLedgerStorageBackend:
             else:
                 by_directory.setdefault(directory_index(ledger_id, len(self._directories)), []).append(ledger_id)
         for index, ids in by_directory.items():
-            for answer in self._answer_directory(self._directories[index], ids, requested_at):
+            for answer in self._answer_directory(self._directories[index], ids, requested_at, cancelled):
                 answers[answer.ledger_id] = answer
         return [answers[ledger_id] for ledger_id in ledger_ids]
 
@@ -409,7 +412,9 @@ class DbLedgerStorageBackend:
             directory.close()
         shutil.rmtree(self._scratch, ignore_errors=True)
 
-    def _answer_directory(self, directory: _LedgerDirectory, ids: list[int], requested_at: float) -> list[LedgerAnswer]:
+    def _answer_directory(
+        self, directory: _LedgerDirectory, ids: list[int], requested_at: float, cancelled: Cancelled
+    ) -> list[LedgerAnswer]:
         with directory.lock:
             if self._closed:
                 return [LedgerAnswer.unknown(i, "the agent is shutting down") for i in ids]
@@ -418,7 +423,12 @@ class DbLedgerStorageBackend:
                 ledgers, locations = directory.ledgers.iterator(), directory.locations.iterator()
             except StorageUnavailableError as error:
                 return [LedgerAnswer.unknown(i, f"ledger directory {directory.index}: {error}") for i in ids]
-            return [_answer_one(ledger_id, ledgers, locations, as_of_ms) for ledger_id in ids]
+            answers: list[LedgerAnswer] = []
+            for position, ledger_id in enumerate(ids):
+                if position % CANCEL_CHECK_LEDGERS == 0 and cancelled():
+                    return answers + [LedgerAnswer.unknown(i, CANCELLED_REASON) for i in ids[position:]]
+                answers.append(_answer_one(ledger_id, ledgers, locations, as_of_ms))
+            return answers
 
 
 def _answer_one(ledger_id: int, ledgers: RdictIter, locations: RdictIter, as_of_ms: int) -> LedgerAnswer:

@@ -109,14 +109,29 @@ class SourceHealth:
     caught_up_ms: int = 0
 
 
+#: Whether the caller of a listing call gave up (checked by the backend as it goes).
+Cancelled = Callable[[], bool]
+
+
+def never() -> bool:
+    """A call that is never cancelled (direct calls, tests)."""
+    return False
+
+
+#: The answer's reason for the ledgers not read because the caller gave up.
+CANCELLED_REASON = "the caller cancelled the call"
+
+
 class ListingBackend(Protocol):
     """Where listings come from. Implementations must be safe to call from several threads."""
 
-    def get_listings(self, ledger_ids: Sequence[int]) -> list[LedgerAnswer]:
+    def get_listings(self, ledger_ids: Sequence[int], *, cancelled: Cancelled = never) -> list[LedgerAnswer]:
         """One answer per id of ``ledger_ids`` (distinct), in order.
 
         Storage trouble is answered as ``UNKNOWN`` with a reason, never as ``NO_LEDGER`` and never
-        raised; the server turns an unexpected exception into ``UNKNOWN`` answers too.
+        raised; the server turns an unexpected exception into ``UNKNOWN`` answers too. ``cancelled`` becomes true
+        when the caller gave up (its deadline passed, it went away): a backend that works ledger by ledger stops
+        then and answers the rest ``UNKNOWN``, so an abandoned call does not hold its slot.
         """
         ...
 
@@ -323,7 +338,7 @@ class AgentServer:
         limit = self.config.max_ledgers_per_call
         if len(ids) > limit:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{len(ids)} ledgers in one call; at most {limit}")
-        answers = self._answers(ids)
+        answers = self._answers(ids, lambda: not context.is_active())
         response = pb.ListingsResponse(bookie_id=self.config.bookie_id)
         budget = self.config.max_response_bytes - _RESPONSE_SLACK_BYTES
         for answer in answers:
@@ -337,11 +352,11 @@ class AgentServer:
             self.metrics.ledgers.labels(status=pb.LedgerListing.Status.Name(message.status)).inc()
         return response
 
-    def _answers(self, ids: list[int]) -> list[LedgerAnswer]:
+    def _answers(self, ids: list[int], cancelled: Cancelled) -> list[LedgerAnswer]:
         if not ids:
             return []
         try:
-            answers = self.backend.get_listings(ids)
+            answers = self.backend.get_listings(ids, cancelled=cancelled)
         except Exception as error:
             log.exception("the listing backend failed on a batch of %d ledgers", len(ids))
             return [LedgerAnswer.unknown(i, f"agent backend error: {type(error).__name__}: {error}") for i in ids]

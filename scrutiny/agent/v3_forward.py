@@ -19,7 +19,7 @@ import time
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
-from scrutiny.agent.server import LedgerAnswer, ListingStatus, SourceHealth
+from scrutiny.agent.server import Cancelled, LedgerAnswer, ListingStatus, SourceHealth, never
 from scrutiny.connectors.bookies.v3_client import BookieClientConfig, BookieV3Client
 from scrutiny.core.listing_codec import encode_listing
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
@@ -49,8 +49,9 @@ class V3ForwardBackend:
     def _call(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
 
-    def get_listings(self, ledger_ids: Sequence[int]) -> list[LedgerAnswer]:
-        """One answer per id, from pipelined v3 requests; never raises."""
+    def get_listings(self, ledger_ids: Sequence[int], *, cancelled: Cancelled = never) -> list[LedgerAnswer]:
+        """One answer per id, from pipelined v3 requests; never raises (they end at their timeout, ``cancelled`` or
+        not: the requests are in flight at once)."""
         asked_ms = int(time.time() * 1000)
         try:
             answers = self._call(

@@ -38,9 +38,11 @@ from scrutiny.agent.server import (
     AgentServer,
     AgentServerConfig,
     AgentServerError,
+    Cancelled,
     LedgerAnswer,
     ListingStatus,
     SourceHealth,
+    never,
 )
 from scrutiny.connectors.bookies.agent_protocol import AGENT_ENDPOINT_PROTOCOL
 from scrutiny.core.errors import ScrutinyError
@@ -160,8 +162,8 @@ class MemoryListingBackend:
         """End every hanging or delayed call now (before the server stops)."""
         self._released.set()
 
-    def get_listings(self, ledger_ids: Sequence[int]) -> list[LedgerAnswer]:
-        """One answer per ledger, after the longest delay any of them has."""
+    def get_listings(self, ledger_ids: Sequence[int], *, cancelled: Cancelled = never) -> list[LedgerAnswer]:
+        """One answer per ledger, after the longest delay any of them has (a simulated hang ignores ``cancelled``)."""
         faults = [self._faults.fault_for(lid) for lid in ledger_ids]
         if any(f is not None and f.kind is FaultKind.UNRESPONSIVE for f in faults):
             self._released.wait(self._hang_s)

@@ -22,15 +22,18 @@ from pathlib import Path
 import pytest
 from rocksdict import DBCompressionType, Options, Rdict, WriteBatch
 
-from scrutiny.agent.dbstorage import DbLedgerStorageBackend, entry_key, ledger_key
+from scrutiny.agent.dbstorage import CANCEL_CHECK_LEDGERS, DbLedgerStorageBackend, entry_key, ledger_key
 from scrutiny.agent.server import (
+    CANCELLED_REASON,
     AgentMetrics,
     AgentServer,
     AgentServerConfig,
+    Cancelled,
     LedgerAnswer,
     ListingBackend,
     ListingStatus,
     SourceHealth,
+    never,
 )
 from scrutiny.cli.main import main
 from scrutiny.connectors.bookies.agent_client import AgentClient
@@ -132,9 +135,9 @@ class CountingBackend:
         self.inner = inner
         self.batches: list[int] = []
 
-    def get_listings(self, ledger_ids: Sequence[int]) -> list[LedgerAnswer]:
+    def get_listings(self, ledger_ids: Sequence[int], *, cancelled: Cancelled = never) -> list[LedgerAnswer]:
         self.batches.append(len(ledger_ids))
-        return self.inner.get_listings(ledger_ids)
+        return self.inner.get_listings(ledger_ids, cancelled=cancelled)
 
     def health(self) -> list[SourceHealth]:
         return self.inner.health()
@@ -360,7 +363,7 @@ class ScriptedBackend:
         self.closed_after_calls = False
         self.finished_calls = 0
 
-    def get_listings(self, ledger_ids: Sequence[int]) -> list[LedgerAnswer]:
+    def get_listings(self, ledger_ids: Sequence[int], *, cancelled: Cancelled = never) -> list[LedgerAnswer]:
         time.sleep(self.delay_s)
         self.finished_calls += 1
         return [self.answers[i] for i in ledger_ids if i in self.answers]
@@ -394,7 +397,7 @@ def test_the_client_never_trusts_bad_answers() -> None:
 
 
 class FailingBackend(ScriptedBackend):
-    def get_listings(self, ledger_ids: Sequence[int]) -> list[LedgerAnswer]:
+    def get_listings(self, ledger_ids: Sequence[int], *, cancelled: Cancelled = never) -> list[LedgerAnswer]:
         raise RuntimeError("disk on fire")
 
 
@@ -538,3 +541,53 @@ def test_agent_command_says_in_one_line_that_a_token_file_is_not_text(
     code = main(["agent", "--ledger-dirs", str(tmp_path), "--token-file", str(token_file)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "is not UTF-8 text (byte 0)" in err[0], err
+
+
+class SlowBackend(ScriptedBackend):
+    """Reads ledger by ledger, 50 ms each, and stops when the caller gave up (as the RocksDB backend does)."""
+
+    def __init__(self) -> None:
+        super().__init__({})
+        self.read = 0
+
+    def get_listings(self, ledger_ids: Sequence[int], *, cancelled: Cancelled = never) -> list[LedgerAnswer]:
+        answers = []
+        for ledger_id in ledger_ids:
+            if cancelled():
+                answers.append(LedgerAnswer.unknown(ledger_id, CANCELLED_REASON))
+                continue
+            time.sleep(0.05)
+            self.read += 1
+            answers.append(LedgerAnswer(ledger_id, ListingStatus.NO_LEDGER))
+        return answers
+
+
+def test_a_call_its_caller_gave_up_stops_reading() -> None:
+    backend = SlowBackend()
+    with serving(backend) as server, AgentClient(target(server), timeout_s=0.3) as client:
+        answers = client.get_listings(range(1, 101))  # 5 s of reading; the caller waits 0.3 s
+        assert all(a.kind is AnswerKind.UNKNOWN for a in answers.values())
+        time.sleep(1.0)
+    assert backend.read < 20  # it stopped soon after the deadline, not after all 100
+
+
+def test_the_rocksdb_backend_answers_unknown_for_what_it_did_not_read_once_cancelled(
+    bookie: FakeBookie, tmp_path: Path
+) -> None:
+    ledgers = list(range(1, 3 * CANCEL_CHECK_LEDGERS))
+    for ledger_id in ledgers:
+        bookie.put_record(ledger_id)
+        bookie.put_entries(ledger_id, range(3))
+    backend = DbLedgerStorageBackend(bookie.dirs, state_dir=tmp_path)
+    try:
+        asked = [0]
+
+        def cancelled() -> bool:
+            asked[0] += 1
+            return asked[0] > 1  # the caller gives up after the first check
+
+        answers = backend.get_listings(ledgers, cancelled=cancelled)
+    finally:
+        backend.close()
+    read = [a for a in answers if a.status is not ListingStatus.UNKNOWN]
+    assert 0 < len(read) < len(ledgers) and all(a.reason == CANCELLED_REASON for a in answers if a not in read)
