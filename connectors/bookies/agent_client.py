@@ -52,7 +52,7 @@ class AgentClient:
     deadline of ``timeout_s``. ``token`` is sent as ``authorization: Bearer <token>``. With
     ``tls`` the channel is TLS, verified against ``root_certificates`` (PEM; default: the
     system's roots) and ``server_name`` (default: the target's host). ``expected_bookie_id``,
-    when given, makes answers from an agent that says it serves another bookie unknown.
+    when given, makes answers from an agent that serves another bookie, or does not say which, unknown.
     """
 
     def __init__(
@@ -153,7 +153,11 @@ class AgentClient:
         except Exception as error:
             return self._all_unknown(chunk, f"{type(error).__name__}: {error}")
         expected = self._expected_bookie_id
-        if expected is not None and response.bookie_id and response.bookie_id != expected:
+        if expected is not None and response.bookie_id != expected:
+            if not response.bookie_id:  # it cannot show it serves this bookie: its answers could be another's
+                return self._all_unknown(
+                    chunk, f"the agent does not say which bookie it serves (expected {expected!r})"
+                )
             return self._all_unknown(chunk, f"the agent serves bookie {response.bookie_id!r}, not {expected!r}")
         by_id = {listing.ledger_id: listing for listing in response.listings}
         out: dict[int, AgentAnswer] = {}

@@ -60,7 +60,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     agent.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port")
     agent.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST", help="default 127.0.0.1")
     agent.add_argument("--state-dir", metavar="DIR", help="where the agent keeps its own files (default: temp dir)")
-    agent.add_argument("--bookie-id", default="", metavar="ID", help="the bookie id this agent serves")
+    agent.add_argument(
+        "--bookie-id",
+        required=True,
+        metavar="ID",
+        help="the bookie id this agent serves (host:port as registered), sent with every answer",
+    )
     agent.add_argument("--max-ledgers-per-call", type=int, default=DEFAULT_MAX_LEDGERS_PER_CALL, metavar="N")
     agent.add_argument("--max-concurrent-calls", type=int, default=4, metavar="N")
     agent.add_argument("--grace", type=seconds_argument, default=5.0, metavar="SECONDS", help="shutdown grace period")

@@ -389,6 +389,9 @@ def test_the_client_never_trusts_bad_answers() -> None:
             answers = client.fetch([1, 2, 3, 4])
         with AgentClient(target(server), expected_bookie_id="bk-2") as client:
             misrouted = client.get_listings([1])
+    with serving(backend) as server, AgentClient(target(server), expected_bookie_id="bk-1") as client:
+        anonymous = client.get_listings([1])  # an agent that does not say which bookie it serves
+    assert anonymous[1].kind is AnswerKind.UNKNOWN and "does not say which bookie" in anonymous[1].reason
     assert answers[1].answer == BookieAnswer.listing([SequenceGroup.run(0, 4)]) and answers[1].as_of_ms == 5
     assert answers[2].answer.kind is AnswerKind.UNKNOWN and "malformed" in answers[2].answer.reason
     assert answers[3].answer == BookieAnswer.unknown("ledger in limbo")
@@ -528,7 +531,7 @@ def test_agent_command_runs_until_sigterm(bookie: FakeBookie, tmp_path: Path) ->
 def test_agent_command_refuses_a_public_address_without_a_token(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(["agent", "--ledger-dirs", str(tmp_path), "--listen", "0.0.0.0:0"])
+    code = main(["agent", "--ledger-dirs", str(tmp_path), "--listen", "0.0.0.0:0", "--bookie-id", "bk:3181"])
     assert code == 2
     assert "refusing to listen on non-loopback 0.0.0.0:0 without --token-file" in capsys.readouterr().err
 
@@ -538,7 +541,7 @@ def test_agent_command_says_in_one_line_that_a_token_file_is_not_text(
 ) -> None:
     token_file = tmp_path / "token"
     token_file.write_bytes(b"\xff\xfesecret")
-    code = main(["agent", "--ledger-dirs", str(tmp_path), "--token-file", str(token_file)])
+    code = main(["agent", "--ledger-dirs", str(tmp_path), "--token-file", str(token_file), "--bookie-id", "bk:3181"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "is not UTF-8 text (byte 0)" in err[0], err
 
