@@ -34,6 +34,7 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
+from kazoo.security import CREATOR_ALL_ACL
 
 from scrutiny.connectors.zookeeper.settings import AUTH_SCHEMES, ZooKeeperSection
 from scrutiny.core.backoff import Backoff
@@ -235,7 +236,9 @@ def build_zookeeper_client(
     """A configured KazooClient, not started (call ``start(timeout)``; ``stop()`` and ``close()`` after).
 
     ``hosts`` overrides the resolved hosts string (e.g. with a chroot for tests); ``client_class``
-    may be a KazooClient subclass (the watcher's persistent-watch client).
+    may be a KazooClient subclass (the watcher's persistent-watch client). With ``enable_security`` (BookKeeper's
+    ``zkEnableSecurity``) the nodes it creates get ZooKeeper's creator-all ACL, as BookKeeper's own do; else the open
+    ACL.
     """
     auth = zookeeper_auth(settings)
     return client_class(
@@ -247,6 +250,7 @@ def build_zookeeper_client(
         command_retry=command_retry.kazoo_retry(),
         read_only=read_only,
         logger=zookeeper_logger(),
+        default_acl=CREATOR_ALL_ACL if settings.enable_security else None,
     )
 
 

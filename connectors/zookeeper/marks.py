@@ -6,8 +6,8 @@ module guarantees:
 
 * **Reads only, except marks.** :func:`read_recovery_state` only reads. :func:`apply_repairs` creates
   nothing but the plan's mark nodes and, through kazoo's ``makepath``, their missing parent
-  directories, with the ACL the client is configured with (its ``default_acl``; kazoo's
-  open ACL when none is set), as BookKeeper does. It never sets, deletes or re-writes a node.
+  directories, with the ACL the client is configured with (creator-all with ``zookeeper.enable_security``,
+  else the open ACL), as BookKeeper does. It never sets, deletes or re-writes a node.
 * **Never touches a marked ledger.** A mark that exists when the plan is made is skipped; one
   that appears between the plan and the write makes the create fail with NodeExistsError,
   which is recorded as already marked (the node keeps its bytes and version).

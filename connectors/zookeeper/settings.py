@@ -21,8 +21,11 @@ class ZooKeeperSection:
     session_timeout_seconds: int = 30
     auth_scheme: str = ""
     auth_credentials: Secret = Secret()
+    enable_security: bool = False
 
     def __post_init__(self) -> None:
+        if self.enable_security and not self.auth_scheme.strip():
+            raise ConfigError("zookeeper.enable_security needs zookeeper.auth_scheme (the creator's identity)")
         if self.session_timeout_seconds < 1:
             raise ConfigError(
                 f"zookeeper.session_timeout_seconds must be a positive integer, not {self.session_timeout_seconds!r}"

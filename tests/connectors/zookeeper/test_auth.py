@@ -10,6 +10,7 @@ from kazoo.security import ACL, make_acl, make_digest_acl
 
 from scrutiny.connectors.zookeeper.client import build_zookeeper_client
 from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
+from scrutiny.core.errors import ConfigError
 from scrutiny.core.secret import Secret
 from scrutiny.services.servers import start_zookeeper
 
@@ -56,3 +57,25 @@ def test_wrong_sasl_password_does_not_connect(tmp_path: Path) -> None:
 def test_digest_auth_reaches_digest_protected_nodes(tmp_path: Path) -> None:
     with start_zookeeper(tmp_path / "zk", die_with_parent=True) as server:
         assert_only_the_user_reads(server.address, "digest", "ops:pw1", make_digest_acl("ops", "pw1", all=True))
+
+
+def test_with_enable_security_the_nodes_created_are_the_creators_alone(tmp_path: Path) -> None:
+    with start_zookeeper(tmp_path / "zk", die_with_parent=True) as server:
+        secure = ZooKeeperSection(
+            connect=server.address, auth_scheme="digest", auth_credentials=Secret("ops:pw1"), enable_security=True
+        )
+        owner, anonymous = build_zookeeper_client(secure), build_zookeeper_client(ZooKeeperSection(server.address))
+        try:
+            owner.start(timeout=15)
+            anonymous.start(timeout=15)
+            owner.create("/ledgers/underreplication/ledgers/0000/0000/0000/urL0000000001", b"mark", makepath=True)
+            acls, _ = owner.get_acls("/ledgers/underreplication")  # the parents too
+            assert acls == [make_digest_acl("ops", "pw1", all=True)]
+            with pytest.raises(NoAuthError):
+                anonymous.delete("/ledgers/underreplication/ledgers/0000/0000/0000/urL0000000001")
+        finally:
+            for client in (owner, anonymous):
+                client.stop()
+                client.close()
+    with pytest.raises(ConfigError, match=r"enable_security needs zookeeper\.auth_scheme"):
+        ZooKeeperSection(enable_security=True)
