@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import ipaddress
 import logging
 import math
 import os
@@ -119,7 +120,9 @@ class FetchConfig:
     ``request_timeout_s`` bounds one request or call (connecting included) and is the default
     deadline of a whole :meth:`ListingFetcher.fetch`; ``connect_timeout_s`` bounds a v3 connect.
     ``v3_overrides`` / ``agent_overrides`` map bookie ids to ``"host:port"`` (used before the
-    registration). ``token`` is sent to agents as a bearer token (never printed); ``agent_tls``
+    registration). ``token`` is sent to agents as a bearer token (never printed), and in clear text only to an
+    address of ``agent_overrides`` or on loopback: an agent address from a registration gets it only with TLS
+    (else the bookie's answers are unknown, the reason saying so); ``agent_tls``
     makes agent channels TLS, verified against ``agent_ca_file`` (PEM; default: system roots).
     ``v3_tls`` secures v3 connections with TLS, verified against ``v3_ca_file`` (PEM; default:
     system roots) and the bookie's host name; ``v3_tls_mode`` is ``"starttls"`` (BookKeeper's
@@ -300,6 +303,13 @@ def plan_route(bookie_id: str, registration: bytes | None, config: FetchConfig) 
     if protocol == "agent":
         override = config.agent_overrides.get(bookie_id)
         address = parse_address(override, bookie_id=bookie_id) if override is not None else agent_endpoint(info)
+        if address is not None and override is None and _token_in_clear_text(address, config):
+            problem = (
+                f"not sending the agent token in clear text to {address[0]}:{address[1]}, an address taken from bookie "
+                f"{bookie_id!r}'s registration (anyone who can write ZooKeeper could collect it): turn on "
+                "bookies.agent_tls or list the bookie in bookies.agent_overrides"
+            )
+            return BookieRoute(bookie_id, "agent", None, problem)
         if address is not None:
             return BookieRoute(bookie_id, "agent", address)
         why = registration_problem or f"its registration has no {AGENT_ENDPOINT_PROTOCOL} endpoint"
@@ -310,6 +320,19 @@ def plan_route(bookie_id: str, registration: bytes | None, config: FetchConfig) 
     except BookieAddressError as error:
         return BookieRoute(bookie_id, "v3", None, str(error))
     return BookieRoute(bookie_id, "v3", address)
+
+
+def _token_in_clear_text(address: Address, config: FetchConfig) -> bool:
+    """Whether calling ``address`` would send the token unencrypted off this machine."""
+    if not config.token.reveal() or config.agent_tls:
+        return False
+    host = address[0].strip("[]")
+    if host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True  # a host name: it may resolve anywhere
 
 
 # --------------------------------------------------------------------------- results

@@ -134,6 +134,20 @@ def test_auto_picks_the_agent_when_the_registration_advertises_one() -> None:
     assert (route.protocol, route.address) == ("agent", ("10.0.0.1", 3185))
 
 
+def test_the_token_goes_in_clear_text_only_to_configured_or_loopback_agents() -> None:
+    token = FetchConfig(token=Secret("s3cret"))
+    route = plan_route("bk1", registration(agent=("10.0.0.1", 3185)), token)
+    assert route.address is None and route.problem is not None
+    assert (
+        "not sending the agent token in clear text to 10.0.0.1:3185" in route.problem and "s3cret" not in route.problem
+    )
+    assert plan_route("bk1", registration(agent=("agent.example", 3185)), token).address is None  # a name: anywhere
+    assert plan_route("bk1", registration(agent=("127.0.0.1", 3185)), token).address == ("127.0.0.1", 3185)
+    assert plan_route("bk1", registration(agent=("10.0.0.1", 3185)), replace(token, agent_tls=True)).address
+    configured = replace(token, agent_overrides={"bk1": "10.0.0.9:3185"})  # the operator chose it
+    assert plan_route("bk1", registration(agent=("10.0.0.1", 3185)), configured).address == ("10.0.0.9", 3185)
+
+
 def test_auto_picks_v3_without_agent_endpoint() -> None:
     route = plan_route("bk1", registration(), FetchConfig())
     assert (route.protocol, route.address) == ("v3", ("10.0.0.1", 3181))
