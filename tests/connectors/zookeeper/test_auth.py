@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 from kazoo.exceptions import AuthFailedError, NoAuthError
 from kazoo.security import ACL, make_acl, make_digest_acl
 
@@ -17,23 +20,28 @@ from scrutiny.services.servers import start_zookeeper
 pytestmark = pytest.mark.integration
 
 
+@contextmanager
+def user_and_anonymous(server_address: str, user: ZooKeeperSection) -> Iterator[tuple[KazooClient, KazooClient]]:
+    """A client with ``user``'s login and an anonymous one, both started; stopped and closed on exit."""
+    clients = (build_zookeeper_client(user), build_zookeeper_client(ZooKeeperSection(connect=server_address)))
+    try:
+        for client in clients:
+            client.start(timeout=15)
+        yield clients
+    finally:
+        for client in clients:
+            client.stop()
+            client.close()
+
+
 def assert_only_the_user_reads(server_address: str, scheme: str, credentials: str, acl: ACL) -> None:
     """A client logged in with ``credentials`` creates a node only it may read; an anonymous one is refused."""
-    user = build_zookeeper_client(
-        ZooKeeperSection(connect=server_address, auth_scheme=scheme, auth_credentials=Secret(credentials))
-    )
-    anonymous = build_zookeeper_client(ZooKeeperSection(connect=server_address))
-    try:
-        user.start(timeout=15)
-        anonymous.start(timeout=15)
+    login = ZooKeeperSection(connect=server_address, auth_scheme=scheme, auth_credentials=Secret(credentials))
+    with user_and_anonymous(server_address, login) as (user, anonymous):
         user.create("/private", b"ledger metadata", acl=[acl])
         assert user.get("/private")[0] == b"ledger metadata"
         with pytest.raises(NoAuthError):
             anonymous.get("/private")
-    finally:
-        for client in (user, anonymous):
-            client.stop()
-            client.close()
 
 
 def test_sasl_digest_md5_login_reaches_sasl_protected_nodes(tmp_path: Path) -> None:
@@ -64,18 +72,11 @@ def test_with_enable_security_the_nodes_created_are_the_creators_alone(tmp_path:
         secure = ZooKeeperSection(
             connect=server.address, auth_scheme="digest", auth_credentials=Secret("ops:pw1"), enable_security=True
         )
-        owner, anonymous = build_zookeeper_client(secure), build_zookeeper_client(ZooKeeperSection(server.address))
-        try:
-            owner.start(timeout=15)
-            anonymous.start(timeout=15)
+        with user_and_anonymous(server.address, secure) as (owner, anonymous):
             owner.create("/ledgers/underreplication/ledgers/0000/0000/0000/urL0000000001", b"mark", makepath=True)
             acls, _ = owner.get_acls("/ledgers/underreplication")  # the parents too
             assert acls == [make_digest_acl("ops", "pw1", all=True)]
             with pytest.raises(NoAuthError):
                 anonymous.delete("/ledgers/underreplication/ledgers/0000/0000/0000/urL0000000001")
-        finally:
-            for client in (owner, anonymous):
-                client.stop()
-                client.close()
     with pytest.raises(ConfigError, match=r"enable_security needs zookeeper\.auth_scheme"):
         ZooKeeperSection(enable_security=True)
