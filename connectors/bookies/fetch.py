@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
-import ipaddress
 import logging
 import math
 import os
@@ -51,6 +50,7 @@ from scrutiny.connectors.bookies.settings import BookiesSection
 from scrutiny.connectors.bookies.v3_client import BookieClientConfig, BookieV3Client, BookieV3Pool, client_tls_context
 from scrutiny.connectors.bookies.v3_protocol import TLS_MODES, TlsMode
 from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.loopback import is_loopback
 from scrutiny.core.secret import Secret
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
 from scrutiny.core.zk_paths import MAX_LEDGER_ID
@@ -324,15 +324,7 @@ def plan_route(bookie_id: str, registration: bytes | None, config: FetchConfig) 
 
 def _token_in_clear_text(address: Address, config: FetchConfig) -> bool:
     """Whether calling ``address`` would send the token unencrypted off this machine."""
-    if not config.token.reveal() or config.agent_tls:
-        return False
-    host = address[0].strip("[]")
-    if host == "localhost":
-        return False
-    try:
-        return not ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return True  # a host name: it may resolve anywhere
+    return bool(config.token.reveal()) and not config.agent_tls and not is_loopback(address[0])
 
 
 # --------------------------------------------------------------------------- results

@@ -8,7 +8,6 @@ the grace period and exits 0. Configuration problems end it with exit code 2 and
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import logging
 import signal
 
@@ -30,6 +29,7 @@ from scrutiny.cli.common import (
     stop_on_signals,
 )
 from scrutiny.connectors.bookies.agent_protocol import DEFAULT_MAX_LEDGERS_PER_CALL
+from scrutiny.core.loopback import is_loopback
 
 DEFAULT_LISTEN = "127.0.0.1:3185"
 log = logging.getLogger("scrutiny.agent")
@@ -151,13 +151,3 @@ def split_listen(listen: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or int(port) > 65535:
         raise InputError(f"--listen expects HOST:PORT, not {listen!r}")
     return host, int(port)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is ``localhost`` or a loopback IP address (names other than localhost are not)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

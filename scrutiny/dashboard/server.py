@@ -14,7 +14,6 @@ is a :class:`DashboardError`, one line); request lines are not logged, since the
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import socket
 import threading
 from typing import Final
@@ -24,6 +23,7 @@ from flask import Flask, Response, g, request
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, get_sockaddr, make_server, select_address_family
 
 from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.loopback import is_loopback
 
 __all__ = [
     "TOKEN_COOKIE",
@@ -41,16 +41,6 @@ TOKEN_COOKIE: Final = "scrutiny_dashboard_token"
 
 class DashboardError(ScrutinyError):
     """The dashboard cannot be served as asked (e.g. the address cannot be bound)."""
-
-
-def is_loopback(host: str) -> bool:
-    """Whether binding to ``host`` exposes the dashboard to this machine only (127.0.0.0/8, ::1, localhost)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name: it may resolve to any interface
 
 
 def _same(supplied: str, token: str) -> bool:
