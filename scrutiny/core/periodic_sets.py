@@ -11,6 +11,7 @@ groups, never with the number of entries.
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import math
 from collections.abc import Iterable, Iterator, Sequence
@@ -22,7 +23,9 @@ from scrutiny.core.sequence_groups import SequenceGroup, normalize, runs_in_wind
 #: Largest modulus used to keep listings with unusual periods periodic; beyond it their
 #: groups are handled run by run.
 MAX_MODULUS = 4096
-#: Most runs expanded for groups whose period does not fit the modulus.
+#: Most runs one verdict's listings may cost together: the runs expanded for groups whose period does not fit
+#: the modulus, and the runs the mask of a group whose period is below the modulus holds (every later step pays
+#: for each). The listing that goes over it is too complex to evaluate: its bookie's answer counts as unknown.
 MAX_EXPANDED_RUNS = 100_000
 
 Piece = tuple[int, int, int]
@@ -51,28 +54,47 @@ def choose_modulus(base: int, groups: Iterable[SequenceGroup]) -> int:
 
 
 def residue_mask(anchor: int, size: int, period: int, modulus: int) -> int:
-    """Mask of residues mod ``modulus`` hit by runs ``[anchor + k*period, +size)``; ``period`` divides ``modulus``."""
-    base = 0
-    for offset in range(size):
-        base |= 1 << ((anchor + offset) % period)
+    """Mask of residues mod ``modulus`` hit by runs ``[anchor + k*period, +size)``; ``period`` divides ``modulus``.
+
+    A handful of integer operations whatever the sizes (``0 < size <= period``).
+    """
+    run = full_mask(size) << (anchor % period)
+    base = (run | run >> period) & full_mask(period)
     # Repeat the period's pattern modulus/period times: multiply by the base-2^period repunit.
     return base * (full_mask(modulus) // full_mask(period))
 
 
 @dataclass
 class _Budget:
+    """What one evaluation may still spend, in runs; ``weight``: what each piece costs besides."""
+
+    weight: int = 0
     runs_left: int = MAX_EXPANDED_RUNS
 
     def spend(self, runs: int) -> None:
         self.runs_left -= runs
         if self.runs_left < 0:
             raise EntrySetTooComplexError(
-                f"listing has more than {MAX_EXPANDED_RUNS} runs whose period does not fit the ensemble's"
+                f"listings with more than {MAX_EXPANDED_RUNS} runs in groups whose period is not the ensemble's"
             )
 
 
 def pieces_of(groups: Iterable[SequenceGroup], modulus: int, lo: int, hi: int, budget: _Budget) -> list[Piece]:
-    """The pieces of ``groups`` clipped to ``[lo, hi]`` (unsorted; pieces may overlap)."""
+    """The pieces of ``groups`` clipped to ``[lo, hi]`` (unsorted; pieces may overlap).
+
+    Every piece is charged to ``budget``: the runs its mask holds when its period is below the modulus, and the
+    budget's weight (the runs any piece's boundaries can add to a result over a stretched modulus). Groups that
+    would overspend it raise EntrySetTooComplexError and leave the budget as it was, for the next listing.
+    """
+    left = budget.runs_left
+    try:
+        return _pieces(groups, modulus, lo, hi, budget)
+    except EntrySetTooComplexError:
+        budget.runs_left = left
+        raise
+
+
+def _pieces(groups: Iterable[SequenceGroup], modulus: int, lo: int, hi: int, budget: _Budget) -> list[Piece]:
     everything = full_mask(modulus)
     out: list[Piece] = []
     for group in groups:
@@ -80,11 +102,13 @@ def pieces_of(groups: Iterable[SequenceGroup], modulus: int, lo: int, hi: int, b
         if start > end:
             continue
         if group.contiguous:
+            budget.spend(budget.weight)
             out.append((start, end, everything))
         elif modulus % group.period == 0:
+            budget.spend(max(budget.weight, modulus // group.period if group.period < modulus else 0))
             out.append((start, end, residue_mask(group.first_start, group.size, group.period, modulus)))
         else:
-            budget.spend(group.runs)
+            budget.spend(group.runs * max(1, budget.weight))
             out.extend(
                 (max(a, start), min(b, end), everything) for a, b in group.run_bounds() if a <= end and b >= start
             )
@@ -95,8 +119,25 @@ def sweep(piece_lists: Sequence[Sequence[Piece]], lo: int, hi: int) -> Iterator[
     """Elementary intervals of ``[lo, hi]`` with each input's mask (the union of its pieces) there.
 
     Yields ``(start, end, masks)`` in order, covering ``[lo, hi]`` exactly; ``masks[i]`` is
-    input ``i``'s mask over the interval. Cost: O(total pieces × log(pieces) + intervals × inputs),
-    overlapping pieces included (each input's active pieces are counted per residue).
+    input ``i``'s mask over the interval. For many inputs prefer :func:`sweep_changes`: this
+    copies every mask at every interval.
+    """
+    masks = [0] * len(piece_lists)
+    for start, end, changed in sweep_changes(piece_lists, lo, hi):
+        for index, mask in changed.items():
+            masks[index] = mask
+        yield start, end, list(masks)
+
+
+def sweep_changes(
+    piece_lists: Sequence[Sequence[Piece]], lo: int, hi: int
+) -> Iterator[tuple[int, int, dict[int, int]]]:
+    """Elementary intervals of ``[lo, hi]`` with the inputs whose mask changed where the interval starts.
+
+    Yields ``(start, end, changed)`` in order, covering ``[lo, hi]`` exactly; ``changed`` maps an
+    input to its new mask (the union of its pieces); every mask is 0 before ``lo``. Cost:
+    O(total pieces × log(pieces)), overlapping pieces included (each input's active pieces are
+    counted per residue), whatever the number of inputs.
     """
     events: list[tuple[int, int, int, int]] = []  # (position, +1 open / -1 close, input, mask)
     for index, pieces in enumerate(piece_lists):
@@ -104,26 +145,30 @@ def sweep(piece_lists: Sequence[Sequence[Piece]], lo: int, hi: int) -> Iterator[
             events.append((start, 1, index, mask))
             events.append((end + 1, -1, index, mask))
     heapq.heapify(events)
-    counts = [_ResidueCounts() for _ in piece_lists]
-    masks = [0] * len(piece_lists)
+    counts: dict[int, ResidueCounts] = {}
+    masks: dict[int, int] = {}
     position = lo
     while position <= hi:
-        changed: set[int] = set()
+        touched: set[int] = set()
         while events and events[0][0] <= position:
             _, delta, index, mask = heapq.heappop(events)
+            count = counts.setdefault(index, ResidueCounts())
             if delta > 0:
-                counts[index].add(mask)
+                count.add(mask)
             else:
-                counts[index].remove(mask)
-            changed.add(index)
-        for index in changed:
-            masks[index] = counts[index].union()
+                count.remove(mask)
+            touched.add(index)
+        changed: dict[int, int] = {}
+        for index in touched:
+            union = counts[index].union()
+            if union != masks.get(index, 0):
+                masks[index] = changed[index] = union
         end = min(hi, events[0][0] - 1) if events else hi
-        yield position, end, list(masks)
+        yield position, end, changed
         position = end + 1
 
 
-class _ResidueCounts:
+class ResidueCounts:
     """How many active pieces cover each residue, bit-sliced: bit r of ``layers[k]`` is bit k of residue r's count.
 
     Adding or removing a piece is a binary increment or decrement of every residue of its mask
@@ -163,6 +208,20 @@ class _ResidueCounts:
         for layer in self.layers:
             out |= layer
         return out
+
+    def at_least(self, times: int, everything: int) -> int:
+        """The residues of ``everything`` counted at least ``times`` times: O(log count) integer operations."""
+        if times <= 0:
+            return everything
+        greater, equal = 0, everything  # residues whose count's bits so far are above / equal to those of times
+        for bit in range(max(len(self.layers), times.bit_length()) - 1, -1, -1):
+            layer = self.layers[bit] if bit < len(self.layers) else 0
+            if times >> bit & 1:
+                equal &= layer
+            else:
+                greater |= equal & layer
+                equal &= ~layer
+        return greater | equal
 
 
 def at_least(masks: Sequence[int], thresholds: Sequence[int]) -> list[int]:
@@ -213,21 +272,26 @@ def coalesce(pieces: Iterable[Piece], modulus: int) -> list[Piece]:
 
 
 def to_groups(pieces: Iterable[Piece], modulus: int) -> list[SequenceGroup]:
-    """Disjoint pieces as sequence groups sorted by first start, runs continued across pieces."""
+    """Disjoint pieces as sequence groups sorted by first start, runs continued across pieces.
+
+    Each piece's mask is read at its smallest period, so a pattern that repeats every few
+    residues becomes a few groups, however large the modulus.
+    """
     everything = full_mask(modulus)
-    open_groups: dict[tuple[int, int], int] = {}  # (residue start, run length) -> index in out
+    open_groups: dict[tuple[int, int, int], int] = {}  # (period, residue start, run length) -> index in out
     out: list[SequenceGroup] = []
     for start, end, mask in coalesce(pieces, modulus):
         if mask == everything:
             out.append(SequenceGroup.run(start, end))
             continue
-        for residue, length in cyclic_runs(mask, modulus):
-            for group in runs_in_window(residue, length, modulus, start, end):
-                key = (residue, length)
+        period = smallest_period(mask, modulus)
+        for residue, length in cyclic_runs(mask & full_mask(period), period):
+            for group in runs_in_window(residue, length, period, start, end):
+                key = (period, residue, length)
                 index = open_groups.get(key)
-                if group.size == length and index is not None and group.first_start == out[index].last_start + modulus:
+                if group.size == length and index is not None and group.first_start == out[index].last_start + period:
                     previous = out[index]
-                    out[index] = SequenceGroup(previous.first_start, group.last_start, length, modulus)
+                    out[index] = SequenceGroup(previous.first_start, group.last_start, length, period)
                     continue
                 if group.size == length:
                     open_groups[key] = len(out)
@@ -235,21 +299,58 @@ def to_groups(pieces: Iterable[Piece], modulus: int) -> list[SequenceGroup]:
     return sorted(normalize(g) for g in out)
 
 
+def smallest_period(mask: int, modulus: int) -> int:
+    """The smallest divisor ``p`` of ``modulus`` with ``mask`` a repetition of its first ``p`` residues.
+
+    The periods of a mask among the divisors of the modulus are closed under gcd, so the smallest one is
+    reached from the modulus by dividing out one prime factor at a time: a dozen checks at most.
+    """
+    period = modulus
+    for prime in _prime_factors(modulus):
+        while period % prime == 0 and _repeats(mask, modulus, period // prime):
+            period //= prime
+    return period
+
+
+def _repeats(mask: int, modulus: int, period: int) -> bool:
+    """Whether ``mask`` is unchanged by a rotation of ``period`` residues."""
+    rotated = (mask >> period | mask << (modulus - period)) & full_mask(modulus)
+    return rotated == mask
+
+
+@functools.cache
+def _prime_factors(number: int) -> tuple[int, ...]:
+    factors: list[int] = []
+    candidate = 2
+    while candidate * candidate <= number:
+        if number % candidate == 0:
+            factors.append(candidate)
+            while number % candidate == 0:
+                number //= candidate
+        candidate += 1
+    if number > 1:
+        factors.append(number)
+    return tuple(factors)
+
+
 def cyclic_runs(mask: int, modulus: int) -> list[tuple[int, int]]:
     """Maximal runs of set bits of a non-full, non-empty mask on the cycle of ``modulus`` residues.
 
-    Returns ``(first residue, length)`` pairs; a run may wrap past ``modulus - 1`` to 0.
+    Returns ``(first residue, length)`` pairs in cycle order from the first clear residue; a run
+    may wrap past ``modulus - 1`` to 0. A few integer operations per run, never one per residue.
     """
-    zero = next(r for r in range(modulus) if not mask >> r & 1)
+    everything = full_mask(modulus)
+    clear = ~mask & everything
+    zero = (clear & -clear).bit_length() - 1
+    # Rotate so that the clear residue is bit 0: no run wraps any more.
+    rest = (mask >> zero | mask << (modulus - zero)) & everything
     runs: list[tuple[int, int]] = []
-    length = 0
-    for step in range(1, modulus + 1):
-        residue = (zero + step) % modulus
-        if mask >> residue & 1:
-            length += 1
-        elif length:
-            runs.append(((residue - length) % modulus, length))
-            length = 0
+    while rest:
+        first = (rest & -rest).bit_length() - 1
+        above = rest >> first
+        length = (~above & (above + 1)).bit_length() - 1
+        runs.append(((first + zero) % modulus, length))
+        rest &= ~(full_mask(length) << first)
     return runs
 
 
@@ -260,13 +361,18 @@ def union_groups(groups: Sequence[SequenceGroup]) -> list[SequenceGroup]:
     modulus = choose_modulus(1, groups)
     lo = min(g.first for g in groups)
     hi = max(g.last for g in groups)
-    pieces = pieces_of(groups, modulus, lo, hi, _Budget())
+    base = min((g.period for g in groups if not g.contiguous), default=modulus)
+    pieces = pieces_of(groups, modulus, lo, hi, new_budget(modulus, base))
     return to_groups(((s, e, m[0]) for s, e, m in sweep([pieces], lo, hi)), modulus)
 
 
-def new_budget() -> _Budget:
-    """A fresh cost budget for one verdict or one listing."""
-    return _Budget()
+def new_budget(modulus: int, base: int) -> _Budget:
+    """A fresh cost budget for one evaluation over ``modulus``, the natural period of its sets being ``base``.
+
+    While the modulus is the base (every listing striped like the ledger) pieces cost nothing; a modulus stretched
+    by unusual periods makes each piece cost the modulus/base runs its boundaries can add to a result.
+    """
+    return _Budget(weight=modulus // base if modulus > base else 0)
 
 
 class PieceIndex:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from scrutiny.core.periodic_sets import full_mask, residue_mask
 from scrutiny.core.sequence_groups import SequenceGroup, runs_in_window
 
 
@@ -83,8 +84,7 @@ def expected_groups(
 
 def expected_residues(bookie_index: int, ensemble_size: int, write_quorum: int, modulus: int) -> int:
     """Mask of residues mod ``modulus`` (a multiple of E) of the entries the bookie must hold."""
-    mask = 0
-    for residue in range(modulus):
-        if (bookie_index - residue) % ensemble_size < write_quorum:
-            mask |= 1 << residue
-    return mask
+    if write_quorum >= ensemble_size:
+        return full_mask(modulus)
+    # Residues b-WQ+1 .. b (mod E), as in expected_groups.
+    return residue_mask((bookie_index - write_quorum + 1) % ensemble_size, write_quorum, ensemble_size, modulus)

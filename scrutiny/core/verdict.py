@@ -26,7 +26,8 @@ configuration go in; a :class:`Verdict` with violations in the closed vocabulary
   bookie may still hold the rest in its write cache, which reaches the index at its next flush. When such answers
   would make a replica finding, they count as unknown instead (retried, never missing), and ``settles_at_ms``
   says from when they can be trusted;
-* cost is O(segments × bookies × listing groups): entries are never expanded.
+* cost grows with the segments, the bookies and the listings' pieces, never with their product nor with the
+  entries (never expanded); a listing too irregular to evaluate within a fixed budget counts as unknown.
 """
 
 from __future__ import annotations
@@ -41,12 +42,12 @@ from scrutiny.core.periodic_sets import (
     EntrySetTooComplexError,
     Piece,
     PieceIndex,
-    at_least,
+    ResidueCounts,
     choose_modulus,
     full_mask,
     new_budget,
     pieces_of,
-    sweep,
+    sweep_changes,
     to_groups,
     union_groups,
     window_mask,
@@ -260,7 +261,7 @@ def _verdict(
     answers = {b: _compacted(a) for b, a in answers.items()}
     modulus = choose_modulus(metadata.ensemble_size, [g for a in answers.values() for g in a.groups])
     horizon = max((span.last for span in checked), default=-1)
-    answers, pieces = _pieces_by_bookie(answers, modulus, horizon)
+    answers, pieces = _pieces_by_bookie(answers, modulus, horizon, metadata.ensemble_size)
     replicas = _ReplicaCheck(metadata, pieces, modulus)
     for span in checked:
         replicas.add_segment(span)
@@ -294,16 +295,17 @@ def _compacted(answer: BookieAnswer) -> BookieAnswer:
 
 
 def _pieces_by_bookie(
-    answers: Mapping[str, BookieAnswer], modulus: int, horizon: int
+    answers: Mapping[str, BookieAnswer], modulus: int, horizon: int, ensemble_size: int
 ) -> tuple[dict[str, BookieAnswer], dict[str, PieceIndex]]:
     """Each listing as pieces up to the last checked entry; listings too irregular to evaluate become unknown."""
     usable: dict[str, BookieAnswer] = {}
     pieces: dict[str, PieceIndex] = {}
+    budget = new_budget(modulus, ensemble_size)  # one for the whole ledger: E listings may not cost E budgets
     for bookie, answer in answers.items():
         usable[bookie] = answer
         if answer.kind is AnswerKind.LISTING:
             try:
-                raw = pieces_of(answer.groups, modulus, 0, horizon, new_budget())
+                raw = pieces_of(answer.groups, modulus, 0, horizon, budget)
             except EntrySetTooComplexError as error:
                 usable[bookie] = BookieAnswer.unknown(f"listing cannot be evaluated: {error}")
                 continue
@@ -328,7 +330,12 @@ class _ReplicaCheck:
         self.retry: list[str] = []
 
     def add_segment(self, span: SegmentSpan) -> None:
-        """Count the replicas of every entry of one non-empty segment."""
+        """Count the replicas of every entry of one non-empty segment.
+
+        Only the bookies whose holdings change where an interval starts are looked at there, and the levels come
+        from bit-sliced counts of what each bookie lacks: the cost grows with the listings' pieces, not with
+        pieces × bookies.
+        """
         inputs: list[list[Piece]] = []
         for index, bookie in enumerate(span.ensemble):
             known = self.pieces.get(bookie)
@@ -338,22 +345,34 @@ class _ReplicaCheck:
                     self.retry.append(bookie)
             else:
                 inputs.append(known.window(span.first, span.last))
-        lacking: list[list[Piece]] = [[] for _ in span.ensemble]
+        everything = full_mask(self.modulus)
         thresholds = (self.wq, self.wq - self.aq + 1, 1)
-        for start, end, held in sweep(inputs, span.first, span.last):
-            window = window_mask(start, end, self.modulus)
-            missing = [want & ~have & window for want, have in zip(self.expected, held, strict=True)]
-            for index, mask in enumerate(missing):
-                if mask:
-                    lacking[index].append((start, end, mask))
-            if not any(missing):
-                continue
-            for category, mask in zip(_REPLICA_LEVELS, at_least(missing, thresholds), strict=True):
-                if mask:
-                    self.levels[category].append((start, end, mask))
-        for index, pieces in enumerate(lacking):
-            if pieces:
-                self.missing.append((span, span.ensemble[index], pieces))
+        missing = list(self.expected)  # what each bookie lacks from since[index] on: all it should hold, at first
+        since = [span.first] * len(missing)
+        lacking: list[list[Piece]] = [[] for _ in missing]
+        counts = ResidueCounts()
+        for mask in missing:
+            counts.add(mask)
+        levels, levels_since = [counts.at_least(k, everything) for k in thresholds], span.first
+        for start, _, changed in sweep_changes(inputs, span.first, span.last):
+            moved = False
+            for index, held in changed.items():
+                now = self.expected[index] & ~held
+                if now != missing[index]:
+                    _stretch(since[index], start - 1, missing[index], self.modulus, lacking[index])
+                    counts.remove(missing[index])
+                    counts.add(now)
+                    missing[index], since[index], moved = now, start, True
+            if moved:
+                for category, mask in zip(_REPLICA_LEVELS, levels, strict=True):
+                    _stretch(levels_since, start - 1, mask, self.modulus, self.levels[category])
+                levels, levels_since = [counts.at_least(k, everything) for k in thresholds], start
+        for category, mask in zip(_REPLICA_LEVELS, levels, strict=True):
+            _stretch(levels_since, span.last, mask, self.modulus, self.levels[category])
+        for index, mask in enumerate(missing):
+            _stretch(since[index], span.last, mask, self.modulus, lacking[index])
+            if lacking[index]:
+                self.missing.append((span, span.ensemble[index], lacking[index]))
 
     def violations(self, *, marked: bool) -> list[Violation]:
         """The worst replica level (once) and, unless marked under-replicated, the per-bookie details."""
@@ -480,7 +499,8 @@ class _QuorumBeyond:
         anyone = [SequenceGroup.run(following, following), *(g for groups in beyond.values() for g in groups)]
         top = max(g.last for g in anyone)
         firsts = [s.first_entry_id for s in metadata.segments]
-        budget = new_budget()
+        budget = new_budget(modulus, size)
+        everything = full_mask(modulus)
         found: list[Piece] = []
         for index, segment in enumerate(metadata.segments):
             lo = max(segment.first_entry_id, following)
@@ -489,21 +509,46 @@ class _QuorumBeyond:
                 continue
             held = [pieces_of(beyond.get(b, ()), modulus, lo, hi, budget) for b in segment.ensemble]
             unknown = [b in silent for b in segment.ensemble]
-            assumed = [[(lo, hi, full_mask(modulus))] if u else [] for u in unknown]  # the unknown, holding all
-            for start, end, masks in sweep([*held, *assumed, pieces_of(anyone, modulus, lo, hi, budget)], lo, hi):
-                window = window_mask(start, end, modulus)
-                known = [m & e & window for m, e in zip(masks[:size], expected, strict=True)]
-                (acked,) = at_least(known, [aq])
-                if acked:
-                    found.append((start, end, acked))
-                maybe = [k | (m & e & window) for k, m, e in zip(known, masks[size:-1], expected, strict=True)]
-                (possible,) = at_least(maybe, [aq])
-                possible &= masks[-1]
-                self.deciding |= {
-                    b for b, u, e in zip(segment.ensemble, unknown, expected, strict=True) if u and possible & e
-                }
+            # Copies in the write set: known ones, and known ones plus those of the unknown bookies (holding all).
+            known, maybe = ResidueCounts(), ResidueCounts()
+            for is_unknown, expect in zip(unknown, expected, strict=True):
+                if is_unknown:
+                    maybe.add(expect)
+            copies = [0] * size
+            acked = possible = candidates = reachable = 0
+            since = lo
+            for start, _, changed in sweep_changes([*held, pieces_of(anyone, modulus, lo, hi, budget)], lo, hi):
+                if not changed:
+                    continue
+                _stretch(since, start - 1, acked, modulus, found)
+                reachable |= possible & window_mask(since, start - 1, modulus) if start > since else 0
+                for position, mask in changed.items():
+                    if position == size:
+                        candidates = mask
+                        continue
+                    now = mask & expected[position]
+                    for counts in (known,) if unknown[position] else (known, maybe):
+                        counts.remove(copies[position])
+                        counts.add(now)
+                    copies[position] = now
+                acked = known.at_least(aq, everything)
+                possible = maybe.at_least(aq, everything) & candidates
+                since = start
+            _stretch(since, hi, acked, modulus, found)
+            reachable |= possible & window_mask(since, hi, modulus)
+            self.deciding |= {
+                b for b, u, e in zip(segment.ensemble, unknown, expected, strict=True) if u and reachable & e
+            }
         if found:
             self.acknowledged = EntrySet.of(to_groups(found, modulus))
+
+
+def _stretch(since: int, end: int, mask: int, modulus: int, out: list[Piece]) -> None:
+    """Append ``mask`` over ``[since, end]`` as a piece, keeping only the residues that occur there (if any)."""
+    if end >= since:
+        occurring = mask & window_mask(since, end, modulus)
+        if occurring:
+            out.append((since, end, occurring))
 
 
 def _union_or_as_is(groups: list[SequenceGroup]) -> EntrySet:

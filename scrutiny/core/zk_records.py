@@ -20,6 +20,7 @@ from google.protobuf import message as pb_message
 from google.protobuf import text_format
 
 from scrutiny.core.errors import FormatError
+from scrutiny.core.protobuf_text import escape_problem
 from scrutiny.core.zk_paths import LedgerManager
 from scrutiny.proto import bookkeeper_formats_pb2 as pb
 
@@ -36,9 +37,14 @@ def _text_parse(data: bytes, msg: _Msg, what: str) -> _Msg:
     unknown fields, bad syntax and non-UTF-8 bytes raise FormatError(``what``).
     """
     try:
-        text_format.Merge(data.decode("utf-8"), msg)
+        text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise FormatError(what, "not valid UTF-8", offset=err.start) from None
+    problem = escape_problem(text)
+    if problem is not None:
+        raise FormatError(what, f"not protobuf text this tool reads: {problem}")
+    try:
+        text_format.Merge(text, msg)
     except (text_format.ParseError, ValueError, RecursionError) as err:
         raise FormatError(what, f"not protobuf text: {err}") from None
     return msg

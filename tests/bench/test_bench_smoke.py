@@ -56,3 +56,11 @@ def test_startup_bench_measures_every_command_and_judges_the_light_ones() -> Non
     rows = [line for line in done.stdout.splitlines() if line.startswith(("python -c", "scrutiny ", "inspect path"))]
     assert len(rows) == 7 and rows[0].startswith("python -c pass")
     assert sum(1 for row in rows if row.endswith(("PASS", "FAIL"))) == 4  # the four light commands, judged
+
+
+def test_input_cost_bench_feeds_every_target_and_prints_its_figures() -> None:
+    done = run_bench("bench.input_cost_bench", "--seconds", "0.3", "--max-scale", "300")
+    rows = [line.split() for line in done.stdout.splitlines()[1:] if line.strip()]
+    names = {"ledger", "listing", "verdict", "v3", "agent", "rack", "under-replication", "kafka"}
+    assert {row[0] for row in rows} == names
+    assert all(int(row[-9]) > 0 for row in rows)  # every target was fed inputs
