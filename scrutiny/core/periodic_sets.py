@@ -23,10 +23,13 @@ from scrutiny.core.sequence_groups import SequenceGroup, normalize, runs_in_wind
 #: Largest modulus used to keep listings with unusual periods periodic; beyond it their
 #: groups are handled run by run.
 MAX_MODULUS = 4096
-#: Most runs one verdict's listings may cost together: the runs expanded for groups whose period does not fit
-#: the modulus, and the runs the mask of a group whose period is below the modulus holds (every later step pays
-#: for each). The listing that goes over it is too complex to evaluate: its bookie's answer counts as unknown.
-MAX_EXPANDED_RUNS = 100_000
+#: What one evaluation (one ledger's verdict, one union) may spend beyond a fixed share per input group: the runs
+#: expanded for groups whose period does not fit the modulus, the runs the mask of a group whose period is below
+#: the modulus holds, and the groups of its results. Work linear in the input is always paid for; this bounds
+#: what a stretched modulus can add to it (about half a second on one core at worst).
+MAX_EXPANDED_RUNS = 30_000
+#: What each input group adds to an evaluation's budget: a damaged bookie's long listing is judged, not refused.
+RUNS_PER_INPUT_GROUP = 8
 
 Piece = tuple[int, int, int]
 
@@ -65,26 +68,25 @@ def residue_mask(anchor: int, size: int, period: int, modulus: int) -> int:
 
 
 @dataclass
-class _Budget:
-    """What one evaluation may still spend, in runs; ``weight``: what each piece costs besides."""
+class Budget:
+    """What one evaluation may still spend, in runs and result groups."""
 
-    weight: int = 0
     runs_left: int = MAX_EXPANDED_RUNS
 
     def spend(self, runs: int) -> None:
         self.runs_left -= runs
         if self.runs_left < 0:
             raise EntrySetTooComplexError(
-                f"listings with more than {MAX_EXPANDED_RUNS} runs in groups whose period is not the ensemble's"
+                f"groups whose period is not the ensemble's cost more than {MAX_EXPANDED_RUNS} runs beyond the listing"
             )
 
 
-def pieces_of(groups: Iterable[SequenceGroup], modulus: int, lo: int, hi: int, budget: _Budget) -> list[Piece]:
+def pieces_of(groups: Iterable[SequenceGroup], modulus: int, lo: int, hi: int, budget: Budget) -> list[Piece]:
     """The pieces of ``groups`` clipped to ``[lo, hi]`` (unsorted; pieces may overlap).
 
-    Every piece is charged to ``budget``: the runs its mask holds when its period is below the modulus, and the
-    budget's weight (the runs any piece's boundaries can add to a result over a stretched modulus). Groups that
-    would overspend it raise EntrySetTooComplexError and leave the budget as it was, for the next listing.
+    Groups are charged to ``budget``: the runs expanded one by one when their period does not fit the modulus, the
+    runs their mask holds when their period is below it. Groups that would overspend it raise
+    EntrySetTooComplexError and leave the budget as it was, for the next listing.
     """
     left = budget.runs_left
     try:
@@ -94,7 +96,7 @@ def pieces_of(groups: Iterable[SequenceGroup], modulus: int, lo: int, hi: int, b
         raise
 
 
-def _pieces(groups: Iterable[SequenceGroup], modulus: int, lo: int, hi: int, budget: _Budget) -> list[Piece]:
+def _pieces(groups: Iterable[SequenceGroup], modulus: int, lo: int, hi: int, budget: Budget) -> list[Piece]:
     everything = full_mask(modulus)
     out: list[Piece] = []
     for group in groups:
@@ -102,13 +104,13 @@ def _pieces(groups: Iterable[SequenceGroup], modulus: int, lo: int, hi: int, bud
         if start > end:
             continue
         if group.contiguous:
-            budget.spend(budget.weight)
             out.append((start, end, everything))
         elif modulus % group.period == 0:
-            budget.spend(max(budget.weight, modulus // group.period if group.period < modulus else 0))
+            if group.period < modulus:
+                budget.spend(modulus // group.period)
             out.append((start, end, residue_mask(group.first_start, group.size, group.period, modulus)))
         else:
-            budget.spend(group.runs * max(1, budget.weight))
+            budget.spend(group.runs)
             out.extend(
                 (max(a, start), min(b, end), everything) for a, b in group.run_bounds() if a <= end and b >= start
             )
@@ -271,11 +273,12 @@ def coalesce(pieces: Iterable[Piece], modulus: int) -> list[Piece]:
     return out
 
 
-def to_groups(pieces: Iterable[Piece], modulus: int) -> list[SequenceGroup]:
+def to_groups(pieces: Iterable[Piece], modulus: int, budget: Budget | None = None) -> list[SequenceGroup]:
     """Disjoint pieces as sequence groups sorted by first start, runs continued across pieces.
 
     Each piece's mask is read at its smallest period, so a pattern that repeats every few
-    residues becomes a few groups, however large the modulus.
+    residues becomes a few groups, however large the modulus. Every group made is charged to
+    ``budget`` (EntrySetTooComplexError when it runs out).
     """
     everything = full_mask(modulus)
     open_groups: dict[tuple[int, int, int], int] = {}  # (period, residue start, run length) -> index in out
@@ -286,7 +289,10 @@ def to_groups(pieces: Iterable[Piece], modulus: int) -> list[SequenceGroup]:
             continue
         period = smallest_period(mask, modulus)
         for residue, length in cyclic_runs(mask & full_mask(period), period):
-            for group in runs_in_window(residue, length, period, start, end):
+            made = runs_in_window(residue, length, period, start, end)
+            if budget is not None:
+                budget.spend(len(made))
+            for group in made:
                 key = (period, residue, length)
                 index = open_groups.get(key)
                 if group.size == length and index is not None and group.first_start == out[index].last_start + period:
@@ -361,18 +367,14 @@ def union_groups(groups: Sequence[SequenceGroup]) -> list[SequenceGroup]:
     modulus = choose_modulus(1, groups)
     lo = min(g.first for g in groups)
     hi = max(g.last for g in groups)
-    base = min((g.period for g in groups if not g.contiguous), default=modulus)
-    pieces = pieces_of(groups, modulus, lo, hi, new_budget(modulus, base))
-    return to_groups(((s, e, m[0]) for s, e, m in sweep([pieces], lo, hi)), modulus)
+    budget = new_budget(len(groups))
+    pieces = pieces_of(groups, modulus, lo, hi, budget)
+    return to_groups(((s, e, m[0]) for s, e, m in sweep([pieces], lo, hi)), modulus, budget)
 
 
-def new_budget(modulus: int, base: int) -> _Budget:
-    """A fresh cost budget for one evaluation over ``modulus``, the natural period of its sets being ``base``.
-
-    While the modulus is the base (every listing striped like the ledger) pieces cost nothing; a modulus stretched
-    by unusual periods makes each piece cost the modulus/base runs its boundaries can add to a result.
-    """
-    return _Budget(weight=modulus // base if modulus > base else 0)
+def new_budget(input_groups: int) -> Budget:
+    """A fresh cost budget for one evaluation of ``input_groups`` groups in all."""
+    return Budget(runs_left=MAX_EXPANDED_RUNS + RUNS_PER_INPUT_GROUP * input_groups)
 
 
 class PieceIndex:

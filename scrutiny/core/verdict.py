@@ -39,6 +39,7 @@ from functools import partial
 
 from scrutiny.core.ledger_metadata import LedgerMetadata, LedgerState
 from scrutiny.core.periodic_sets import (
+    Budget,
     EntrySetTooComplexError,
     Piece,
     PieceIndex,
@@ -261,12 +262,19 @@ def _verdict(
     answers = {b: _compacted(a) for b, a in answers.items()}
     modulus = choose_modulus(metadata.ensemble_size, [g for a in answers.values() for g in a.groups])
     horizon = max((span.last for span in checked), default=-1)
-    answers, pieces = _pieces_by_bookie(answers, modulus, horizon, metadata.ensemble_size)
+    budget = new_budget(sum(len(a.groups) for a in answers.values()))  # one for the ledger, not one per bookie
+    answers, pieces = _pieces_by_bookie(answers, modulus, horizon, budget)
     replicas = _ReplicaCheck(metadata, pieces, modulus)
     for span in checked:
         replicas.add_segment(span)
-    violations = replicas.violations(marked=under_replication is not None)
     retry = [*replicas.retry]
+    try:
+        violations = replicas.violations(marked=under_replication is not None, budget=budget)
+    except EntrySetTooComplexError:
+        # The entries found would take more groups to write down than the listings paid for: the irregular
+        # listings are asked again, like any answer that cannot be used, and nothing is reported from them.
+        violations = []
+        retry += [b for b in _irregular(answers, metadata.ensemble_size) if b not in retry]
     if closed and last_entry is not None and spans:
         beyond, unverified = _entries_beyond(metadata, spans, last_entry, answers, modulus)
         violations += beyond
@@ -294,13 +302,19 @@ def _compacted(answer: BookieAnswer) -> BookieAnswer:
     return BookieAnswer.listing(merge_consecutive(answer.groups))
 
 
+def _irregular(answers: Mapping[str, BookieAnswer], ensemble_size: int) -> list[str]:
+    """The bookies whose listings have groups of another period than the ensemble's (all listings if none)."""
+    listed = [b for b, a in answers.items() if a.kind is AnswerKind.LISTING]
+    odd = [b for b in listed if any(not g.contiguous and g.period != ensemble_size for g in answers[b].groups)]
+    return odd or listed
+
+
 def _pieces_by_bookie(
-    answers: Mapping[str, BookieAnswer], modulus: int, horizon: int, ensemble_size: int
+    answers: Mapping[str, BookieAnswer], modulus: int, horizon: int, budget: Budget
 ) -> tuple[dict[str, BookieAnswer], dict[str, PieceIndex]]:
     """Each listing as pieces up to the last checked entry; listings too irregular to evaluate become unknown."""
     usable: dict[str, BookieAnswer] = {}
     pieces: dict[str, PieceIndex] = {}
-    budget = new_budget(modulus, ensemble_size)  # one for the whole ledger: E listings may not cost E budgets
     for bookie, answer in answers.items():
         usable[bookie] = answer
         if answer.kind is AnswerKind.LISTING:
@@ -374,7 +388,7 @@ class _ReplicaCheck:
             if lacking[index]:
                 self.missing.append((span, span.ensemble[index], lacking[index]))
 
-    def violations(self, *, marked: bool) -> list[Violation]:
+    def violations(self, *, marked: bool, budget: Budget) -> list[Violation]:
         """The worst replica level (once) and, unless marked under-replicated, the per-bookie details."""
         for category in _REPLICA_LEVELS:
             if self.levels[category]:
@@ -384,7 +398,7 @@ class _ReplicaCheck:
         severity = FIXED_SEVERITY[category]
         if marked and category is not Category.NO_REPLICA:
             return []
-        entries = EntrySet.of(to_groups(self.levels[category], self.modulus))
+        entries = EntrySet.of(to_groups(self.levels[category], self.modulus, budget))
         worst = Violation(category, severity, entries=entries, details=self._level_details(category))
         if marked:
             return [worst]
@@ -394,7 +408,7 @@ class _ReplicaCheck:
                 severity,
                 bookie=bookie,
                 segment_first_entry=span.first,
-                entries=EntrySet.of(to_groups(pieces, self.modulus)),
+                entries=EntrySet.of(to_groups(pieces, self.modulus, budget)),
                 details=f"segment [{span.first}, {span.last}]",
             )
             for span, bookie, pieces in self.missing
@@ -499,7 +513,7 @@ class _QuorumBeyond:
         anyone = [SequenceGroup.run(following, following), *(g for groups in beyond.values() for g in groups)]
         top = max(g.last for g in anyone)
         firsts = [s.first_entry_id for s in metadata.segments]
-        budget = new_budget(modulus, size)
+        budget = new_budget(len(anyone))
         everything = full_mask(modulus)
         found: list[Piece] = []
         for index, segment in enumerate(metadata.segments):
@@ -540,7 +554,7 @@ class _QuorumBeyond:
                 b for b, u, e in zip(segment.ensemble, unknown, expected, strict=True) if u and reachable & e
             }
         if found:
-            self.acknowledged = EntrySet.of(to_groups(found, modulus))
+            self.acknowledged = EntrySet.of(to_groups(found, modulus, budget))
 
 
 def _stretch(since: int, end: int, mask: int, modulus: int, out: list[Piece]) -> None:
