@@ -147,23 +147,22 @@ def sweep_changes(
             events.append((start, 1, index, mask))
             events.append((end + 1, -1, index, mask))
     heapq.heapify(events)
-    counts: dict[int, ResidueCounts] = {}
-    masks: dict[int, int] = {}
+    counts = [ResidueCounts() for _ in piece_lists]
+    masks = [0] * len(piece_lists)
     position = lo
     while position <= hi:
         touched: set[int] = set()
         while events and events[0][0] <= position:
             _, delta, index, mask = heapq.heappop(events)
-            count = counts.setdefault(index, ResidueCounts())
             if delta > 0:
-                count.add(mask)
+                counts[index].add(mask)
             else:
-                count.remove(mask)
+                counts[index].remove(mask)
             touched.add(index)
         changed: dict[int, int] = {}
         for index in touched:
             union = counts[index].union()
-            if union != masks.get(index, 0):
+            if union != masks[index]:
                 masks[index] = changed[index] = union
         end = min(hi, events[0][0] - 1) if events else hi
         yield position, end, changed

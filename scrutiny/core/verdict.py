@@ -359,34 +359,46 @@ class _ReplicaCheck:
                     self.retry.append(bookie)
             else:
                 inputs.append(known.window(span.first, span.last))
-        everything = full_mask(self.modulus)
-        thresholds = (self.wq, self.wq - self.aq + 1, 1)
         missing = list(self.expected)  # what each bookie lacks from since[index] on: all it should hold, at first
         since = [span.first] * len(missing)
         lacking: list[list[Piece]] = [[] for _ in missing]
         counts = ResidueCounts()
         for mask in missing:
             counts.add(mask)
-        levels, levels_since = [counts.at_least(k, everything) for k in thresholds], span.first
+        levels, levels_since = self._levels(counts), span.first
         for start, _, changed in sweep_changes(inputs, span.first, span.last):
             moved = False
             for index, held in changed.items():
                 now = self.expected[index] & ~held
                 if now != missing[index]:
-                    _stretch(since[index], start - 1, missing[index], self.modulus, lacking[index])
+                    if missing[index]:
+                        _stretch(since[index], start - 1, missing[index], self.modulus, lacking[index])
                     counts.remove(missing[index])
                     counts.add(now)
                     missing[index], since[index], moved = now, start, True
-            if moved:
-                for category, mask in zip(_REPLICA_LEVELS, levels, strict=True):
-                    _stretch(levels_since, start - 1, mask, self.modulus, self.levels[category])
-                levels, levels_since = [counts.at_least(k, everything) for k in thresholds], start
-        for category, mask in zip(_REPLICA_LEVELS, levels, strict=True):
-            _stretch(levels_since, span.last, mask, self.modulus, self.levels[category])
+            if moved and (now_levels := self._levels(counts)) != levels:
+                self._close_levels(levels, levels_since, start - 1)
+                levels, levels_since = now_levels, start
+        self._close_levels(levels, levels_since, span.last)
         for index, mask in enumerate(missing):
-            _stretch(since[index], span.last, mask, self.modulus, lacking[index])
+            if mask:
+                _stretch(since[index], span.last, mask, self.modulus, lacking[index])
             if lacking[index]:
                 self.missing.append((span, span.ensemble[index], lacking[index]))
+
+    def _levels(self, counts: ResidueCounts) -> tuple[int, int, int]:
+        """The residues lacking from at least WQ, WQ - AQ + 1 and 1 bookies (in the order of _REPLICA_LEVELS)."""
+        if not counts.layers:  # nobody lacks anything: the common case, at no cost
+            return 0, 0, 0
+        everything = full_mask(self.modulus)
+        anyone = counts.union()
+        below_ack = anyone if self.wq == self.aq else counts.at_least(self.wq - self.aq + 1, everything)
+        return counts.at_least(self.wq, everything) if self.wq > 1 else anyone, below_ack, anyone
+
+    def _close_levels(self, levels: tuple[int, int, int], since: int, end: int) -> None:
+        for category, mask in zip(_REPLICA_LEVELS, levels, strict=True):
+            if mask:
+                _stretch(since, end, mask, self.modulus, self.levels[category])
 
     def violations(self, *, marked: bool, budget: Budget) -> list[Violation]:
         """The worst replica level (once) and, unless marked under-replicated, the per-bookie details."""
@@ -559,7 +571,11 @@ class _QuorumBeyond:
 
 def _stretch(since: int, end: int, mask: int, modulus: int, out: list[Piece]) -> None:
     """Append ``mask`` over ``[since, end]`` as a piece, keeping only the residues that occur there (if any)."""
-    if end >= since:
+    if not mask:
+        return
+    if end - since + 1 >= modulus:  # every residue occurs
+        out.append((since, end, mask))
+    elif end >= since:
         occurring = mask & window_mask(since, end, modulus)
         if occurring:
             out.append((since, end, occurring))
