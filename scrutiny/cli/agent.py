@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import ssl
 
 from scrutiny.agent.dbstorage import DbLedgerStorageBackend
 from scrutiny.agent.server import (
@@ -21,8 +22,13 @@ from scrutiny.agent.server import (
 from scrutiny.agent.v3_forward import V3ForwardBackend
 from scrutiny.cli.commands import COMMAND_HELP
 from scrutiny.cli.common import (
+    MAX_PORT,
     InputError,
+    bounded_count,
+    checked_directory,
     configure_logging,
+    host_argument,
+    port_argument,
     read_file_bytes,
     read_token_file,
     seconds_argument,
@@ -30,8 +36,13 @@ from scrutiny.cli.common import (
 )
 from scrutiny.connectors.bookies.agent_protocol import DEFAULT_MAX_LEDGERS_PER_CALL
 from scrutiny.core.loopback import is_loopback
+from scrutiny.settings.addresses import host_problem
 
 DEFAULT_LISTEN = "127.0.0.1:3185"
+#: The most ledgers one call may ask for (its request and answer are held in memory whole).
+MAX_LEDGERS_PER_CALL = 1_000_000
+#: The most calls served at once (a thread each).
+MAX_CONCURRENT_CALLS = 1_024
 log = logging.getLogger("scrutiny.agent")
 
 
@@ -57,35 +68,60 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     agent.add_argument("--token-file", metavar="FILE", help="file holding the shared secret callers must present")
     agent.add_argument("--tls-cert", metavar="FILE", help="PEM certificate chain (with --tls-key: serve TLS)")
     agent.add_argument("--tls-key", metavar="FILE", help="PEM private key")
-    agent.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port")
-    agent.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST", help="default 127.0.0.1")
+    agent.add_argument(
+        "--metrics-port", type=port_argument, metavar="PORT", help="serve Prometheus metrics on this port"
+    )
+    agent.add_argument(
+        "--metrics-host", type=host_argument, default="127.0.0.1", metavar="HOST", help="default 127.0.0.1"
+    )
     agent.add_argument("--state-dir", metavar="DIR", help="where the agent keeps its own files (default: temp dir)")
     agent.add_argument(
         "--bookie-id",
+        type=_bookie_id,
         required=True,
         metavar="ID",
         help="the bookie id this agent serves (host:port as registered), sent with every answer",
     )
-    agent.add_argument("--max-ledgers-per-call", type=int, default=DEFAULT_MAX_LEDGERS_PER_CALL, metavar="N")
-    agent.add_argument("--max-concurrent-calls", type=int, default=4, metavar="N")
+    agent.add_argument(
+        "--max-ledgers-per-call",
+        type=bounded_count(1, MAX_LEDGERS_PER_CALL),
+        default=DEFAULT_MAX_LEDGERS_PER_CALL,
+        metavar="N",
+    )
+    agent.add_argument(
+        "--max-concurrent-calls",
+        type=bounded_count(1, MAX_CONCURRENT_CALLS, "a thread each"),
+        default=4,
+        metavar="N",
+    )
     agent.add_argument("--grace", type=seconds_argument, default=5.0, metavar="SECONDS", help="shutdown grace period")
     agent.set_defaults(handler=_run)
+
+
+def _bookie_id(text: str) -> str:
+    if not text.strip() or text != text.strip():
+        raise argparse.ArgumentTypeError(f"a bookie id is not empty and has no surrounding blanks, got {text!r}")
+    return text
 
 
 def _run(args: argparse.Namespace) -> int:
     configure_logging()
     host, _port = split_listen(args.listen)
+    forward = split_listen(args.forward_v3, "--forward-v3") if args.forward_v3 else None
     token = read_token_file(args.token_file) if args.token_file else None
     if token is None and not is_loopback(host):
         raise InputError(f"refusing to listen on non-loopback {args.listen} without --token-file")
     if (args.tls_cert is None) != (args.tls_key is None):
         raise InputError("--tls-cert and --tls-key go together")
+    tls = _tls_files(args.tls_cert, args.tls_key) if args.tls_cert and args.tls_key else None
+    if args.state_dir is not None:
+        checked_directory(args.state_dir, "state directory")
     config = AgentServerConfig(
         listen=args.listen,
         bookie_id=args.bookie_id,
         token=token,
-        tls_cert_chain=read_file_bytes(args.tls_cert) if args.tls_cert else None,
-        tls_private_key=read_file_bytes(args.tls_key) if args.tls_key else None,
+        tls_cert_chain=tls[0] if tls else None,
+        tls_private_key=tls[1] if tls else None,
         max_ledgers_per_call=args.max_ledgers_per_call,
         max_concurrent_calls=args.max_concurrent_calls,
         grace_s=args.grace,
@@ -94,9 +130,8 @@ def _run(args: argparse.Namespace) -> int:
         log.warning("the token travels in clear text on %s: use --tls-cert/--tls-key", args.listen)
     metrics = AgentMetrics()
     backend: ListingBackend
-    if args.forward_v3:
-        bookie_host, bookie_port = split_listen(args.forward_v3)
-        backend = V3ForwardBackend(bookie_host, bookie_port)
+    if forward is not None:
+        backend = V3ForwardBackend(*forward)
         sources = 1
     else:
         dirs = [d for d in args.ledger_dirs.split(",") if d]
@@ -143,11 +178,27 @@ def _wait_for_signal() -> None:
             pass
 
 
-def split_listen(listen: str) -> tuple[str, int]:
-    """``host:port`` or ``[v6]:port`` as (host, port); raises :class:`InputError`."""
+def _tls_files(cert: str, key: str) -> tuple[bytes, bytes]:
+    """The bytes of ``--tls-cert`` and ``--tls-key``, once they load as a PEM chain and its key (InputError if not)."""
+    chain, private_key = read_file_bytes(cert), read_file_bytes(key)
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key, password=lambda: b"")
+    except (ssl.SSLError, OSError) as error:
+        reason = getattr(error, "reason", None) or error.strerror or error
+        raise InputError(
+            f"--tls-cert {cert} and --tls-key {key} are not a PEM certificate chain and its private key ({reason})"
+        ) from None
+    return chain, private_key
+
+
+def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` as (host, port); raises :class:`InputError` naming ``option``."""
     host, sep, port = listen.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise InputError(f"--listen expects HOST:PORT, not {listen!r}")
+    if not sep or not host or not port.isdigit() or int(port) > MAX_PORT:
+        raise InputError(f"{option} expects HOST:PORT, not {listen!r}")
+    problem = host_problem(host)
+    if problem is not None:
+        raise InputError(f"{option} {listen!r}: the host {host!r} {problem}")
     return host, int(port)

@@ -16,6 +16,8 @@ from pathlib import Path
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.health_summary import DEFAULT_FAIL_ON, DEFAULT_WORST
 from scrutiny.core.vocabulary import Severity
+from scrutiny.settings.addresses import host_problem
+from scrutiny.settings.loader import MAX_SECONDS
 
 #: The format of every command's log lines.
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -52,14 +54,21 @@ def add_config_argument(parser: argparse.ArgumentParser, help_text: str = CONFIG
     parser.add_argument("--config", metavar="FILE", help=help_text)
 
 
+#: The largest whole number an option takes (a ledger id, a time in ms, a count): a signed 64-bit integer.
+MAX_COUNT = 2**63 - 1
+MAX_PORT = 65_535
+
+
 def count_argument(text: str) -> int:
-    """An argparse type: a whole number ≥ 0."""
+    """An argparse type: a whole number from 0 to :data:`MAX_COUNT` (ledger ids, times in ms, counts)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_COUNT} (64 bits), got {value}")
     return value
 
 
@@ -71,25 +80,78 @@ def positive_count_argument(text: str) -> int:
     return value
 
 
+def bounded_count(minimum: int, maximum: int, why: str = "") -> Callable[[str], int]:
+    """An argparse type: a whole number from ``minimum`` to ``maximum`` (``why``: the reason for the maximum)."""
+
+    def parse(text: str) -> int:
+        value = count_argument(text)
+        if not minimum <= value <= maximum:
+            reason = f" ({why})" if why else ""
+            raise argparse.ArgumentTypeError(f"must be from {minimum} to {maximum}{reason}, got {value}")
+        return value
+
+    return parse
+
+
+def port_argument(text: str) -> int:
+    """An argparse type: a TCP port, 0 to 65535 (0: any free port, or off, as the option says)."""
+    value = count_argument(text)
+    if value > MAX_PORT:
+        raise argparse.ArgumentTypeError(f"a port is 0..{MAX_PORT}, got {value}")
+    return value
+
+
+def host_argument(text: str) -> str:
+    """An argparse type: an IP address or a host name, checked by its spelling (nothing is looked up)."""
+    problem = host_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{text!r} {problem}")
+    return text
+
+
 def seconds_argument(text: str) -> float:
-    """An argparse type: a finite number of seconds ≥ 0."""
+    """An argparse type: a finite number of seconds from 0 to the settings' :data:`MAX_SECONDS` (ten years)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds ≥ 0, got {text}")
+    if value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SECONDS} seconds (ten years), got {text}")
     return value
 
 
-def read_input(name: str) -> bytes:
-    """The bytes of file ``name``, or of standard input when ``name`` is ``-``."""
-    if name == "-":
-        return sys.stdin.buffer.read()
+def positive_seconds_argument(text: str) -> float:
+    """An argparse type: :func:`seconds_argument` above 0."""
+    value = seconds_argument(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def checked_directory(name: str, what: str) -> Path:
+    """``name`` as a directory to use or make: InputError when it exists as something else or cannot be looked at."""
+    path = Path(name)
     try:
-        return Path(name).read_bytes()
+        if path.exists() and not path.is_dir():
+            raise InputError(f"the {what} {name} is not a directory")
     except OSError as error:
-        raise InputError(f"cannot read {name}: {error.strerror or error}") from error
+        raise InputError(f"cannot use the {what} {name}: {error.strerror or error}") from None
+    return path
+
+
+#: The most bytes a command reads from one input file (or standard input): a ledger's metadata znode is at most
+#: ZooKeeper's 1 MB, a listing, racks, a token or a certificate far less; more (``/dev/zero``) is an error, read no
+#: further.
+MAX_INPUT_BYTES = 64 * 2**20
+
+
+def read_input(name: str) -> bytes:
+    """The bytes of file ``name``, or of standard input when ``name`` is ``-`` (at most :data:`MAX_INPUT_BYTES`)."""
+    if name == "-":
+        return _at_most(sys.stdin.buffer.read(MAX_INPUT_BYTES + 1), "standard input")
+    return read_file_bytes(name)
 
 
 def print_json(document: object) -> None:
@@ -155,11 +217,18 @@ def stop_on_signals(
 
 
 def read_file_bytes(name: str) -> bytes:
-    """The bytes of file ``name`` (an unreadable one: :class:`InputError`, one line)."""
+    """The bytes of file ``name``, at most :data:`MAX_INPUT_BYTES` (unreadable: :class:`InputError`, one line)."""
     try:
-        return Path(name).read_bytes()
+        with Path(name).open("rb") as handle:
+            return _at_most(handle.read(MAX_INPUT_BYTES + 1), name)
     except OSError as error:
         raise InputError(f"cannot read {name}: {error.strerror or error}") from error
+
+
+def _at_most(data: bytes, name: str) -> bytes:
+    if len(data) > MAX_INPUT_BYTES:
+        raise InputError(f"{name} holds more than {MAX_INPUT_BYTES:,} bytes, more than any input of this command")
+    return data
 
 
 def read_token_file(name: str) -> str:

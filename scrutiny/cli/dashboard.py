@@ -17,7 +17,14 @@ import sys
 from collections.abc import Mapping
 
 from scrutiny.cli.commands import COMMAND_HELP
-from scrutiny.cli.common import InputError, add_config_argument, count_argument, read_token_file, seconds_argument
+from scrutiny.cli.common import (
+    InputError,
+    add_config_argument,
+    host_argument,
+    port_argument,
+    positive_seconds_argument,
+    read_token_file,
+)
 from scrutiny.dashboard.app import DEFAULT_REFRESH_SECONDS, create_app
 from scrutiny.dashboard.data import check_data_dir
 from scrutiny.dashboard.server import DashboardServer, is_loopback
@@ -27,7 +34,8 @@ from scrutiny.settings.loader import load_settings
 TOKEN_ENV = "SCRUTINY_DASHBOARD_TOKEN"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8050
-_MAX_PORT = 65535
+#: The page refreshes at least once a day (the browser's timer holds about 24 days of milliseconds).
+MAX_REFRESH_SECONDS = 86_400
 _TOKEN_BYTES = 32
 
 
@@ -43,9 +51,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     dashboard.add_argument("--data-dir", metavar="DIR", help="the tables' directory (default: checker.data_dir)")
-    dashboard.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default: {DEFAULT_HOST})")
     dashboard.add_argument(
-        "--port", type=_port, default=DEFAULT_PORT, help=f"port to bind, 0 for any free one (default: {DEFAULT_PORT})"
+        "--host", type=host_argument, default=DEFAULT_HOST, help=f"address to bind (default: {DEFAULT_HOST})"
+    )
+    dashboard.add_argument(
+        "--port",
+        type=port_argument,
+        default=DEFAULT_PORT,
+        help=f"port to bind, 0 for any free one (default: {DEFAULT_PORT})",
     )
     secret = dashboard.add_mutually_exclusive_group()
     secret.add_argument(
@@ -61,7 +74,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     dashboard.add_argument(
         "--refresh-seconds",
-        type=_positive,
+        type=_refresh_seconds,
         default=DEFAULT_REFRESH_SECONDS,
         metavar="S",
         help=f"how often the page refreshes (default: {DEFAULT_REFRESH_SECONDS:g})",
@@ -70,17 +83,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     dashboard.set_defaults(handler=_run)
 
 
-def _port(text: str) -> int:
-    value = count_argument(text)
-    if value > _MAX_PORT:
-        raise argparse.ArgumentTypeError(f"a port is 0..{_MAX_PORT}, got {value}")
-    return value
-
-
-def _positive(text: str) -> float:
-    value = seconds_argument(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+def _refresh_seconds(text: str) -> float:
+    value = positive_seconds_argument(text)
+    if value > MAX_REFRESH_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_REFRESH_SECONDS} (a day), got {text}")
     return value
 
 
@@ -104,17 +110,18 @@ def resolve_token(host: str, given: str | None, env: Mapping[str, str]) -> tuple
 
 def _run(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
+    given = read_token_file(args.token_file) if args.token_file else args.token
+    token, generated = resolve_token(args.host, given, os.environ)
     data_dir = args.data_dir if args.data_dir is not None else settings.checker.data_dir
-    for table in check_data_dir(data_dir):
-        print(f"scrutiny: note: table {table!r} does not exist yet in {data_dir}: no data yet", file=sys.stderr)
+    missing = check_data_dir(data_dir)
     if args.token is not None:
         print(
             "scrutiny: warning: --token is visible to other users in the process list; prefer --token-file or"
             f" ${TOKEN_ENV}",
             file=sys.stderr,
         )
-    given = read_token_file(args.token_file) if args.token_file else args.token
-    token, generated = resolve_token(args.host, given, os.environ)
+    for table in missing:
+        print(f"scrutiny: note: table {table!r} does not exist yet in {data_dir}: no data yet", file=sys.stderr)
     app = create_app(
         data_dir,
         token=token,

@@ -27,7 +27,17 @@ from pathlib import Path
 from prometheus_client import start_http_server
 
 from scrutiny.cli.commands import COMMAND_HELP
-from scrutiny.cli.common import LOG_FORMAT, add_config_argument, quiet_libraries, seconds_argument, stop_on_signals
+from scrutiny.cli.common import (
+    LOG_FORMAT,
+    InputError,
+    add_config_argument,
+    host_argument,
+    port_argument,
+    positive_seconds_argument,
+    quiet_libraries,
+    seconds_argument,
+    stop_on_signals,
+)
 from scrutiny.connectors.tables.health import read_open_violations
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.health_summary import category_table, summarize
@@ -57,11 +67,20 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--until-idle", type=seconds_argument, metavar="SECONDS", help="stop after this long with nothing to do"
     )
     run.add_argument(
-        "--summary-every", type=seconds_argument, default=30.0, metavar="SECONDS", help="open-violation summary"
+        "--summary-every",
+        type=positive_seconds_argument,
+        default=30.0,
+        metavar="SECONDS",
+        help="open-violation summary",
     )
-    run.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (checker.metrics_port)")
     run.add_argument(
-        "--metrics-host", metavar="HOST", help="the metrics' address (checker.metrics_host, default 127.0.0.1)"
+        "--metrics-port", type=port_argument, help="serve Prometheus metrics on this port (checker.metrics_port)"
+    )
+    run.add_argument(
+        "--metrics-host",
+        type=host_argument,
+        metavar="HOST",
+        help="the metrics' address (checker.metrics_host, default 127.0.0.1)",
     )
     run.set_defaults(handler=_run)
 
@@ -69,12 +88,17 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _run(args: argparse.Namespace) -> int:
     configured = args.config or os.environ.get(CONFIG_ENV)
     settings = load_settings(args.config)
+    # The embedded default's scenario is read first: a bad one ends the command before it writes or starts anything.
+    scenario = None if configured else load_scenario(args.scenario or DEMO_SCENARIO)
     log_file = _route_logs(settings.checker.data_dir)
     metrics = JobMetrics()
     port = args.metrics_port if args.metrics_port is not None else settings.checker.metrics_port
     host = args.metrics_host or settings.checker.metrics_host
     if port:
-        start_http_server(port, addr=host, registry=metrics.registry)
+        try:
+            start_http_server(port, addr=host, registry=metrics.registry)
+        except OSError as error:
+            raise InputError(f"cannot serve metrics on {host}:{port}: {error.strerror or error}") from None
         log.info("metrics on http://%s:%d/metrics", host, port)
     if configured:
         spark = build_spark_session(
@@ -91,7 +115,7 @@ def _run(args: argparse.Namespace) -> int:
         finally:
             checker.stop()
         return 0
-    scenario = load_scenario(args.scenario or DEMO_SCENARIO)
+    assert scenario is not None
     stack = EmbeddedStack(settings, scenario, metrics=metrics, log_file=log_file)
     try:
         embedded = stack.start()
@@ -133,9 +157,12 @@ def _route_logs(data_dir: str) -> Path:
     A data directory in an object store (``s3://...``) keeps its logs in ``./logs`` instead.
     """
     logs = Path("logs") if "://" in data_dir else Path(data_dir) / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
     log_file = logs / f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-    to_file = logging.FileHandler(log_file, encoding="utf-8")
+    try:
+        logs.mkdir(parents=True, exist_ok=True)
+        to_file = logging.FileHandler(log_file, encoding="utf-8")
+    except OSError as error:
+        raise InputError(f"cannot write the log file {log_file}: {error.strerror or error}") from None
     to_file.setFormatter(logging.Formatter(LOG_FORMAT))
     to_terminal = logging.StreamHandler()
     to_terminal.setFormatter(logging.Formatter(LOG_FORMAT))

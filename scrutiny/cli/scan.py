@@ -23,8 +23,10 @@ from pyspark.sql import SparkSession
 
 from scrutiny.cli.commands import COMMAND_HELP
 from scrutiny.cli.common import (
+    InputError,
     add_config_argument,
     add_summary_arguments,
+    checked_directory,
     configure_logging,
     positive_count_argument,
     print_json,
@@ -85,6 +87,11 @@ def _run(args: argparse.Namespace) -> int:
     mode = ScanMode.FAST if args.fast else ScanMode.DEEP
     fix = FixOptions(enabled=args.fix, dry_run=args.dry_run, force=args.force)
     check_fix_options(fix, mode)
+    if args.bookie is not None and not args.bookie.strip():
+        raise InputError("--bookie is empty: give a bookie id, or leave it out for every bookie")
+    data_dir = args.data_dir if args.data_dir is not None else settings.checker.data_dir
+    if "://" not in data_dir:  # a local one: it must be a directory, or not exist yet
+        checked_directory(data_dir, "data directory")
     options = ScanOptions(
         mode=mode,
         selection=parse_ledger_selection(args.ledgers),

@@ -29,7 +29,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from scrutiny.cli.commands import COMMAND_HELP
-from scrutiny.cli.common import add_config_argument, count_argument, positive_count_argument, seconds_argument
+from scrutiny.cli.common import (
+    InputError,
+    add_config_argument,
+    bounded_count,
+    checked_directory,
+    positive_seconds_argument,
+)
 from scrutiny.services.autorecovery import AutoRecoveryOptions
 from scrutiny.services.bookkeeper import BookieOptions, BookieStatus, BookieStorage, agent_overrides
 from scrutiny.services.local_stack import AGENT_OVERRIDES_ENV, EmbeddedServices, resolve_state_dir
@@ -41,6 +47,12 @@ EXIT_STATUS_STOPPED = 3
 FORMATS = ("sh", "env")
 STATUS_FORMATS = (*FORMATS, "json")
 BOOKIE_ACTIONS = ("stop", "start", "wipe")
+#: The most local bookies ``up --bookies`` starts: each is a JVM of about 160 MB.
+MAX_LOCAL_BOOKIES = 32
+#: The largest DbLedgerStorage write cache of a local bookie, in MB (its JVM reserves twice as much direct memory).
+MAX_WRITE_CACHE_MB = 65_536
+#: BookKeeper reads the flush interval (in ms) and the AutoRecovery intervals as 32-bit integers.
+_JAVA_INT = 2**31 - 1
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,9 +67,15 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up = actions.add_parser("up", help="start the services (reusing running ones) and print their variables")
     up.add_argument("--restart-crashed", action="store_true", help="start again a service whose recorded process died")
     up.add_argument(
-        "--timeout", type=seconds_argument, default=30.0, metavar="SECONDS", help="start deadline per service"
+        "--timeout", type=positive_seconds_argument, default=30.0, metavar="SECONDS", help="start deadline per service"
     )
-    up.add_argument("--bookies", type=count_argument, default=0, metavar="N", help="also run N real BookKeeper bookies")
+    up.add_argument(
+        "--bookies",
+        type=bounded_count(0, MAX_LOCAL_BOOKIES, "a JVM each"),
+        default=0,
+        metavar="N",
+        help=f"also run N real BookKeeper bookies (at most {MAX_LOCAL_BOOKIES})",
+    )
     up.add_argument(
         "--storage",
         choices=[str(s) for s in BookieStorage],
@@ -66,11 +84,15 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(SortedLedgerStorage, answers BookKeeper's v3 listing itself); default db",
     )
     up.add_argument(
-        "--write-cache-mb", type=positive_count_argument, default=16, metavar="MB", help="DbLedgerStorage write cache"
+        "--write-cache-mb",
+        type=bounded_count(1, MAX_WRITE_CACHE_MB),
+        default=16,
+        metavar="MB",
+        help="DbLedgerStorage write cache",
     )
     up.add_argument(
         "--flush-interval",
-        type=seconds_argument,
+        type=_flush_interval,
         default=10.0,
         metavar="SECONDS",
         help="how often a DbLedgerStorage bookie flushes its write cache into its index (default 10)",
@@ -106,7 +128,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     ):
         recovery.add_argument(
-            flag, dest=dest, type=count_argument, default=default, metavar="S", help=f"{text} (default %(default)s)"
+            flag,
+            dest=dest,
+            type=bounded_count(0, _JAVA_INT, "BookKeeper's 32-bit integers"),
+            default=default,
+            metavar="S",
+            help=f"{text} (default %(default)s)",
         )
     for action in (up, status, down, bookie, recovery):
         action.add_argument("--state-dir", help="state directory (default: services.state_dir, then XDG)")
@@ -122,6 +149,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     recovery.set_defaults(handler=_autorecovery)
 
 
+def _flush_interval(text: str) -> float:
+    """At least a millisecond, at most what BookKeeper's ``flushInterval`` (a 32-bit number of ms) holds."""
+    value = positive_seconds_argument(text)
+    if not 0.001 <= value <= _JAVA_INT / 1000:
+        raise argparse.ArgumentTypeError(f"must be from 0.001 to {_JAVA_INT / 1000} seconds, got {text}")
+    return value
+
+
 def shell_lines(variables: Mapping[str, str], fmt: str = "sh") -> list[str]:
     """``NAME=VALUE; export NAME;`` lines (``sh``) or ``NAME=VALUE`` lines (``env``)."""
     if fmt == "env":
@@ -132,7 +167,7 @@ def shell_lines(variables: Mapping[str, str], fmt: str = "sh") -> list[str]:
 def _services(args: argparse.Namespace, **options: float) -> EmbeddedServices:
     settings = load_settings(args.config)
     state_dir = args.state_dir or str(resolve_state_dir(settings.services.state_dir))
-    return EmbeddedServices(state_dir, **options)
+    return EmbeddedServices(checked_directory(state_dir, "state directory"), **options)
 
 
 def _progress(message: str) -> None:
@@ -226,7 +261,10 @@ def _bookie(args: argparse.Namespace) -> int:
 
 
 def _autorecovery(args: argparse.Namespace) -> int:
-    recovery = _services(args).autorecovery()
+    services = _services(args)
+    recovery = services.autorecovery()
+    if args.recovery_action == "start" and not recovery.bookies.zookeeper:
+        raise InputError(f"no ZooKeeper is recorded in {services.state_dir}: start it with 'scrutiny services up'")
     try:
         if args.recovery_action == "stop":
             status = recovery.stop()

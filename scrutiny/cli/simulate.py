@@ -30,6 +30,7 @@ from scrutiny.cli.common import InputError, add_config_argument, configure_loggi
 from scrutiny.connectors.zookeeper.client import close_zookeeper_client, start_zookeeper_client
 from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
 from scrutiny.services.scenario_settings import scenario_overrides
+from scrutiny.settings.addresses import zookeeper_connect_problem
 from scrutiny.settings.loader import load_settings
 from scrutiny.simulator.cluster import SimCluster
 from scrutiny.simulator.generator import generate, parse_fault_mix
@@ -82,12 +83,18 @@ def _run(args: argparse.Namespace) -> int:
         return _generate(args)
     if args.scenario is None:
         raise InputError("give a scenario file, or --generate N --out FILE")
+    if args.zookeeper is not None:
+        problem = zookeeper_connect_problem(args.zookeeper) if args.zookeeper.strip() else "is empty"
+        if problem is not None:
+            raise InputError(f"--zookeeper {args.zookeeper!r} {problem}")
+    if args.truth_out:
+        _check_writable(args.truth_out)
     scenario = load_scenario(args.scenario)
     settings = load_settings(args.config)
     overrides = scenario_overrides(settings, scenario)
     if args.dry_run:
         if args.truth_out:
-            write_truth(args.truth_out, truth_document(scenario, truth_timeline(scenario, horizon_s=args.duration)))
+            _write_truth(args.truth_out, truth_document(scenario, truth_timeline(scenario, horizon_s=args.duration)))
         document = {"scenario": scenario.name, "ledgers": len(scenario.ledgers), "ok": True}
         print(json.dumps({**document, "checker_environment": overrides}))
         return 0
@@ -137,6 +144,25 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_writable(name: str) -> None:
+    """InputError unless a file can be written at ``name`` (its directory exists; it is not a directory itself)."""
+    path = Path(name)
+    try:
+        if path.is_dir():
+            raise InputError(f"cannot write {name}: it is a directory")
+        if not path.parent.is_dir():
+            raise InputError(f"cannot write {name}: the directory {path.parent} does not exist")
+    except OSError as error:
+        raise InputError(f"cannot write {name}: {error.strerror or error}") from None
+
+
+def _write_truth(name: str, document: dict[str, object]) -> None:
+    try:
+        write_truth(name, document)
+    except OSError as error:
+        raise InputError(f"cannot write {name}: {error.strerror or error}") from None
+
+
 def _connect(zookeeper: ZooKeeperSection, hosts: str) -> KazooClient:
     """A started client on ``hosts``; its chroot is created first when missing."""
     servers, _, chroot = hosts.partition("/")
@@ -167,7 +193,7 @@ async def _simulate(
             document = truth_document(
                 scenario, timeline, started_at_ms=cluster.started_at_ms, bookies=cluster.addresses()
             )
-            write_truth(args.truth_out, document)
+            _write_truth(args.truth_out, document)
         ready = {
             "scenario": scenario.name,
             "zookeeper": hosts,

@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import Final
 
 from scrutiny.cli.commands import COMMAND_HELP
-from scrutiny.cli.common import InputError, add_config_argument
+from scrutiny.cli.common import MAX_INPUT_BYTES, InputError, add_config_argument
 from scrutiny.connectors.tables.sql import QueryResult, SqlEngine
 from scrutiny.core.terminal_text import terminal_safe
 from scrutiny.settings.loader import load_settings
@@ -54,11 +54,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _run(args: argparse.Namespace) -> int:
     if args.query is None and not args.list_views:
         raise InputError("give a query (or - to read it from standard input), or --list-views")
+    query = None if args.list_views else _query_text(args.query)
+    params = _params(args.param)
     data_dir = args.data_dir if args.data_dir is not None else load_settings(args.config).checker.data_dir
-    with SqlEngine(data_dir, params=_params(args.param)) as engine:
+    with SqlEngine(data_dir, params=params) as engine:
         for note in engine.notes():
             print(f"scrutiny: note: {note}", file=sys.stderr)
-        result = _views_result(engine) if args.list_views else engine.query(_query_text(args.query))
+        result = _views_result(engine) if query is None else engine.query(query)
     sys.stdout.write(render(result, args.format))
     return 0
 
@@ -74,7 +76,14 @@ def _params(specs: Sequence[str]) -> dict[str, str]:
 
 
 def _query_text(query: str) -> str:
-    text = sys.stdin.read() if query == "-" else query
+    where = "on standard input" if query == "-" else "given"
+    try:
+        text = sys.stdin.read(MAX_INPUT_BYTES + 1) if query == "-" else query
+        text.encode("utf-8")  # surrogates stand for bytes that were not UTF-8 (read in the C locale)
+    except UnicodeError:
+        raise InputError(f"the query {where} is not UTF-8 text") from None
+    if len(text) > MAX_INPUT_BYTES:
+        raise InputError(f"standard input holds more than {MAX_INPUT_BYTES:,} characters, more than any query")
     if not text.strip():
         raise InputError("the query is empty")
     return text

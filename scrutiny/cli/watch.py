@@ -15,7 +15,15 @@ import sys
 import threading
 
 from scrutiny.cli.commands import COMMAND_HELP
-from scrutiny.cli.common import add_config_argument, configure_logging, seconds_argument, stop_on_signals
+from scrutiny.cli.common import (
+    InputError,
+    add_config_argument,
+    configure_logging,
+    host_argument,
+    port_argument,
+    seconds_argument,
+    stop_on_signals,
+)
 from scrutiny.settings.loader import load_settings
 from scrutiny.watcher.metrics import WatcherMetrics
 from scrutiny.watcher.wiring import watcher_from_settings
@@ -36,9 +44,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     watch.add_argument(
         "--duration", type=seconds_argument, metavar="SECONDS", help="stop after this long (default: run on)"
     )
-    watch.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (watcher.metrics_port)")
     watch.add_argument(
-        "--metrics-host", metavar="HOST", help="the metrics' address (watcher.metrics_host, default 127.0.0.1)"
+        "--metrics-port", type=port_argument, help="serve Prometheus metrics on this port (watcher.metrics_port)"
+    )
+    watch.add_argument(
+        "--metrics-host",
+        type=host_argument,
+        metavar="HOST",
+        help="the metrics' address (watcher.metrics_host, default 127.0.0.1)",
     )
     watch.set_defaults(handler=_run)
 
@@ -51,7 +64,10 @@ def _run(args: argparse.Namespace) -> int:
     port = args.metrics_port if args.metrics_port is not None else settings.watcher.metrics_port
     host = args.metrics_host or settings.watcher.metrics_host
     if port:
-        metrics.serve(port, host)
+        try:
+            metrics.serve(port, host)
+        except OSError as error:
+            raise InputError(f"cannot serve metrics on {host}:{port}: {error.strerror or error}") from None
         log.info("metrics on http://%s:%d/metrics", host, port)
     watcher = watcher_from_settings(settings, watcher_id, metrics)
     with stop_on_signals(lambda signum: log.info("stopping (signal %d)", signum)) as stop:

@@ -7,9 +7,11 @@ in ``conf/scrutiny.toml``) and which checks its own values when built. A file ma
 set any subset; ``SCRUTINY_<SECTION>_<KEY>`` environment variables override it, and the short
 ``SCRUTINY_ZOOKEEPER`` / ``SCRUTINY_KAFKA`` (printed by ``scrutiny services up``) set the
 connection strings. Unknown sections or keys, values of the wrong type, numbers that are not finite (TOML's and
-the environment's ``inf`` and ``nan``), ports outside 0-65535 and a file that is not UTF-8 are errors
-(:class:`ConfigError` naming the key, one line), never silently ignored. Secrets are :class:`Secret`
-values: their repr never shows them.
+the environment's ``inf`` and ``nan``), integers beyond 64 bits, durations (``*_seconds``, ``reverify_interval``)
+beyond :data:`MAX_SECONDS`, ports outside 0-65535, host names and server lists that are misspelt
+(:mod:`scrutiny.settings.addresses`), a file that is not UTF-8 or larger than :data:`MAX_CONFIG_BYTES` are errors
+(:class:`ConfigError` naming the key, one line), never silently ignored. Secrets are :class:`Secret` values: their
+repr never shows them.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from scrutiny.core.health_summary import DEFAULT_STALL_AFTER_MS
 from scrutiny.core.placement import PlacementPolicy
 from scrutiny.core.secret import Secret
 from scrutiny.core.verdict import VerdictConfig
+from scrutiny.settings.addresses import host_problem, kafka_servers_problem, zookeeper_connect_problem
 from scrutiny.settings.sections import (
     CheckerSection,
     PlacementSection,
@@ -44,6 +47,14 @@ ENV_PREFIX = "SCRUTINY_"
 #: intervals) without a batch, when that is longer than the default (health_summary.DEFAULT_STALL_AFTER_MS).
 STALL_INTERVALS = 20
 CONFIG_ENV = "SCRUTINY_CONFIG"
+#: The longest duration a key may give, in seconds (ten years): the job passes durations to Spark and Kafka as
+#: 64-bit milliseconds and to the ZooKeeper client as socket timeouts.
+MAX_SECONDS = 10 * 365 * 86_400
+#: Keys that are durations in seconds besides those named ``*_seconds``.
+_DURATION_KEYS = frozenset({"reverify_interval"})
+_INT64 = range(-(2**63), 2**63)
+#: A configuration file's size in bytes (the shipped one, every key documented, is under 20 kB).
+MAX_CONFIG_BYTES = 2**20
 #: Short variables that ``scrutiny services up`` prints, and what they set.
 ENV_ALIASES = {"SCRUTINY_ZOOKEEPER": ("zookeeper", "connect"), "SCRUTINY_KAFKA": ("kafka", "bootstrap_servers")}
 
@@ -108,6 +119,8 @@ def load_settings(path: str | Path | None = None, *, env: Mapping[str, str] | No
     sections = {name: _SECTION_TYPES[name](**given) for name, given in values.items()}
     for name, section in sections.items():
         _check_ports(name, section)
+        _check_ranges(name, section)
+        _check_hosts(name, section)
     explicit = frozenset(f"{section}.{key}" for section, keys in values.items() for key in keys)
     settings = Settings(**sections, source=str(path) if path is not None else None, given=explicit)
     return settings
@@ -121,10 +134,46 @@ def _check_ports(section_name: str, section: object) -> None:
             raise ConfigError(f"{section_name}.{field.name} must be a port from 0 to 65535, not {value!r}")
 
 
+def _check_ranges(section_name: str, section: object) -> None:
+    """Integers fit in 64 bits; durations are at most :data:`MAX_SECONDS`."""
+    for field in dataclasses.fields(section):  # type: ignore[arg-type]
+        value = getattr(section, field.name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if isinstance(value, int) and value not in _INT64:
+            raise ConfigError(f"{section_name}.{field.name} must fit in 64 bits, not {value!r}")
+        if (field.name.endswith("_seconds") or field.name in _DURATION_KEYS) and value > MAX_SECONDS:
+            raise ConfigError(
+                f"{section_name}.{field.name} must be at most {MAX_SECONDS} seconds (ten years), not {value!r}"
+            )
+
+
+def _check_hosts(section_name: str, section: object) -> None:
+    """Every ``*_host`` key is an IP address or a host name; ``zookeeper.connect`` and ``kafka.bootstrap_servers``
+    name servers."""
+    for field in dataclasses.fields(section):  # type: ignore[arg-type]
+        value = getattr(section, field.name)
+        if not isinstance(value, str):
+            continue
+        if field.name.endswith("_host"):
+            problem = host_problem(value)
+        elif (section_name, field.name) == ("zookeeper", "connect"):
+            problem = zookeeper_connect_problem(value)
+        elif (section_name, field.name) == ("kafka", "bootstrap_servers"):
+            problem = kafka_servers_problem(value)
+        else:
+            continue
+        if problem is not None:
+            raise ConfigError(f"{section_name}.{field.name} {value!r} {problem}")
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as handle:
-            return tomllib.load(handle)
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"configuration file {path} is larger than {MAX_CONFIG_BYTES:,} bytes")
+        return tomllib.loads(data.decode("utf-8"))
     except OSError as error:
         raise ConfigError(f"cannot read configuration file {path}: {error.strerror or error}") from error
     except tomllib.TOMLDecodeError as error:

@@ -34,6 +34,7 @@ Bookie faults: ``unresponsive``, ``slow`` (answers after 0.2 s, within any sane 
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -41,11 +42,13 @@ from typing import Any, Final, cast
 
 from scrutiny.core.placement import PlacementPolicy
 from scrutiny.simulator.model import (
+    MAX_ENTRY,
     AutoPlacement,
     CheckerSpec,
     ScenarioError,
     auto_ensemble,
 )
+from scrutiny.simulator.scenario import MAX_BOOKIES, MAX_LEDGERS
 
 LEDGER_FAULTS: Final = (
     "missing",
@@ -157,7 +160,11 @@ def parse_fault_mix(text: str) -> FaultMix:
             number = float(value) if name in LEDGER_FAULTS else int(value)
         except ValueError:
             raise ScenarioError(f"fault {name}: {value!r} is not a number") from None
-        if number < 0 or (name in LEDGER_FAULTS and number > 1):
+        if (
+            (isinstance(number, float) and not math.isfinite(number))
+            or number < 0
+            or (name in LEDGER_FAULTS and number > 1)
+        ):
             raise ScenarioError(f"fault {name}: {value} is out of range")
         mix = replace(mix, **cast(dict[str, Any], {name: number}))
     if sum(getattr(mix, name) for name in LEDGER_FAULTS) > 1:
@@ -198,6 +205,13 @@ def generate(
     """A scenario's TOML text and the plan of its faults (see the module doc). Deterministic."""
     if ledgers < 1 or bookies < 5 or not 2 <= racks <= bookies:
         raise ScenarioError("need at least 1 ledger, 5 bookies and 2..bookies racks")
+    if ledgers > MAX_LEDGERS or bookies > MAX_BOOKIES:
+        raise ScenarioError(
+            f"a scenario has at most {MAX_LEDGERS:,} ledgers and {MAX_BOOKIES:,} bookies, not {ledgers:,} and"
+            f" {bookies:,}"
+        )
+    if not 0 <= seed <= MAX_ENTRY:
+        raise ScenarioError(f"the seed must be from 0 to {MAX_ENTRY}, not {seed}")
     rng = random.Random(f"generate:{seed}")
     ids = _bookie_ids(bookies)
     rack_of = {b: f"/rack-{i % racks + 1}" for i, b in enumerate(ids)}

@@ -29,6 +29,8 @@ from scrutiny.proto import bookkeeper_protocol_pb2 as bk_pb
 #: Entry ranges are inclusive ``(first, last)`` pairs.
 Range = tuple[int, int]
 MAX_ENTRY: Final = MAX_ENTRY_ID
+#: A closed ledger's length in bytes, a signed 64-bit field of its metadata.
+MAX_LENGTH: Final = 2**63 - 1
 PULSAR_TOPIC_KEY: Final = "pulsar/managed-ledger"
 DEFAULT_ENTRY_SIZE: Final = 1024
 _AUTO_ATTEMPTS: Final = 200
@@ -523,6 +525,11 @@ def check_ledger(spec: LedgerSpec, bookie_ids: Sequence[str], where: Where) -> N
         raise where.fail(f"the last segment starts after last_entry + 1 ({spec.last_entry + 1})")
     if not spec.closed and spec.segments[-1].first > spec.written + 1:
         raise where.fail(f"the last segment starts after the last written entry + 1 ({spec.written + 1})")
+    if spec.closed and (spec.last_entry + 1) * spec.entry_size > MAX_LENGTH:
+        raise where.fail(
+            f"a closed ledger's length (last_entry + 1) × entry_size = {(spec.last_entry + 1) * spec.entry_size:,}"
+            f" bytes does not fit in the metadata's 64 bits (at most {MAX_LENGTH:,})"
+        )
     if spec.mark is not None:
         unknown = [b for b in spec.mark.replicas if b not in bookie_ids]
         if unknown:

@@ -66,6 +66,32 @@ _STATUS_NAMES: Final = frozenset(bk_pb.StatusCode.keys())
 _E = TypeVar("_E", bound=StrEnum)
 _BOOKIE_ID_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:_.-")
 
+# The limits of the format (docs/simulator.md, "Limits"). A scenario is held in memory whole, ledger by ledger,
+# so a short file must not describe more than a process can hold: an id range, a count or a number of seconds
+# beyond these is refused with the limit named, before anything is allocated for it.
+
+#: A scenario file's size in bytes (a generated one of 100,000 ledgers is about 170 kB).
+MAX_SCENARIO_BYTES: Final = 64 * 2**20
+#: Bookies of ``cluster.bookies`` (each one that runs listens on two ports).
+MAX_BOOKIES: Final = 10_000
+#: A ledger's ensemble size.
+MAX_ENSEMBLE_SIZE: Final = 1_000
+#: A ledger's ``entry_size`` in bytes.
+MAX_ENTRY_SIZE: Final = 2**40
+#: Ledgers a scenario defines: its ``[[ledgers]]`` tables and ``create`` changes together (about 600 bytes of
+#: memory each, and a znode each in ZooKeeper).
+MAX_LEDGERS: Final = 1_000_000
+#: Ledger ids its other id lists (bookies' ``limbo``, faults' ``ledgers``, ``limbo`` changes) name together.
+MAX_LISTED_IDS: Final = 1_000_000
+#: Ensemble members of every segment of every ledger plus the entry ranges of their holdings, together: a ledger
+#: keeps its own (``ids = [[1, 1000000]]`` with 1,000 bookies an ensemble would be a billion).
+MAX_LEDGER_PARTS: Final = 20_000_000
+#: Bytes of custom metadata (``pulsar_topic`` and ``custom``) of every ledger together: each ledger keeps its own.
+MAX_CUSTOM_BYTES: Final = 256 * 2**20
+#: A time (``at``) or a duration in seconds: finite, and at most ten years (marks' ctimes stay valid epoch
+#: milliseconds, the schedule's timers within range).
+MAX_SECONDS: Final = 10 * 365 * 86_400
+
 
 # --------------------------------------------------------------------------- parsing helpers
 
@@ -91,10 +117,15 @@ def _int(value: object, where: Where, minimum: int | None = None, maximum: int =
 
 
 def _number(value: object, where: Where, minimum: float = 0.0) -> float:
+    """A number of seconds (a time or a duration) from ``minimum`` to :data:`MAX_SECONDS`."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise where.fail(f"expected a number, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise where.fail(f"{value} is not a finite number of seconds")
     if value < minimum:
         raise where.fail(f"{value} is below {minimum}")
+    if value > MAX_SECONDS:
+        raise where.fail(f"{value} is more than {MAX_SECONDS:,} seconds (ten years), the most a scenario allows")
     return float(value)
 
 
@@ -145,13 +176,27 @@ def _ranges(value: object, where: Where) -> tuple[Range, ...]:
     return normalize_ranges(out)
 
 
-def _ids(value: object, where: Where) -> list[int]:
-    """Ledger ids: an integer, or a list of integers and inclusive ``[first, last]`` ranges."""
+def _ids(value: object, where: Where, budget: _Budget, kind: str = "listed_ids") -> list[int]:
+    """Ledger ids: an integer, or a list of integers and inclusive ``[first, last]`` ranges.
+
+    Their number is taken from ``budget`` (``kind``: ``ledgers`` or ``listed_ids``) before any list is made.
+    """
+    ranges = _id_ranges(value, where)
+    budget.take(kind, sum(hi - lo + 1 for lo, hi in ranges), where)
+    ids: list[int] = []
+    for lo, hi in ranges:
+        ids.extend(range(lo, hi + 1))
+    return ids
+
+
+def _id_ranges(value: object, where: Where) -> list[tuple[int, int]]:
+    """The inclusive ranges of :func:`_ids`' ids, a single id as a range of one."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return [_int(value, where, 0)]
+        single = _int(value, where, 0)
+        return [(single, single)]
     if not isinstance(value, list):
         raise where.fail("expected a ledger id or a list of ids and [first, last] ranges")
-    ids: list[int] = []
+    ranges: list[tuple[int, int]] = []
     for index, item in enumerate(value):
         here = where.at(index)
         if isinstance(item, list):
@@ -160,10 +205,36 @@ def _ids(value: object, where: Where) -> list[int]:
             lo, hi = _int(item[0], here, 0), _int(item[1], here, 0)
             if hi < lo:
                 raise here.fail(f"id range [{lo}, {hi}] ends before it starts")
-            ids.extend(range(lo, hi + 1))
+            ranges.append((lo, hi))
         else:
-            ids.append(_int(item, here, 0))
-    return ids
+            single = _int(item, here, 0)
+            ranges.append((single, single))
+    return ranges
+
+
+#: Each meter of :class:`_Budget`: its limit, what it counts and the rule (for the error message).
+_METERS: Final[dict[str, tuple[int, str, str]]] = {
+    "ledgers": (MAX_LEDGERS, "ledgers", "a scenario defines at most"),
+    "listed_ids": (MAX_LISTED_IDS, "ledger ids", "a scenario's limbo and fault lists name at most"),
+    "parts": (MAX_LEDGER_PARTS, "ensemble members and holding ranges", "a scenario's ledgers hold at most"),
+    "custom_bytes": (MAX_CUSTOM_BYTES, "bytes of custom metadata", "a scenario's ledgers hold at most"),
+}
+
+
+@dataclass
+class _Budget:
+    """How much of each limit of the format (:data:`_METERS`) one scenario has taken so far."""
+
+    taken: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_METERS, 0))
+
+    def take(self, kind: str, count: int, where: Where) -> None:
+        """Count ``count`` more of ``kind``; ScenarioError, naming the limit, when that goes beyond it."""
+        limit, noun, rule = _METERS[kind]
+        total = self.taken[kind] + count
+        if total > limit:
+            before = f" ({total:,} with those before)" if self.taken[kind] else ""
+            raise where.fail(f"{count:,} {noun}{before}: {rule} {limit:,} {noun}")
+        self.taken[kind] = total
 
 
 def _bookie_id(value: object, where: Where) -> str:
@@ -229,16 +300,20 @@ def _bookie_ids(value: object, where: Where) -> list[str]:
     if value is None:
         raise where.fail("required: a number of bookies or a list of bookie ids")
     if isinstance(value, int) and not isinstance(value, bool):
-        return [f"bookie-{i}" for i in range(1, _int(value, where, 1, 10_000) + 1)]
+        return [f"bookie-{i}" for i in range(1, _int(value, where, 1, MAX_BOOKIES) + 1)]
     if not isinstance(value, list) or not value:
         raise where.fail("expected a number of bookies or a non-empty list of bookie ids")
+    if len(value) > MAX_BOOKIES:
+        raise where.fail(f"{len(value):,} bookies: a scenario has at most {MAX_BOOKIES:,}")
     ids = [_bookie_id(item, where.at(i)) for i, item in enumerate(value)]
     if len(set(ids)) != len(ids):
         raise where.fail("bookie ids repeat")
     return ids
 
 
-def _parse_bookies(doc: Mapping[str, Any], ids: list[str], cluster_table: Mapping[str, Any]) -> list[BookieSpec]:
+def _parse_bookies(
+    doc: Mapping[str, Any], ids: list[str], cluster_table: Mapping[str, Any], budget: _Budget
+) -> list[BookieSpec]:
     where = Where("cluster")
     racks = _initial_racks(cluster_table.get("racks"), ids, where.at("racks"))
     modes: dict[str, BookieMode] = {}
@@ -254,7 +329,7 @@ def _parse_bookies(doc: Mapping[str, Any], ids: list[str], cluster_table: Mappin
     for bookie in ids:
         spec = BookieSpec(bookie, racks.get(bookie), modes.get(bookie, BookieMode.WRITABLE), bookie in wiped)
         if bookie in per_bookie:
-            spec = _bookie_table(spec, per_bookie[bookie], Where("bookies").at(bookie))
+            spec = _bookie_table(spec, per_bookie[bookie], Where("bookies").at(bookie), budget)
         out.append(spec)
     unknown = sorted(set(per_bookie) - set(ids))
     if unknown:
@@ -287,7 +362,7 @@ def _known_bookies(value: object, ids: Sequence[str], where: Where) -> list[str]
     return out
 
 
-def _bookie_table(spec: BookieSpec, value: object, where: Where) -> BookieSpec:
+def _bookie_table(spec: BookieSpec, value: object, where: Where, budget: _Budget) -> BookieSpec:
     table = _table(value, where)
     _check_keys(table, _BOOKIE_KEYS, where)
     if "rack" in table:
@@ -297,15 +372,19 @@ def _bookie_table(spec: BookieSpec, value: object, where: Where) -> BookieSpec:
     if "wiped" in table:
         spec = replace(spec, wiped=_bool(table["wiped"], where.at("wiped")))
     if "fault" in table:
-        spec = replace(spec, fault=parse_fault(table["fault"], where.at("fault")))
+        spec = replace(spec, fault=parse_fault(table["fault"], where.at("fault"), budget=budget))
     if "limbo" in table:
-        spec = replace(spec, limbo=frozenset(_ids(table["limbo"], where.at("limbo"))))
+        spec = replace(spec, limbo=frozenset(_ids(table["limbo"], where.at("limbo"), budget)))
     return spec
 
 
-def parse_fault(value: object, where: Where | None = None) -> FaultSpec | None:
-    """A fault from its TOML form: ``"unresponsive"``, ``"none"`` or a table with ``kind`` and options."""
+def parse_fault(value: object, where: Where | None = None, *, budget: _Budget | None = None) -> FaultSpec | None:
+    """A fault from its TOML form: ``"unresponsive"``, ``"none"`` or a table with ``kind`` and options.
+
+    The ids of its ``ledgers`` are taken from ``budget``, the scenario's (default: a budget of its own).
+    """
     where = where or Where("fault")
+    budget = budget if budget is not None else _Budget()
     if isinstance(value, str):
         if value == "none":
             return None
@@ -328,7 +407,7 @@ def parse_fault(value: object, where: Where | None = None) -> FaultSpec | None:
     if "garbage" in table:
         fault = replace(fault, garbage=_enum(GarbageKind, table["garbage"], where.at("garbage")))
     if "ledgers" in table:
-        fault = replace(fault, ledgers=frozenset(_ids(table["ledgers"], where.at("ledgers"))))
+        fault = replace(fault, ledgers=frozenset(_ids(table["ledgers"], where.at("ledgers"), budget)))
     return fault
 
 
@@ -407,6 +486,7 @@ class _LedgerContext:
     checker: CheckerSpec
     seed: int
     defaults: dict[str, Any] = field(default_factory=dict)
+    budget: _Budget = field(default_factory=_Budget)
     placements: dict[tuple[tuple[str, ...], int], PlacementResult] = field(default_factory=dict)
     tables: dict[tuple[int, int, AutoPlacement], list[tuple[str, ...]]] = field(default_factory=dict)
 
@@ -491,11 +571,21 @@ def ledger_specs(table: Mapping[str, Any], context: _LedgerContext, where: Where
     _check_keys(table, _LEDGER_KEYS, where)
     if ("id" in table) == ("ids" in table):
         raise where.fail("give exactly one of id or ids")
-    ids = _ids(table["id"] if "id" in table else table["ids"], where.at("id" if "id" in table else "ids"))
+    key = "id" if "id" in table else "ids"
+    ids = _ids(table[key], where.at(key), context.budget, "ledgers")
     if not ids:
         raise where.fail("no ledger ids")
     shape = _LedgerShape.of(table, where)
-    return [shape.build(ledger_id, table, context, where) for ledger_id in ids]
+    specs: list[LedgerSpec] = []
+    for ledger_id in ids:
+        spec = shape.build(ledger_id, table, context, where)
+        if not specs:  # the table's ledgers are alike: charge them all before making the others
+            parts = sum(len(s.ensemble) for s in spec.segments)
+            parts += sum(len(h.missing) + len(h.add) for h in spec.holdings.values())
+            context.budget.take("parts", parts * len(ids), where)
+            context.budget.take("custom_bytes", sum(len(k) + len(v) for k, v in spec.custom) * len(ids), where)
+        specs.append(spec)
+    return specs
 
 
 @dataclass(frozen=True)
@@ -519,7 +609,7 @@ class _LedgerShape:
         for key in ("ensemble_size", "write_quorum", "last_entry"):
             if key not in table:
                 raise where.fail(f"required: {key} (here or in [defaults])")
-        size = _int(table["ensemble_size"], where.at("ensemble_size"), 1, 1000)
+        size = _int(table["ensemble_size"], where.at("ensemble_size"), 1, MAX_ENSEMBLE_SIZE)
         write = _int(table["write_quorum"], where.at("write_quorum"), 1, size)
         ack = _int(table.get("ack_quorum", write), where.at("ack_quorum"), 1, write)
         state_text = _str(table.get("state", "CLOSED"), where.at("state")).upper()
@@ -547,7 +637,7 @@ class _LedgerShape:
             truncated=truncated,
             placement=_enum(AutoPlacement, table.get("placement", "satisfy"), where.at("placement")),
             corrupt=corrupt,
-            entry_size=_int(table.get("entry_size", DEFAULT_ENTRY_SIZE), where.at("entry_size"), 0, 2**40),
+            entry_size=_int(table.get("entry_size", DEFAULT_ENTRY_SIZE), where.at("entry_size"), 0, MAX_ENTRY_SIZE),
             custom=tuple((str(k), _str(v, where.at("custom").at(k))) for k, v in custom.items()),
             topic=None if topic is None else _str(topic, where.at("pulsar_topic")),
         )
@@ -755,9 +845,9 @@ def _parse_event(raw: object, index: int, context: _LedgerContext) -> Event:
     if "ctime" in table:
         fields["with_ctime"] = _bool(table["ctime"], where.at("ctime"))
     if "fault" in table:
-        fields["fault"] = parse_fault(table["fault"], where.at("fault"))
+        fields["fault"] = parse_fault(table["fault"], where.at("fault"), budget=context.budget)
     if "ledgers" in table:
-        fields["ledgers"] = frozenset(_ids(table["ledgers"], where.at("ledgers")))
+        fields["ledgers"] = frozenset(_ids(table["ledgers"], where.at("ledgers"), context.budget))
     return replace(event, **fields)
 
 
@@ -785,12 +875,13 @@ def parse_scenario(text: str, *, name: str = "scenario") -> Scenario:
     _check_keys(head, ("name", "description", "seed"), Where("scenario"))
     seed = _int(head.get("seed", 0), Where("scenario").at("seed"), 0)
     cluster, ids, cluster_table = _parse_cluster(doc, seed)
-    bookies = _parse_bookies(doc, ids, cluster_table)
+    budget = _Budget()
+    bookies = _parse_bookies(doc, ids, cluster_table, budget)
     checker = _parse_checker(doc)
     racks = {b.bookie_id: b.rack for b in bookies if b.rack is not None}
     defaults = _table(doc.get("defaults", {}), Where("defaults"))
     _check_keys(defaults, _DEFAULTABLE, Where("defaults"))
-    context = _LedgerContext(ids, racks, checker, seed, defaults)
+    context = _LedgerContext(ids, racks, checker, seed, defaults, budget=budget)
     scenario = Scenario(
         name=_str(head.get("name", name), Where("scenario").at("name")),
         description=_str(head.get("description", ""), Where("scenario").at("description")),
@@ -809,9 +900,15 @@ def load_scenario(path: str | Path) -> Scenario:
     """Read and parse a scenario file; ScenarioError (naming the file) if it cannot be read or used."""
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ScenarioError(f"cannot read scenario {file}: {error}") from None
+        with file.open("rb") as handle:
+            data = handle.read(MAX_SCENARIO_BYTES + 1)
+        text = data.decode("utf-8")
+    except OSError as error:
+        raise ScenarioError(f"cannot read scenario {file}: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise ScenarioError(f"scenario {file} is not UTF-8 text (byte {error.start})") from None
+    if len(data) > MAX_SCENARIO_BYTES:
+        raise ScenarioError(f"scenario {file} is larger than {MAX_SCENARIO_BYTES:,} bytes, the most a scenario may be")
     try:
         return parse_scenario(text, name=file.stem)
     except ScenarioError as error:

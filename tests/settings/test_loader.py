@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -85,3 +86,36 @@ def test_bad_environment_values() -> None:
         load_settings(env={"SCRUTINY_PLACEMENT_ENFORCE_MIN_RACKS_PER_WRITE_QUORUM": "maybe"})
     with pytest.raises(ConfigError, match="must be an integer"):
         load_settings(env={"SCRUTINY_PLACEMENT_MIN_RACKS_PER_WRITE_QUORUM": "two"})
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        ({"SCRUTINY_KAFKA_PARTITIONS": str(2**63)}, "kafka.partitions must fit in 64 bits"),
+        ({"SCRUTINY_WATCHER_TICK_INTERVAL_SECONDS": "315360001"}, "at most 315360000 seconds (ten years)"),
+        ({"SCRUTINY_CHECKER_REVERIFY_INTERVAL": "1e300"}, "checker.reverify_interval must be at most"),
+        ({"SCRUTINY_CHECKER_METRICS_HOST": "no such host"}, "checker.metrics_host 'no such host' is not an IP"),
+        ({"SCRUTINY_WATCHER_METRICS_HOST": "300.0.0.1"}, "watcher.metrics_host '300.0.0.1' is not an IP address"),
+        ({"SCRUTINY_ZOOKEEPER": "zk::1"}, "an IPv6 address goes in brackets"),
+        ({"SCRUTINY_ZOOKEEPER": "zk1:2181,,zk2:2181/chroot"}, "an empty server"),
+        ({"SCRUTINY_ZOOKEEPER": "zk1:0"}, "port '0' of 'zk1:0' is not a number from 1 to 65535"),
+        ({"SCRUTINY_ZOOKEEPER": "/chroot"}, "names no ZooKeeper server before its chroot"),
+        ({"SCRUTINY_KAFKA": "kafka::9092"}, "kafka.bootstrap_servers 'kafka::9092' is not host:port"),
+        ({"SCRUTINY_KAFKA": "kafka1"}, "'kafka1' has no port"),
+    ],
+)
+def test_numbers_hosts_and_server_lists_out_of_shape_are_named(env: dict[str, str], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(fragment)):
+        load_settings(env=env)
+
+
+def test_well_formed_addresses_are_accepted() -> None:
+    env = {
+        "SCRUTINY_ZOOKEEPER": " zk1:2181, [::1]:2182,zk-3.example.com/scrutiny/chroot ",
+        "SCRUTINY_KAFKA": "k1:9092,[fe80::1]:9093",
+        "SCRUTINY_CHECKER_METRICS_HOST": "0.0.0.0",
+        "SCRUTINY_WATCHER_METRICS_HOST": "::",
+        "SCRUTINY_CHECKER_REVERIFY_INTERVAL": "315360000",
+    }
+    settings = load_settings(env=env)
+    assert settings.zookeeper.connect.startswith(" zk1") and settings.checker.metrics_host == "0.0.0.0"

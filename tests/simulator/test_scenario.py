@@ -340,3 +340,70 @@ def test_cli_generates_and_dry_runs(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert document["format"] == "scrutiny-simulator-truth" and document["scenario"]["ledgers"] == 500
     assert main(["simulate", str(tmp_path / "missing.toml"), "--dry-run"]) == 2
     assert "cannot read scenario" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("[[ledgers]]\nids = [[1, 100000000000]]\nensemble = 'auto'\n", "a scenario defines at most 1,000,000 ledgers"),
+        (
+            "[[schedule]]\nat = 1\naction = 'limbo'\nbookie = 'bookie-1'\nledgers = [[0, 9223372036854775806]]\n",
+            "schedule[0].ledgers: 9,223,372,036,854,775,807 ledger ids: a scenario's limbo and fault lists",
+        ),
+        (
+            "[bookies.bookie-1]\nlimbo = [[1, 600000]]\n[bookies.bookie-2]\nlimbo = [[1, 600000]]\n",
+            "bookies.bookie-2.limbo: 600,000 ledger ids (1,200,000 with those before)",
+        ),
+        (
+            "[bookies.bookie-1]\nfault = { kind = 'unresponsive', ledgers = [[1, 2000000]] }\n",
+            "bookies.bookie-1.fault.ledgers: 2,000,000 ledger ids",
+        ),
+        ("[[ledgers]]\nid = 1\nensemble = 'auto'\nunder_replicated = { age_s = inf }\n", "is not a finite number"),
+        ("[[ledgers]]\nid = 1\nensemble = 'auto'\nunder_replicated = { age_s = 1e10 }\n", "315,360,000 seconds"),
+        ("[checker]\nrequest_timeout_s = nan\n", "checker.request_timeout_s: nan is not a finite number"),
+        ("[checker]\nbookie_lost_after_s = 1e300\n", "checker.bookie_lost_after_s: 1e+300 is more than"),
+        ("[bookies.bookie-1]\nfault = { kind = 'slow', delay_s = inf }\n", "fault.delay_s: inf is not a finite"),
+        ("[[ledgers]]\nid = 1\nensemble = 'auto'\n[[schedule]]\nat = nan\naction = 'delete'\nledger = 1\n", "at: nan"),
+        (
+            "[[ledgers]]\nid = 1\nensemble = 'auto'\n[[schedule]]\nat = 1e9\naction = 'delete'\nledger = 1\n",
+            "ten years",
+        ),
+        (
+            "[[ledgers]]\nid = 1\nensemble = 'auto'\nlast_entry = 9007199254740992\nentry_size = 1024\n",
+            "a closed ledger's length (last_entry + 1) × entry_size = 9,223,372,036,854,776,832 bytes does not fit",
+        ),
+        (
+            "[[ledgers]]\nid = 1\nensemble = 'auto'\nstate = 'OPEN'\nlast_entry = 4\n"
+            "[[schedule]]\nat = 1\naction = 'close'\nledger = 1\nlast_entry = 4611686018427387903\n",
+            "schedule[0]: a closed ledger's length",
+        ),
+        ("[[ledgers]]\nid = 1\nensemble = 'auto'\nentry_size = 1099511627777\n", "entry_size: 1099511627777 is out"),
+    ],
+)
+def test_the_format_limits_refuse_what_would_not_fit(extra: str, message: str) -> None:
+    with pytest.raises(ScenarioError, match=re.escape(message)):
+        parse_scenario(BASE + extra)
+
+
+def test_the_ledgers_of_a_table_are_counted_before_they_are_made() -> None:
+    many = "[cluster]\nbookies = 1000\n[[ledgers]]\nids = [[1, 100000]]\nensemble_size = 1000\nwrite_quorum = 2\n"
+    with pytest.raises(ScenarioError, match=re.escape("100,000,000 ensemble members and holding ranges: a scenario")):
+        parse_scenario(many + "last_entry = 9\nensemble = 'auto'\n")
+    custom = "x" * 100_000
+    with pytest.raises(ScenarioError, match="bytes of custom metadata: a scenario's ledgers hold at most 268,435,456"):
+        parse_scenario(BASE + f"[[ledgers]]\nids = [[1, 5000]]\nensemble = 'auto'\ncustom = {{ k = '{custom}' }}\n")
+    too_many = "[cluster]\nbookies = [" + ", ".join(f"'b{i}'" for i in range(10_001)) + "]\n"
+    with pytest.raises(
+        ScenarioError, match=re.escape("cluster.bookies: 10,001 bookies: a scenario has at most 10,000")
+    ):
+        parse_scenario(too_many)
+    assert len(parse_scenario(BASE + "[[ledgers]]\nids = [[1, 1000]]\nensemble = 'auto'\n").ledgers) == 1000
+
+
+def test_the_generator_keeps_to_the_format_limits() -> None:
+    for ledgers, bookies, seed in ((1_000_001, 9, 1), (10, 10_001, 1), (10, 9, -1), (10, 9, 2**63)):
+        with pytest.raises(ScenarioError):
+            generate(ledgers, FaultMix(), seed, bookies=bookies)
+    for bad in ("missing=nan", "missing=inf", "eio=nan"):
+        with pytest.raises(ScenarioError):
+            parse_fault_mix(bad)
