@@ -65,16 +65,25 @@ class EventPublisher:
         self.broken: str | None = None
         self._pending = threading.BoundedSemaphore(config.max_pending)
         self._in_flight = 0
-        self._producer = KafkaProducer(
-            **self._options,
-            acks="all",
-            linger_ms=5,
-            allow_auto_create_topics=False,
-            max_block_ms=config.max_block_ms,
-            delivery_timeout_ms=config.delivery_timeout_ms,
-            request_timeout_ms=min(30_000, config.delivery_timeout_ms),
-        )
-        self.partitions = self.ensure_topic()
+        listed = self._options.get("bootstrap_servers", "")
+        servers = listed if isinstance(listed, str) else ",".join(listed)
+        try:
+            self._producer = KafkaProducer(
+                **self._options,
+                acks="all",
+                linger_ms=5,
+                allow_auto_create_topics=False,
+                max_block_ms=config.max_block_ms,
+                delivery_timeout_ms=config.delivery_timeout_ms,
+                request_timeout_ms=min(30_000, config.delivery_timeout_ms),
+            )
+        except KafkaError as error:
+            raise PublishError(f"cannot reach Kafka at {servers} ({error or type(error).__name__})") from None
+        try:
+            self.partitions = self.ensure_topic()
+        except KafkaError as error:
+            self._producer.close(timeout=1)
+            raise PublishError(f"cannot use topic {config.topic} on Kafka at {servers} ({error})") from None
 
     def ensure_topic(self) -> list[int]:
         """The topic's partitions, creating the topic with the configured partition count if missing."""
