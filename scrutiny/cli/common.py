@@ -54,6 +54,19 @@ def add_config_argument(parser: argparse.ArgumentParser, help_text: str = CONFIG
     parser.add_argument("--config", metavar="FILE", help=help_text)
 
 
+def add_metrics_arguments(parser: argparse.ArgumentParser, section: str) -> None:
+    """``--metrics-port`` and ``--metrics-host`` of a service whose settings section is ``section``."""
+    parser.add_argument(
+        "--metrics-port", type=port_argument, help=f"serve Prometheus metrics on this port ({section}.metrics_port)"
+    )
+    parser.add_argument(
+        "--metrics-host",
+        type=host_argument,
+        metavar="HOST",
+        help=f"the metrics' address ({section}.metrics_host, default 127.0.0.1)",
+    )
+
+
 #: The largest whole number an option takes (a ledger id, a time in ms, a count): a signed 64-bit integer.
 MAX_COUNT = 2**63 - 1
 MAX_PORT = 65_535

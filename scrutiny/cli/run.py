@@ -31,8 +31,7 @@ from scrutiny.cli.common import (
     LOG_FORMAT,
     InputError,
     add_config_argument,
-    host_argument,
-    port_argument,
+    add_metrics_arguments,
     positive_seconds_argument,
     quiet_libraries,
     seconds_argument,
@@ -73,15 +72,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="SECONDS",
         help="open-violation summary",
     )
-    run.add_argument(
-        "--metrics-port", type=port_argument, help="serve Prometheus metrics on this port (checker.metrics_port)"
-    )
-    run.add_argument(
-        "--metrics-host",
-        type=host_argument,
-        metavar="HOST",
-        help="the metrics' address (checker.metrics_host, default 127.0.0.1)",
-    )
+    add_metrics_arguments(run, "checker")
     run.set_defaults(handler=_run)
 
 

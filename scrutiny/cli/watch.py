@@ -18,9 +18,8 @@ from scrutiny.cli.commands import COMMAND_HELP
 from scrutiny.cli.common import (
     InputError,
     add_config_argument,
+    add_metrics_arguments,
     configure_logging,
-    host_argument,
-    port_argument,
     seconds_argument,
     stop_on_signals,
 )
@@ -44,15 +43,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     watch.add_argument(
         "--duration", type=seconds_argument, metavar="SECONDS", help="stop after this long (default: run on)"
     )
-    watch.add_argument(
-        "--metrics-port", type=port_argument, help="serve Prometheus metrics on this port (watcher.metrics_port)"
-    )
-    watch.add_argument(
-        "--metrics-host",
-        type=host_argument,
-        metavar="HOST",
-        help="the metrics' address (watcher.metrics_host, default 127.0.0.1)",
-    )
+    add_metrics_arguments(watch, "watcher")
     watch.set_defaults(handler=_run)
 
 
