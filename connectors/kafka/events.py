@@ -3,7 +3,8 @@
 Ledger and under-replication events are keyed by the ledger id in decimal ASCII; cluster-wide
 events use :data:`CLUSTER_KEY` and are sent to every partition. The metadata of every ledger
 event is checked here with the same decoder as the checker, so undecodable bytes travel with
-their decode error.
+their decode error. A ledger's password never leaves ZooKeeper: an event carries the metadata without it
+(:mod:`scrutiny.core.metadata_redaction`), and of bytes that cannot be searched for one only their decode error.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from enum import StrEnum
 
 from scrutiny.core.errors import FormatError, ScrutinyError
 from scrutiny.core.ledger_metadata import decode_ledger_metadata
+from scrutiny.core.metadata_redaction import redacted_metadata
 from scrutiny.core.metadata_view import ChangeKind, MetadataChange, Node
 from scrutiny.core.zk_records import parse_underreplication_mark
 from scrutiny.proto import ledger_events_pb2 as pb
@@ -77,8 +79,7 @@ def event_for_change(change: MetadataChange, origin: int, publisher: Publisher, 
     if change.node is not None:
         _fill_stat(event, change.node)
     if change.kind in (ChangeKind.LEDGER_CREATED, ChangeKind.LEDGER_CHANGED) and change.node is not None:
-        event.metadata = change.node.data
-        event.decode_error = metadata_error(change.node.data)
+        _fill_metadata(event, change.node.data)
     elif change.kind is ChangeKind.UNDER_REPLICATION_MARKED and change.node is not None:
         _fill_mark(event, change.node.data)
     elif change.bookie_id is not None:
@@ -96,7 +97,7 @@ def recheck_event(
     event = _base(pb.EventKind.LEDGER_RECHECK, pb.Origin.LIVE, publisher, observed_ms)
     event.ledger_id = ledger_id
     _fill_stat(event, node)
-    event.metadata = node.data
+    _fill_metadata(event, node.data)
     event.recheck = reason  # type: ignore[assignment]
     event.bookie_id = bookie
     return event
@@ -202,6 +203,14 @@ def _fill_stat(event: pb.LedgerEvent, node: Node) -> None:
     event.stat.mzxid = stat.mzxid
     event.stat.ctime_ms = stat.ctime_ms
     event.stat.mtime_ms = stat.mtime_ms
+
+
+def _fill_metadata(event: pb.LedgerEvent, data: bytes) -> None:
+    """The ledger's metadata without its password (none of bytes that cannot be searched for one) and why the
+    znode's own bytes do not decode."""
+    redacted = redacted_metadata(data)
+    event.metadata = redacted.data
+    event.decode_error = redacted.decode_error
 
 
 def _fill_mark(event: pb.LedgerEvent, data: bytes) -> None:

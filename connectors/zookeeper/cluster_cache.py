@@ -11,7 +11,7 @@ connected, an error during the read) the last snapshot is served again, with a w
 the read is retried after ``ttl_s``; with no snapshot at all :class:`ClusterCacheError` is raised.
 :meth:`CachedClusterReader.ledgers_present` answers whether ledgers still exist, and
 :meth:`CachedClusterReader.ledgers_metadata` reads their znodes, after a sync (never from a server behind the one
-the watcher read); neither is cached.
+the watcher read), and gives their bytes without the ledgers' passwords; neither is cached.
 A rack node that does not parse keeps the racks of the last snapshot (none at first) and says so in
 :attr:`ClusterSnapshot.racks_problem`: racks are never silently replaced by defaults, which would
 make healthy placements fail.
@@ -44,6 +44,7 @@ from scrutiny.connectors.zookeeper.client import (
 from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
 from scrutiny.connectors.zookeeper.tree import read_optional, read_registrations
 from scrutiny.core.errors import ConfigError, FormatError, PathError, ScrutinyError
+from scrutiny.core.metadata_redaction import redacted_metadata
 from scrutiny.core.verdict import ClusterView
 from scrutiny.core.zk_paths import LedgerManager, check_root, layout_path, ledger_path
 from scrutiny.core.zk_records import parse_layout, parse_pulsar_racks
@@ -58,11 +59,14 @@ ZOOKEEPER_ERRORS: Final = (KazooException, KazooTimeoutError, OSError, ZooKeeper
 
 @dataclass(frozen=True, slots=True)
 class LedgerZnode:
-    """A ledger's metadata znode as read: its bytes, version and last modification (ms since the epoch)."""
+    """A ledger's metadata znode as read: its bytes without the ledger's password
+    (:func:`~scrutiny.core.metadata_redaction.redacted_metadata`), version, last modification (ms since the epoch),
+    and why its own bytes do not decode (empty when they do)."""
 
     data: bytes
     version: int
     mtime_ms: int
+    decode_error: str = ""
 
 
 class ClusterCacheError(ScrutinyError):
@@ -187,10 +191,10 @@ class CachedClusterReader:
 
     def ledgers_metadata(self, ledger_ids: Collection[int]) -> dict[int, LedgerZnode]:
         """The metadata znodes of those of ``ledger_ids`` that exist now, read after a ``sync`` as in
-        :meth:`ledgers_present` (a ledger without one was deleted). ClusterCacheError when ZooKeeper cannot answer
-        them all."""
+        :meth:`ledgers_present` (a ledger without one was deleted), their bytes without the ledgers' passwords.
+        ClusterCacheError when ZooKeeper cannot answer them all."""
         read = self._read_ledgers(ledger_ids, lambda client, path: client.get_async(path))
-        return {ledger: LedgerZnode(bytes(data), stat.version, stat.mtime) for ledger, (data, stat) in read.items()}
+        return {ledger: _znode(bytes(data), stat) for ledger, (data, stat) in read.items()}
 
     def _read_ledgers(self, ledger_ids: Collection[int], request: Callable[[KazooClient, str], Any]) -> dict[int, Any]:
         """``request`` for each ledger's znode, all at once after one sync: the answers of those that exist."""
@@ -260,6 +264,12 @@ class CachedClusterReader:
         registrations: dict[str, bytes | None] = {**readonly, **writable}
         view = ClusterView(racks=racks, writable=frozenset(writable), readonly=frozenset(readonly))
         return ClusterSnapshot(view, registrations, int(time.time() * 1000), racks_problem)
+
+
+def _znode(data: bytes, stat: Any) -> LedgerZnode:
+    """A ledger znode as read for the checker: its bytes without the password, and their decode error."""
+    redacted = redacted_metadata(data)
+    return LedgerZnode(redacted.data, stat.version, stat.mtime, redacted.decode_error)
 
 
 def _racks(data: bytes | None, previous: ClusterSnapshot | None) -> tuple[dict[str, str], str]:

@@ -11,6 +11,7 @@ from scrutiny.cli.commands import COMMAND_HELP
 from scrutiny.cli.common import InputError, add_config_argument, count_argument, print_json, read_input
 from scrutiny.core.ledger_metadata import decode_ledger_metadata
 from scrutiny.core.listing_codec import decode_listing
+from scrutiny.core.metadata_redaction import redact_ledger_metadata
 from scrutiny.core.periodic_sets import union_groups
 from scrutiny.core.sequence_groups import SequenceGroup, count_of
 from scrutiny.core.verdict import AnswerKind
@@ -41,7 +42,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=count_argument,
         help="read this ledger's znode from the configuration's ZooKeeper (zookeeper.connect, ledgers root)",
     )
-    metadata.add_argument("--save", metavar="FILE", help="also write the znode's bytes to FILE (verdict --metadata)")
+    metadata.add_argument(
+        "--save",
+        metavar="FILE",
+        help="also write the znode's bytes, without the ledger's password, to FILE (verdict --metadata)",
+    )
     add_config_argument(metadata)
     metadata.set_defaults(handler=_metadata)
 
@@ -68,7 +73,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     path = kinds.add_parser("path", help="map a ledger id to its znode path or back")
     which = path.add_mutually_exclusive_group(required=True)
-    which.add_argument("--ledger-id", type=int, help="ledger id (0 .. 2^63-1)")
+    which.add_argument("--ledger-id", type=count_argument, help="ledger id (0 .. 2^63-1)")
     which.add_argument("--path", help="a ledger znode path")
     path.add_argument("--manager", choices=[m.value for m in LedgerManager], default=LedgerManager.HIERARCHICAL.value)
     path.add_argument("--root", default="/ledgers", help="the ledgers root (default /ledgers)")
@@ -85,7 +90,7 @@ def _metadata(args: argparse.Namespace) -> int:
 
         data = read_ledger_znode(load_settings(args.config), args.ledger_id)
     document = decode_ledger_metadata(data).as_json_dict()  # decoded first: never save bytes that do not decode
-    _save(args.save, data)
+    _save(args.save, redact_ledger_metadata(data))  # the document says whether a password is set, never which
     print_json(document)
     return 0
 

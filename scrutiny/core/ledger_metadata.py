@@ -621,10 +621,10 @@ def encode_ledger_metadata_v3(metadata: LedgerMetadata) -> bytes:
     """
     _validate(metadata)
     body = _to_message(metadata).SerializeToString()
-    return HEADER_MAGIC + b"3\n" + _varint(len(body)) + body
+    return HEADER_MAGIC + b"3\n" + encode_varint(len(body)) + body
 
 
-def _varint(value: int) -> bytes:
+def encode_varint(value: int) -> bytes:
     """``value`` (non-negative) as a protobuf varint."""
     out = bytearray()
     while value >= 0x80:

@@ -142,7 +142,8 @@ def decided_categories(mode: ScanMode) -> frozenset[Category]:
 
 @dataclass(frozen=True, slots=True)
 class ScanItem:
-    """One ledger of the snapshot: its node's version and bytes, its mark, and its violations open in the tables."""
+    """One ledger of the snapshot: its node's version and bytes (without the ledger's password:
+    :mod:`scrutiny.core.metadata_redaction`), its mark, and its violations open in the tables."""
 
     ledger_id: int
     version: int
@@ -151,6 +152,8 @@ class ScanItem:
     open_keys: tuple[ViolationKey, ...] = ()
     #: The node's last modification (ZooKeeper's mtime): the ledger's last write, for the write-cache rule.
     written_ms: int | None = None
+    #: Why the node's own bytes do not decode (empty when they do): ``METADATA_UNREADABLE`` reports it.
+    decode_error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +203,7 @@ def scan_fast(item: ScanItem, *, now_ms: int, cluster: ClusterView, config: Trac
     except FormatError:
         step = on_metadata(
             state, version=item.version, data=item.data, changed_ms=None, answers={}, now_ms=now_ms,
-            cluster=cluster, config=config,
+            cluster=cluster, config=config, decode_error=item.decode_error,
         )  # fmt: skip
         outcomes.append(step.outcome)
         return ScanStep(_with_stuck_resolution(item, outcomes, stuck_found))
@@ -235,7 +238,7 @@ def scan_deep(
     state, marked = _marked(item, DEEP_CATEGORIES, now_ms=now_ms, config=config)
     step = on_metadata(
         state, version=item.version, data=item.data, changed_ms=None, answers=answers, now_ms=now_ms,
-        cluster=cluster, config=config, written_ms=item.written_ms,
+        cluster=cluster, config=config, written_ms=item.written_ms, decode_error=item.decode_error,
     )  # fmt: skip
     outcomes = [*marked, step.outcome]
     if step.outcome.metadata is not None:

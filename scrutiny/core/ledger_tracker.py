@@ -25,6 +25,9 @@ Rules (each pinned by a test):
   when the retries complete it, unless a later answer changed its severity or its entries;
 * **bounded state**: the metadata bytes are kept only while a retry is pending, a violation is
   open or a mark is set; what stays for a healthy ledger is its version and change time;
+* **no password**: the metadata bytes a step is given, and so those the state keeps, are the znode's without the
+  ledger's password (its readers redact them); bytes that cannot be searched for one come empty with the decode
+  error of the znode's own bytes, which ``METADATA_UNREADABLE`` reports;
 * **deleted unseen**: a ledger can be deleted while no watcher sees it (the watcher down, its snapshot
   then simply not naming the ledger). While a ledger has findings open it is confirmed to exist every
   ``confirm_interval_ms`` (:func:`with_confirmation` keeps that timer; the processor re-reads the znode),
@@ -299,12 +302,16 @@ def on_metadata(
     cluster: ClusterView,
     config: TrackerConfig,
     written_ms: int | None = None,
+    decode_error: str = "",
 ) -> Step:
     """A ledger's metadata was created or changed (``answers`` = its bookies', fetched for this version).
 
     ``answers`` None means none were fetched: the check is requested through ``Outcome.fetch``.
     ``changed_ms``: the change's time when it was seen live (for the detection latency); ``written_ms``: the
     metadata node's last modification, whatever the origin (for the write-cache rule of the verdict).
+    ``data`` is the znode's bytes without the password (:mod:`scrutiny.core.metadata_redaction`), and
+    ``decode_error`` why the znode's own bytes do not decode, when the reader said: bytes that cannot be searched for
+    a password come empty, and ``METADATA_UNREADABLE`` then gives that error, not the one of the empty bytes.
     """
     state = state or TrackedLedger()
     if version < state.version or (version == state.version and (state.checked or state.retry_at_ms is not None)):
@@ -316,7 +323,9 @@ def on_metadata(
         metadata = decode_ledger_metadata(data)
     except FormatError as error:
         unreadable = Violation(
-            Category.METADATA_UNREADABLE, FIXED_SEVERITY[Category.METADATA_UNREADABLE], details=str(error)
+            Category.METADATA_UNREADABLE,
+            FIXED_SEVERITY[Category.METADATA_UNREADABLE],
+            details=decode_error or str(error),
         )
         return _complete(
             replace(fresh, recovery_due_ms=None), None, (unreadable,), VerdictKind.VIOLATED, now_ms, asked=0
@@ -465,10 +474,11 @@ def on_reread(
     cluster: ClusterView,
     config: TrackerConfig,
     answers: Mapping[str, BookieAnswer] | None = None,
+    decode_error: str = "",
 ) -> Step:
     """A re-verification's fresh read of the znode: a newer version is checked like a change, the same one is
     checked again (with ``answers`` when they were fetched for it, else they are asked for first); either way the
-    check measures no detection latency."""
+    check measures no detection latency. ``data`` and ``decode_error`` as in :func:`on_metadata`."""
     again = replace(state, checked=False, retry_at_ms=None) if version == state.version else state
     return on_metadata(
         replace(again, changed_ms=None),
@@ -480,6 +490,7 @@ def on_reread(
         now_ms=now_ms,
         cluster=cluster,
         config=config,
+        decode_error=decode_error,
     )
 
 
@@ -495,11 +506,13 @@ def on_recheck(
     now_ms: int,
     cluster: ClusterView,
     config: TrackerConfig,
+    decode_error: str = "",
 ) -> Step:
     """The watcher asks for the ledger to be checked again because of what happened to ``bookie`` (``why``; None: a
-    plain check): checked like a re-verification. Lost: the ledger must be marked or re-replicated within the grace
-    (unless it is marked already). Back after a loss, or with a new cookie: the bookie's pending deadline and report
-    go. Restarted: checked only if it waits for the bookie (see :func:`waits_for`), else left as it is."""
+    plain check): checked like a re-verification (``data`` and ``decode_error`` as in :func:`on_metadata`). Lost:
+    the ledger must be marked or re-replicated within the grace (unless it is marked already). Back after a loss, or
+    with a new cookie: the bookie's pending deadline and report go. Restarted: checked only if it waits for the
+    bookie (see :func:`waits_for`), else left as it is."""
     if why is LifecycleKind.RESTARTED and (state is None or not waits_for(state, bookie)):
         return Step(state)
     step = on_reread(
@@ -511,6 +524,7 @@ def on_recheck(
         cluster=cluster,
         config=config,
         answers=answers,
+        decode_error=decode_error,
     )
     after = step.state
     if after is None or why not in (LifecycleKind.LOST, LifecycleKind.RETURNED, LifecycleKind.COOKIE_CHANGED):

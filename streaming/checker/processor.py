@@ -304,6 +304,7 @@ class LedgerProcessor(StatefulProcessor):
                 now_ms=now_ms,
                 cluster=self._cluster(),
                 config=tracker,
+                decode_error=event.decode_error,
             )
         if event.kind == pb.EventKind.LEDGER_RECHECK:
             return on_recheck(
@@ -317,6 +318,7 @@ class LedgerProcessor(StatefulProcessor):
                 now_ms=now_ms,
                 cluster=self._cluster(),
                 config=tracker,
+                decode_error=event.decode_error,
             )
         if event.kind == pb.EventKind.LEDGER_DELETED:
             return on_deleted(state)
@@ -466,6 +468,7 @@ class LedgerProcessor(StatefulProcessor):
                     now_ms=now_ms,
                     cluster=self._cluster(),
                     config=self.config.tracker,
+                    decode_error=znode.decode_error,
                 )
                 more = outcome_records(ledger_id, again.outcome, now_ms=now_ms, source=self.config.source)
                 stepped[ledger_id] = (again, found + more)

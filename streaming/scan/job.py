@@ -1,7 +1,8 @@
 """A one-shot scan on Spark in batch mode: one ZooKeeper snapshot, every selected ledger checked, tables written.
 
-The driver walks ZooKeeper once (:func:`read_snapshot`, the watcher's pipelined walk, with progress), looks up which
-violations the tables hold open, and checks the selected ledgers in chunks: each chunk is one Spark job
+The driver walks ZooKeeper once (:func:`read_snapshot`, the watcher's pipelined walk, with progress), takes the
+ledgers' passwords out of their metadata (the tasks never see one), looks up which violations the tables hold open,
+and checks the selected ledgers in chunks: each chunk is one Spark job
 (:class:`~scrutiny.streaming.scan.tasks.ScanLedgers` over ``mapInArrow``) whose records are written to the checker's
 Delta tables as one batch with source ``scan`` (exactly once per scan id, like the streaming checker's batches). A
 stop request (:meth:`ScanRun.stop`, e.g. Ctrl-C) cancels the running Spark job and ends the scan between chunks:
@@ -41,6 +42,7 @@ from scrutiny.core.ledger_scan import (
     involves_bookie,
 )
 from scrutiny.core.ledger_tracker import ViolationKey
+from scrutiny.core.metadata_redaction import redacted_metadata
 from scrutiny.core.metadata_view import MetadataView
 from scrutiny.core.verdict import ClusterView
 from scrutiny.core.zk_records import parse_pulsar_racks, parse_underreplication_mark
@@ -336,7 +338,18 @@ def _select(observed: MetadataView, options: ScanOptions, prior: dict[int, list[
         if options.bookie is not None and not involves_bookie(node.data, options.bookie):
             continue
         keys = tuple(prior.get(ledger_id, ()))
-        items.append(ScanItem(ledger_id, node.stat.version, node.data, marks.get(ledger_id), keys, node.stat.mtime_ms))
+        redacted = redacted_metadata(node.data)  # the password stays here: the tasks get the bytes without it
+        items.append(
+            ScanItem(
+                ledger_id,
+                node.stat.version,
+                redacted.data,
+                marks.get(ledger_id),
+                keys,
+                node.stat.mtime_ms,
+                redacted.decode_error,
+            )
+        )
     every_ledger = options.selection.everything and options.bookie is None
     gone_ids = {lid: tuple(keys) for lid, keys in prior.items() if lid not in observed.ledgers}
     racks: dict[str, str] = {}
@@ -368,6 +381,7 @@ def input_table(items: list[ScanItem]) -> pa.Table:
             "mark_ctime": [None if i.mark is None else i.mark.ctime_ms for i in items],
             "open_keys": [encode_keys(list(i.open_keys)) for i in items],
             "written_ms": [i.written_ms for i in items],
+            "decode_error": [i.decode_error or None for i in items],
         },
         schema=INPUT_SCHEMA,
     )

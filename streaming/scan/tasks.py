@@ -48,6 +48,7 @@ INPUT_SCHEMA = pa.schema(
         pa.field("mark_ctime", pa.int64()),
         pa.field("open_keys", pa.string()),
         pa.field("written_ms", pa.int64()),
+        pa.field("decode_error", pa.string()),
     ]
 )
 OUTPUT_SCHEMA = pa.schema(
@@ -172,6 +173,7 @@ def input_items(batch: pa.RecordBatch) -> Iterator[ScanItem]:
             mark=mark,
             open_keys=decode_keys(keys_text),
             written_ms=columns["written_ms"][index],
+            decode_error=columns["decode_error"][index] or "",
         )
 
 

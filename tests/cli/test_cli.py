@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,12 @@ import pytest
 
 from scrutiny.cli.commands import COMMAND_HELP
 from scrutiny.cli.main import main
-from scrutiny.core.ledger_metadata import Segment, build_ledger_metadata, encode_ledger_metadata_v3
+from scrutiny.core.ledger_metadata import (
+    Segment,
+    build_ledger_metadata,
+    decode_ledger_metadata,
+    encode_ledger_metadata_v3,
+)
 from scrutiny.core.listing_codec import encode_listing, encode_listing_per_run
 from scrutiny.core.striping import expected_groups
 from scrutiny.core.zk_records import format_pulsar_racks
@@ -65,6 +71,16 @@ def test_inspect_metadata_keys(files: Path, capsys: pytest.CaptureFixture[str]) 
     assert doc["segments"] == [{"first_entry_id": 0, "ensemble": list(ENSEMBLE)}]
     assert doc["password_set"] is True and doc["last_entry_id"] == 99 and doc["state"] == "CLOSED"
     assert "hunter2" not in json.dumps(doc)
+
+
+def test_inspect_metadata_saves_the_bytes_without_the_password(
+    files: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, doc, _ = run(capsys, "inspect", "metadata", str(files / "md"), "--save", str(tmp_path / "saved"))
+    assert code == 0 and doc["password_set"] is True
+    saved = (tmp_path / "saved").read_bytes()
+    assert b"hunter2" not in saved
+    assert decode_ledger_metadata(saved) == replace(decode_ledger_metadata((files / "md").read_bytes()), password=b"")
 
 
 def test_inspect_metadata_bad_bytes_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -20,6 +21,8 @@ from scrutiny.core.ledger_tracker import (
     on_deleted,
     on_marked,
     on_metadata,
+    on_recheck,
+    on_reread,
     on_timer,
     with_confirmation,
 )
@@ -333,3 +336,25 @@ def test_a_finding_a_later_answer_makes_worse_is_reported_again() -> None:
         v.bookie: v.severity.value for v in done.outcome.found if v.category is Category.ENTRIES_BEYOND_LAST_ENTRY
     }
     assert beyond == {"b2:3181": "critical", "b3:3181": "critical"}
+
+
+def test_unreadable_metadata_reports_the_decode_error_of_the_znode_s_own_bytes() -> None:
+    """Bytes that cannot be searched for a password come empty, with the error their reader found in the znode's
+    bytes: that error is the finding's details, from an event, a re-verification or a recheck alike."""
+    error = "invalid ledger metadata at byte 28: unknown format version 9 (supported: 1, 2, 3)"
+    common: dict[str, Any] = {"version": 2, "data": b"", "decode_error": error, "now_ms": 5_000, "cluster": CLUSTER}
+    checked = changed(None, 1, healthy()).state
+    assert checked is not None
+    steps = [
+        on_metadata(None, changed_ms=None, answers=None, config=CONFIG, **common),
+        on_reread(checked, written_ms=None, config=CONFIG, **common),
+        on_recheck(checked, why=None, bookie=BOOKIES[0], written_ms=None, answers=None, config=CONFIG, **common),
+    ]
+    for step in steps:
+        assert [(v.category, v.details) for v in step.outcome.found] == [(Category.METADATA_UNREADABLE, error)]
+        assert step.state is not None and step.state.metadata is None
+    # Without a reader's error, the error of the bytes themselves.
+    own = changed(None, 1, None, data=b"garbage")
+    assert [v.details for v in own.outcome.found] == [
+        "invalid ledger metadata at byte 0: missing header 'BookieMetadataFormatVersion\\t<n>\\n' (found b'garbage')"
+    ]

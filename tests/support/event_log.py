@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from kafka import KafkaConsumer, TopicPartition
 
 from scrutiny.connectors.kafka.events import parse_event
+from scrutiny.core.metadata_redaction import redact_ledger_metadata
 from scrutiny.core.metadata_view import MetadataView
 from scrutiny.proto import ledger_events_pb2 as pb
 
@@ -21,6 +22,7 @@ class Record:
     offset: int
     key: bytes
     event: pb.LedgerEvent
+    value: bytes = b""  # the record's value as the broker gave it
 
 
 def read_topic(consumer_options: dict[str, object], topic: str, *, timeout_s: float = 20.0) -> list[Record]:
@@ -38,7 +40,7 @@ def read_topic(consumer_options: dict[str, object], topic: str, *, timeout_s: fl
                 raise AssertionError(f"could not read {topic} to its end within {timeout_s} s")
             batch = consumer.poll(timeout_ms=200)
             for tp, items in batch.items():
-                records.extend(Record(tp.partition, r.offset, r.key, parse_event(r.value)) for r in items)
+                records.extend(Record(tp.partition, r.offset, r.key, parse_event(r.value), r.value) for r in items)
         return sorted((r for r in records if r.offset < targets[TopicPartition(topic, r.partition)]), key=_order)
     finally:
         consumer.close()
@@ -118,9 +120,9 @@ def _fold_cluster(out: Folded, event: pb.LedgerEvent) -> None:
 
 
 def expected_from(view: MetadataView) -> Folded:
-    """What the events should fold into for this ZooKeeper state."""
+    """What the events should fold into for this ZooKeeper state (ledger metadata as published: without passwords)."""
     return Folded(
-        ledgers={i: (n.stat.mzxid, n.data) for i, n in view.ledgers.items()},
+        ledgers={i: (n.stat.mzxid, redact_ledger_metadata(n.data)) for i, n in view.ledgers.items()},
         marks={i: n.data for i, n in view.marks.items()},
         writable=dict(view.writable),
         readonly=dict(view.readonly),

@@ -21,7 +21,13 @@ from scrutiny.connectors.bookies import agent_client
 from scrutiny.connectors.bookies.v3_protocol import classify_response
 from scrutiny.connectors.kafka.events import LEDGER_KINDS, accept_event, ledger_key
 from scrutiny.core.errors import ScrutinyError
-from scrutiny.core.ledger_metadata import HEADER_MAGIC, MAX_ENSEMBLE_SIZE, LedgerMetadata, decode_ledger_metadata
+from scrutiny.core.ledger_metadata import (
+    HEADER_MAGIC,
+    MAX_ENSEMBLE_SIZE,
+    LedgerMetadata,
+    decode_ledger_metadata,
+    encode_varint,
+)
 from scrutiny.core.listing_codec import decode_listing_compact
 from scrutiny.core.verdict import BookieAnswer, compute_verdict
 from scrutiny.core.zk_records import parse_pulsar_racks, parse_underreplication_mark
@@ -110,19 +116,7 @@ def metadata_bytes(rng: random.Random, ensemble: int, segments: int, *, duplicat
             members[-1] = members[0]
         segment.ensembleMember.extend(members)
     body = msg.SerializeToString()
-    return HEADER_MAGIC + b"3\n" + _varint(len(body)) + body
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        low = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(low | 0x80)
-        else:
-            out.append(low)
-            return bytes(out)
+    return HEADER_MAGIC + b"3\n" + encode_varint(len(body)) + body
 
 
 def hostile_listing(rng: random.Random, groups: int, last: int) -> bytes:

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
+from google.protobuf import text_encoding, text_format
 
 from scrutiny.connectors.kafka.events import (
     CLUSTER_KEY,
@@ -13,10 +16,16 @@ from scrutiny.connectors.kafka.events import (
     parse_event,
     recheck_event,
 )
-from scrutiny.core.errors import FormatError
-from scrutiny.core.ledger_metadata import Segment, build_ledger_metadata, encode_ledger_metadata_v3
+from scrutiny.core.errors import FormatError, MetadataFormatError
+from scrutiny.core.ledger_metadata import (
+    Segment,
+    build_ledger_metadata,
+    decode_ledger_metadata,
+    encode_ledger_metadata_v3,
+)
 from scrutiny.core.metadata_view import ChangeKind, MetadataChange, Node, NodeStat
 from scrutiny.core.zk_records import UnderReplicationMark, format_underreplication_mark
+from scrutiny.proto import bookkeeper_formats_pb2 as pbf
 from scrutiny.proto import ledger_events_pb2 as pb
 
 ME = Publisher("w1", 7, "/ledgers")
@@ -44,7 +53,8 @@ def test_undecodable_metadata_travels_with_its_error() -> None:
     event = event_for_change(
         MetadataChange(ChangeKind.LEDGER_CHANGED, 5, Node(b"\x00junk", STAT)), pb.Origin.LIVE, ME, observed_ms=0
     )
-    assert event.metadata == b"\x00junk" and "missing header" in event.decode_error
+    # Bytes in which nothing parses cannot be searched for a password: none of them is published, only the error.
+    assert event.metadata == b"" and "missing header" in event.decode_error
 
 
 def test_under_replication_mark_is_parsed() -> None:
@@ -80,9 +90,12 @@ def test_garbage_is_not_an_event() -> None:
 
 
 def test_recheck_is_a_ledger_event_and_bookie_lost_a_cluster_one() -> None:
-    recheck = recheck_event(9, Node(b"meta", STAT), pb.RecheckReason.COOKIE_CHANGED, "b:1", ME, observed_ms=4)
+    data = encode_ledger_metadata_v3(
+        build_ledger_metadata(ensemble_size=1, write_quorum=1, ack_quorum=1, segments=[Segment(0, ("b:1",))])
+    )
+    recheck = recheck_event(9, Node(data, STAT), pb.RecheckReason.COOKIE_CHANGED, "b:1", ME, observed_ms=4)
     back = accept_event(ledger_key(9), recheck.SerializeToString(), "/ledgers")
-    assert (back.kind, back.ledger_id, back.metadata, back.stat.version) == (pb.EventKind.LEDGER_RECHECK, 9, b"meta", 3)
+    assert (back.kind, back.ledger_id, back.metadata, back.stat.version) == (pb.EventKind.LEDGER_RECHECK, 9, data, 3)
     assert (back.recheck, back.bookie_id) == (pb.RecheckReason.COOKIE_CHANGED, "b:1")
     lost = bookie_lost_event("b:1", unregistered_ms=7, ledgers=2, entries=30, publisher=ME, observed_ms=8)
     got = accept_event(CLUSTER_KEY, lost.SerializeToString(), "/ledgers")
@@ -93,3 +106,74 @@ def test_recheck_is_a_ledger_event_and_bookie_lost_a_cluster_one() -> None:
         2,
         30,
     )
+
+
+# --------------------------------------------------------------------------- no password on the topic
+
+#: 16 bytes no other byte of an event holds.
+PASSWORD = b"\xa7event-password\x01"
+
+
+def with_password(**overrides: object) -> pbf.LedgerMetadataFormat:
+    """A closed ledger's message, E=3 WQ=2, stored with :data:`PASSWORD` (``overrides``: fields set otherwise)."""
+    msg = pbf.LedgerMetadataFormat(
+        quorumSize=2,
+        ensembleSize=3,
+        length=0,
+        lastEntryId=-1,
+        state=pbf.LedgerMetadataFormat.CLOSED,
+        digestType=pbf.LedgerMetadataFormat.HMAC,
+        password=PASSWORD,
+        ackQuorumSize=2,
+    )
+    msg.segment.add(ensembleMember=["a:1", "b:1", "c:1"], firstEntryId=0)
+    for name, value in overrides.items():
+        setattr(msg, name, value)
+    return msg
+
+
+def v3_bytes(msg: pbf.LedgerMetadataFormat) -> bytes:
+    body = msg.SerializePartialToString()
+    assert len(body) < 128  # a one-byte length
+    return b"BookieMetadataFormatVersion\t3\n" + bytes([len(body)]) + body
+
+
+BLOBS = {
+    "v3": v3_bytes(with_password()),
+    "v2": b"BookieMetadataFormatVersion\t2\n" + text_format.MessageToString(with_password()).encode(),
+    "v3 that does not decode": v3_bytes(with_password(quorumSize=4)),  # WQ above E: the message still parses
+    "v3 truncated": v3_bytes(with_password())[:-2],  # the length prefix says more: cannot be searched
+    "no header": b"\x00junk " + PASSWORD,
+}
+
+
+def error_of(data: bytes) -> str:
+    try:
+        decode_ledger_metadata(data)
+    except MetadataFormatError as error:
+        return str(error)
+    return ""
+
+
+@pytest.mark.parametrize("name", sorted(BLOBS))
+@pytest.mark.parametrize("kind", ["LEDGER_CREATED", "LEDGER_CHANGED", "LEDGER_RECHECK"])
+def test_a_published_event_never_holds_the_ledger_s_password(name: str, kind: str) -> None:
+    data = BLOBS[name]
+    assert PASSWORD in data or text_encoding.CEscape(PASSWORD, as_utf8=False).encode() in data
+    node = Node(data, STAT)
+    if kind == "LEDGER_RECHECK":
+        event = recheck_event(7, node, pb.RecheckReason.BOOKIE_LOST_RECHECK, "a:1", ME, observed_ms=1)
+    else:
+        event = event_for_change(MetadataChange(ChangeKind[kind], 7, node), pb.Origin.LIVE, ME, observed_ms=1)
+    published = event.SerializeToString()
+    assert PASSWORD not in published
+    for escaped in (text_encoding.CEscape(PASSWORD, as_utf8=False), "".join(f"\\{b:03o}" for b in PASSWORD)):
+        assert escaped.encode() not in published
+    back = parse_event(published)
+    assert back.decode_error == error_of(data)  # the error of the znode's own bytes, whatever is published
+    if not back.decode_error:  # the same metadata, but for the password
+        assert decode_ledger_metadata(back.metadata) == replace(decode_ledger_metadata(data), password=b"")
+    elif name in ("v3 truncated", "no header"):
+        assert back.metadata == b""  # nothing of bytes that cannot be searched for a password
+    else:
+        assert back.metadata and error_of(back.metadata) == back.decode_error

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import base64
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
 
+from scrutiny.connectors.tables.schemas import WRITTEN_TABLES
+from scrutiny.core.ledger_metadata import decode_ledger_metadata, encode_ledger_metadata_v3
+from scrutiny.core.ledger_tracker import TrackedLedger
+from scrutiny.core.zk_paths import ledger_path
 from scrutiny.paths import PROJECT_ROOT
 from scrutiny.simulator.scenario import load_scenario, parse_scenario
 from scrutiny.simulator.state import ClusterState
 from scrutiny.simulator.truth import cluster_truth
-from tests.support.checker_harness import SettingsFor, ViolationId, running_checker
+from scrutiny.streaming.checker.buckets import decode_bucket
+from tests.support.checker_harness import Harness, SettingsFor, ViolationId, running_checker
 
 pytestmark = pytest.mark.integration
 
@@ -48,6 +56,51 @@ def test_every_injected_violation_is_found_and_nothing_else(
         topic_rows = [v for v in violations if v["pulsar_topic"]]
         assert all(v["ensemble"] and v["write_quorum"] for v in violations if v["category"] == "MISSING_REPLICA")
         assert all(v["pulsar_topic"].startswith("persistent://") for v in topic_rows)
+        # A ledger's password never leaves ZooKeeper: give one to a ledger whose finding stays open (its state keeps
+        # its metadata), wait until that version is checked and its batch committed (a later batch ran).
+        lost = min(ledger for ledger, category, _ in expected if category == "NO_REPLICA")
+        path = ledger_path(lost, root=scenario.cluster.ledgers_root)
+        data, _ = zk_client.get(path)
+        zk_client.set(path, encode_ledger_metadata_v3(replace(decode_ledger_metadata(data), password=PASSWORD)))
+        version = zk_client.exists(path).version
+        harness.wait(lambda: bool(_checked(harness, lost, version)), 60, "the version with a password checked")
+        batch = _checked(harness, lost, version)[0]["batch_id"]
+        harness.wait(lambda: any(r["batch_id"] > batch for r in harness.table("checker_runs")), 60, "a later batch")
+        assert any(ledger == lost and category == "NO_REPLICA" for ledger, category, _ in harness.open_ids())
+        for name in WRITTEN_TABLES:
+            for row in harness.table(name):
+                assert not any(_holds_password(value) for value in row.values()), (name, row)
+    # The state the checker keeps (RocksDB), read back with Spark's state data source once the query stopped.
+    checkpoint = str(Path(settings.checker.checkpoint_dir).resolve())
+    states: dict[int, TrackedLedger] = {}
+    for stored in spark.read.format("statestore").option("stateVarName", "ledgers").load(checkpoint).collect():
+        value = bytes(stored["value"][0])  # the value state's one column: a bucket's states
+        assert not _holds_password(value)
+        states.update(decode_bucket(value))
+    kept = states[lost].metadata  # kept while NO_REPLICA is open: the metadata as published, without the password
+    assert states[lost].version == version and kept is not None and not _holds_password(kept)
+    assert decode_ledger_metadata(kept).password == b"" and decode_ledger_metadata(kept).password_set
+
+
+#: A password no byte of the example scenario holds (16 bytes, text: the tables' rows are text and numbers).
+PASSWORD = b"e2e-Pw-9fQz!k3Lx"
+
+
+def _checked(harness: Harness, ledger: int, version: int) -> list[dict[str, Any]]:
+    """The checks of that version of the ledger."""
+    return [c for c in harness.table("ledger_checks") if c["ledger_id"] == ledger and c["metadata_version"] == version]
+
+
+def _holds_password(value: object) -> bool:
+    """Whether a value (a row's cell, a state's bytes) holds :data:`PASSWORD`, as it is or in base64 (any offset)."""
+    if isinstance(value, (bytes, bytearray)):
+        raw = bytes(value)
+    elif isinstance(value, str):
+        raw = value.encode("utf-8", "surrogateescape")
+    else:
+        return False
+    encoded = (base64.b64encode(bytes(pad) + PASSWORD)[4:-4] for pad in (0, 1, 2))
+    return PASSWORD in raw or any(form in raw for form in encoded)
 
 
 SCHEDULED = """
