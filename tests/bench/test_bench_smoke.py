@@ -61,6 +61,6 @@ def test_startup_bench_measures_every_command_and_judges_the_light_ones() -> Non
 def test_input_cost_bench_feeds_every_target_and_prints_its_figures() -> None:
     done = run_bench("bench.input_cost_bench", "--seconds", "0.3", "--max-scale", "300")
     rows = [line.split() for line in done.stdout.splitlines()[1:] if line.strip()]
-    names = {"ledger", "listing", "verdict", "v3", "agent", "rack", "under-replication", "kafka"}
+    names = {"ledger", "password", "listing", "verdict", "v3", "agent", "rack", "under-replication", "kafka"}
     assert {row[0] for row in rows} == names
     assert all(int(row[-9]) > 0 for row in rows)  # every target was fed inputs

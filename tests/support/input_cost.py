@@ -29,6 +29,7 @@ from scrutiny.core.ledger_metadata import (
     encode_varint,
 )
 from scrutiny.core.listing_codec import decode_listing_compact
+from scrutiny.core.metadata_redaction import redact_ledger_metadata
 from scrutiny.core.verdict import BookieAnswer, compute_verdict
 from scrutiny.core.zk_records import parse_pulsar_racks, parse_underreplication_mark
 from scrutiny.proto import bookie_agent_pb2 as agent_pb2
@@ -272,6 +273,7 @@ def _run_event(data: bytes) -> object:
 
 TARGETS: tuple[Target, ...] = (
     Target("ledger metadata", _make_metadata, decode_ledger_metadata),
+    Target("password redaction", _make_metadata, redact_ledger_metadata),
     Target("listing", _make_listing, decode_listing_compact),
     Target("verdict", _make_verdict, _run_verdict),
     Target("v3 frame", _make_v3_frame, _run_v3_frame),
