@@ -24,8 +24,8 @@ from scrutiny.core.sequence_groups import SequenceGroup, normalize, runs_in_wind
 #: groups are handled run by run.
 MAX_MODULUS = 4096
 #: What one evaluation (one ledger's verdict, one union) may spend beyond a fixed share per input group: the runs
-#: expanded for groups whose period does not fit the modulus, the runs the mask of a group whose period is below
-#: the modulus holds, and the groups of its results. Work linear in the input is always paid for; this bounds
+#: expanded for groups whose period does not fit the modulus, and the groups of its results (a group whose period
+#: is below a stretched modulus can make thousands). Work linear in the input is always paid for; this bounds
 #: what a stretched modulus can add to it (about half a second on one core at worst).
 MAX_EXPANDED_RUNS = 30_000
 #: What each input group adds to an evaluation's budget: a damaged bookie's long listing is judged, not refused.
@@ -84,9 +84,8 @@ class Budget:
 def pieces_of(groups: Iterable[SequenceGroup], modulus: int, lo: int, hi: int, budget: Budget) -> list[Piece]:
     """The pieces of ``groups`` clipped to ``[lo, hi]`` (unsorted; pieces may overlap).
 
-    Groups are charged to ``budget``: the runs expanded one by one when their period does not fit the modulus, the
-    runs their mask holds when their period is below it. Groups that would overspend it raise
-    EntrySetTooComplexError and leave the budget as it was, for the next listing.
+    Groups whose period does not fit the modulus are expanded run by run, each run charged to ``budget``; groups
+    that would overspend it raise EntrySetTooComplexError and leave the budget as it was, for the next listing.
     """
     left = budget.runs_left
     try:
@@ -105,9 +104,7 @@ def _pieces(groups: Iterable[SequenceGroup], modulus: int, lo: int, hi: int, bud
             continue
         if group.contiguous:
             out.append((start, end, everything))
-        elif modulus % group.period == 0:
-            if group.period < modulus:
-                budget.spend(modulus // group.period)
+        elif modulus % group.period == 0:  # one piece whatever its runs: what it adds is paid for by the results
             out.append((start, end, residue_mask(group.first_start, group.size, group.period, modulus)))
         else:
             budget.spend(group.runs)

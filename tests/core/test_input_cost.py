@@ -16,15 +16,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scrutiny.core.errors import FormatError, MetadataFormatError
-from scrutiny.core.ledger_metadata import MAX_ENSEMBLE_SIZE, decode_ledger_metadata
-from scrutiny.core.periodic_sets import MAX_EXPANDED_RUNS, ResidueCounts, cyclic_runs, smallest_period
+from scrutiny.core.ledger_metadata import MAX_ENSEMBLE_SIZE, build_ledger_metadata, decode_ledger_metadata
+from scrutiny.core.periodic_sets import ResidueCounts, cyclic_runs, smallest_period
 from scrutiny.core.protobuf_text import MAX_BACKSLASH_RUN
 from scrutiny.core.sequence_groups import SequenceGroup
 from scrutiny.core.striping import expected_groups, expected_residues
 from scrutiny.core.verdict import BookieAnswer, VerdictKind, compute_verdict
 from scrutiny.core.vocabulary import Category
 from scrutiny.core.zk_records import parse_underreplication_mark
-from tests.support.input_cost import TARGETS, Target, metadata_bytes, run_one
+from tests.support.input_cost import TARGETS, Target, bookies, metadata_bytes, run_one
 
 #: The most one input may take, whatever its size here (a hang detector with room for a loaded 2-core machine).
 MAX_SECONDS = 3.0
@@ -70,16 +70,15 @@ def test_the_largest_ensemble_is_judged_without_replica_findings() -> None:
 
 
 def test_groups_that_stretch_the_modulus_past_the_budget_make_that_answer_unknown() -> None:
-    metadata = decode_ledger_metadata(metadata_bytes(random.Random(5), 3, 1))
-    members = metadata.segments[0].ensemble
-    last = metadata.last_entry_id
-    assert last is not None
-    answers = {
-        b: BookieAnswer.listing(expected_groups(i, 3, metadata.write_quorum, 0, last)) for i, b in enumerate(members)
-    }
-    # Period 3 groups inside a modulus of 3072 (stretched by one period-1024 group): 1024 runs each to pay for.
-    hostile = [SequenceGroup(k * 10_000, k * 10_000 + 3 * 100, 1, 3) for k in range(MAX_EXPANDED_RUNS // 1024 + 2)]
-    hostile.append(SequenceGroup(10**8, 10**8 + 1024 * 5, 1, 1024))
+    members = bookies(3)
+    last = 10**9
+    metadata = build_ledger_metadata(
+        ensemble_size=3, write_quorum=2, ack_quorum=2, segments=[(0, members)], last_entry_id=last, length=1
+    )
+    answers = {b: BookieAnswer.listing(expected_groups(i, 3, 2, 0, last)) for i, b in enumerate(members)}
+    # Runs every 4095 entries: the common modulus becomes 4095, and what the bookie lacks between them repeats only
+    # every 4095 entries (1,365 runs to write down per stretch): thirty such groups would make ~40,000 groups.
+    hostile = [SequenceGroup(k * 10**6, k * 10**6 + 4095 * 10, 1, 4095) for k in range(30)]
     answers[members[1]] = BookieAnswer.listing(hostile)
     verdict = compute_verdict(metadata, answers, now_ms=0)
     assert verdict.verdict is VerdictKind.UNKNOWN and verdict.retry_bookies == (members[1],)
