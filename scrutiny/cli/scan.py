@@ -38,12 +38,12 @@ from scrutiny.core.health_summary import (
     as_json_dict,
     exit_code,
     field_line,
-    format_duration_ms,
     render,
     summarize,
 )
 from scrutiny.core.ledger_scan import ScanMode, parse_ledger_selection
 from scrutiny.core.terminal_text import terminal_safe
+from scrutiny.core.utc_text import format_duration_ms
 from scrutiny.core.vocabulary import Severity
 from scrutiny.settings.loader import Settings, load_settings
 from scrutiny.streaming.scan.fix import FixOptions, check_fix_options, fix_json, fix_lines, run_fix

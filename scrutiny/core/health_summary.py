@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from scrutiny.core.errors import ScrutinyError
-from scrutiny.core.utc_text import format_utc_ms
+from scrutiny.core.utc_text import format_duration_ms, format_utc_ms
 from scrutiny.core.vocabulary import CLUSTER_LEDGER_ID, DATA_LOSS_CATEGORIES, Category, Severity, is_data_loss
 
 DEFAULT_FAIL_ON: Final = Severity.CRITICAL
@@ -290,21 +290,6 @@ def exit_code(summary: HealthSummary) -> int:
     if summary.figures.interrupted is not None:
         return EXIT_INTERRUPTED
     return 0 if summary.healthy else 1
-
-
-def format_duration_ms(duration_ms: int) -> str:
-    """A short human duration: ``42 s``, ``12 min``, ``3 h 5 min``, ``2 d 4 h``."""
-    seconds = max(0, duration_ms) // 1000
-    if seconds < 120:
-        return f"{seconds} s"
-    minutes = seconds // 60
-    if minutes < 120:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes} min"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h"
 
 
 # ----------------------------------------------------------------------------------------------- text layout

@@ -66,7 +66,7 @@ from scrutiny.core.bookie_lifecycle import LifecycleKind
 from scrutiny.core.errors import FormatError
 from scrutiny.core.ledger_metadata import LedgerMetadata, LedgerState, decode_ledger_metadata
 from scrutiny.core.reverify import next_reverify_ms
-from scrutiny.core.utc_text import format_utc_ms
+from scrutiny.core.utc_text import format_duration_ms, format_utc_ms
 from scrutiny.core.verdict import (
     BookieAnswer,
     ClusterView,
@@ -153,6 +153,9 @@ class TrackedLedger:
     lost: tuple[tuple[str, int], ...] = ()
     #: While the ledger is ``IN_RECOVERY``: when that recovery is stalled (its first such version's write + grace).
     recovery_due_ms: int | None = None
+    #: The bookies answering that the ledger is in limbo on them, each with the time of the first such answer
+    #: since it last answered otherwise (``LEDGER_IN_LIMBO`` says how long).
+    limbo: tuple[tuple[str, int], ...] = ()
 
     def timers(self) -> tuple[int, ...]:
         """The times at which this ledger needs :func:`on_timer` (or, for ``confirm_at_ms``, a look at its znode)."""
@@ -205,6 +208,8 @@ class TrackedLedger:
             doc["p"] = [list(k) for k in self.reported]
         if self.lost:
             doc["l"] = [list(k) for k in self.lost]
+        if self.limbo:
+            doc["b"] = [list(k) for k in self.limbo]
         return doc
 
     @classmethod
@@ -234,6 +239,7 @@ class TrackedLedger:
             # Older states kept 3-field keys: dropped, so at worst a pending retry reports a row again.
             reported=tuple((k[0], k[1], k[2], k[3], k[4]) for k in doc.get("p", ()) if len(k) == 5),
             lost=tuple((k[0], k[1]) for k in doc.get("l", ())),
+            limbo=tuple((k[0], k[1]) for k in doc.get("b", ())),
         )
 
 
@@ -612,6 +618,7 @@ def _judge(
         under_replication=None if state.mark is None else replace(state.mark, ctime_ms=None),
         written_ms=state.written_ms,
     )
+    state = replace(state, limbo=_in_limbo_since(state.limbo, answers, now_ms))
     found = _not_stuck(verdict)
     asked = len(_bookies(metadata))
     if verdict.retry_bookies and state.attempts < config.retry.max_retries:
@@ -624,7 +631,7 @@ def _judge(
             reported=tuple(dict.fromkeys((*state.reported, *(report_key(v) for v in new)))),
         )
         return Step(pending, Outcome(found=new, metadata=metadata, version=state.version))
-    found += _unanswered(verdict, cluster, found, answers)
+    found += _unanswered(verdict, cluster, found, answers, limbo_since=dict(state.limbo), now_ms=now_ms)
     kind = VerdictKind.VIOLATED if found else verdict.verdict
     return _complete(state, metadata, found, kind, now_ms, asked=asked, verified=not verdict.retry_bookies)
 
@@ -692,11 +699,28 @@ def _not_stuck(verdict: Verdict) -> tuple[Violation, ...]:
     return tuple(v for v in verdict.violations if v.category is not Category.UNDER_REPLICATION_STUCK)
 
 
+def _in_limbo_since(
+    previous: tuple[tuple[str, int], ...], answers: Mapping[str, BookieAnswer], now_ms: int
+) -> tuple[tuple[str, int], ...]:
+    """Each bookie in limbo with its first limbo answer: kept while it answers limbo (or is not asked), dropped once
+    it answers anything else."""
+    since = dict(previous)
+    kept = {b: t for b, t in since.items() if b not in answers}
+    kept |= {b: since.get(b, now_ms) for b, a in answers.items() if a.limbo}
+    return tuple(sorted(kept.items()))
+
+
 def _unanswered(
-    verdict: Verdict, cluster: ClusterView, found: tuple[Violation, ...], answers: Mapping[str, BookieAnswer]
+    verdict: Verdict,
+    cluster: ClusterView,
+    found: tuple[Violation, ...],
+    answers: Mapping[str, BookieAnswer],
+    *,
+    limbo_since: Mapping[str, int],
+    now_ms: int,
 ) -> tuple[Violation, ...]:
-    """After the last retry: each bookie without a usable answer, by what it said (the ledger in limbo: it answers)
-    and whether it is still registered; the last answer's reason is in the details."""
+    """After the last retry: each bookie without a usable answer, by what it said (the ledger in limbo: it answers,
+    and for how long) and whether it is still registered; the last answer's reason is in the details."""
     reported = {v.bookie for v in found if v.category is Category.BOOKIE_NOT_REGISTERED}
     out: list[Violation] = []
     for bookie in verdict.retry_bookies:
@@ -704,9 +728,11 @@ def _unanswered(
         said = f" (last answer: {answer.reason})" if answer is not None and answer.reason else ""
         if answer is not None and answer.limbo:
             category = Category.LEDGER_IN_LIMBO
+            since = limbo_since.get(bookie, now_ms)
             details = (
-                f"the bookie answers that the ledger is in limbo on it, still after the retries{said}: it may have "
-                "lost entries in an unclean shutdown (BP-46), and its copies count for nothing until the limbo clears"
+                f"the bookie answers that the ledger is in limbo on it, for {format_duration_ms(now_ms - since)} (since"
+                f" {format_utc_ms(since)}) and still after the retries{said}: it may have lost entries in an unclean"
+                " shutdown (BP-46), and its copies count for nothing until the limbo clears"
             )
         elif cluster.registered(bookie):
             category = Category.BOOKIE_UNRESPONSIVE

@@ -33,3 +33,18 @@ def format_utc_ms(epoch_ms: int) -> str:
     year, month, day = civil_date(days)
     seconds = in_day // 1000
     return f"{year:04d}-{month:02d}-{day:02d}T{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}Z"
+
+
+def format_duration_ms(duration_ms: int) -> str:
+    """A short human duration: ``42 s``, ``12 min``, ``3 h 5 min``, ``2 d 4 h``."""
+    seconds = max(0, duration_ms) // 1000
+    if seconds < 120:
+        return f"{seconds} s"
+    minutes = seconds // 60
+    if minutes < 120:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"

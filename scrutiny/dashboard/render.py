@@ -15,8 +15,8 @@ from typing import Final
 from dash import html
 from dash.development.base_component import Component
 
-from scrutiny.core.health_summary import HEALTHY, format_duration_ms
-from scrutiny.core.utc_text import format_utc_ms
+from scrutiny.core.health_summary import HEALTHY
+from scrutiny.core.utc_text import format_duration_ms, format_utc_ms
 from scrutiny.dashboard.charts import (
     bookie_chart,
     category_chart,

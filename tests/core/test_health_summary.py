@@ -18,10 +18,10 @@ from scrutiny.core.health_summary import (
     OpenViolation,
     as_json_dict,
     exit_code,
-    format_duration_ms,
     render,
     summarize,
 )
+from scrutiny.core.utc_text import format_duration_ms
 from scrutiny.core.vocabulary import Category, Severity
 
 T0_MS = 1_772_366_400_000  # 2026-03-01T12:00:00Z

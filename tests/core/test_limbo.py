@@ -3,10 +3,21 @@ answers EIO is not silent either: its finding says what it answered."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from scrutiny.core.ledger_metadata import LedgerState, build_ledger_metadata, encode_ledger_metadata_v3
-from scrutiny.core.ledger_tracker import RecheckPolicy, Step, TrackerConfig, on_metadata, waits_for
+from scrutiny.core.ledger_tracker import (
+    RecheckPolicy,
+    Step,
+    TrackedLedger,
+    TrackerConfig,
+    on_answers,
+    on_metadata,
+    on_timer,
+    waits_for,
+)
 from scrutiny.core.sequence_groups import from_entries
 from scrutiny.core.verdict import BookieAnswer, ClusterView
 from scrutiny.core.vocabulary import Category, Severity
@@ -18,8 +29,15 @@ NO_RETRIES = TrackerConfig(retry=RecheckPolicy(max_retries=0))
 CLUSTER = ClusterView(writable=frozenset(BOOKIES))
 
 
-def checked_with(b2: BookieAnswer) -> Step:
-    """Ledger 0..9 (E=3, WQ=2) checked without retries, b2 answering ``b2``."""
+#: Each bookie's whole stripe of ledger 0..9 (E=3, WQ=2).
+ANSWERS = {
+    bookie: BookieAnswer.listing(from_entries([e for e in range(10) if i in (e % 3, (e + 1) % 3)]))
+    for i, bookie in enumerate(BOOKIES)
+}
+
+
+def checked_with(b2: BookieAnswer, config: TrackerConfig = NO_RETRIES) -> Step:
+    """Ledger 0..9 (E=3, WQ=2) checked at t = 1 s (without retries by default), b2 answering ``b2``."""
     metadata = build_ledger_metadata(
         ensemble_size=3,
         write_quorum=2,
@@ -28,11 +46,7 @@ def checked_with(b2: BookieAnswer) -> Step:
         state=LedgerState.CLOSED,
         last_entry_id=9,
     )
-    answers = {
-        bookie: BookieAnswer.listing(from_entries([e for e in range(10) if i in (e % 3, (e + 1) % 3)]))
-        for i, bookie in enumerate(BOOKIES)
-    }
-    answers[BOOKIES[1]] = b2
+    answers = dict(ANSWERS, **{BOOKIES[1]: b2})
     return on_metadata(
         None,
         version=1,
@@ -41,7 +55,7 @@ def checked_with(b2: BookieAnswer) -> Step:
         answers=answers,
         now_ms=1_000,
         cluster=CLUSTER,
-        config=NO_RETRIES,
+        config=config,
     )
 
 
@@ -60,3 +74,23 @@ def test_an_eio_answer_is_unresponsive_with_what_it_answered() -> None:
     [found] = [v for v in step.outcome.found if v.bookie == BOOKIES[1]]
     assert found.category is Category.BOOKIE_UNRESPONSIVE
     assert found.details is not None and found.details.endswith("(last answer: EIO)")
+
+
+def test_limbo_says_how_long_the_bookie_has_answered_it_and_forgets_once_it_answers_otherwise() -> None:
+    limbo = BookieAnswer.in_limbo("EUNKNOWNLEDGERSTATE")
+    one_retry = TrackerConfig(retry=RecheckPolicy(max_retries=1))
+    first = checked_with(limbo, config=one_retry)  # t = 1 s: in limbo, a retry is due
+    assert first.state is not None and first.state.limbo == ((BOOKIES[1], 1_000),)
+    assert TrackedLedger.from_bytes(first.state.to_bytes()).limbo == first.state.limbo  # kept in the state store
+    due = on_timer(first.state, now_ms=181_000, config=one_retry, cluster=CLUSTER)  # the retry, 3 min later
+    assert due.state is not None and due.outcome.fetch
+    answers = dict(ANSWERS, **{BOOKIES[1]: limbo})
+    last = on_answers(due.state, version=1, answers=answers, now_ms=181_000, cluster=CLUSTER, config=one_retry)
+    [found] = [v for v in last.outcome.found if v.bookie == BOOKIES[1]]
+    assert found.category is Category.LEDGER_IN_LIMBO
+    assert found.details is not None and "for 3 min (since 1970-01-01T00:00:01Z)" in found.details
+    healthy = on_answers(
+        replace(first.state, checked=False), version=1, answers=ANSWERS, now_ms=200_000, cluster=CLUSTER,
+        config=one_retry,
+    )  # fmt: skip
+    assert healthy.state is not None and healthy.state.limbo == ()
