@@ -26,7 +26,7 @@ MAX_MODULUS = 4096
 #: What one evaluation (one ledger's verdict, one union) may spend beyond a fixed share per input group: the runs
 #: expanded for groups whose period does not fit the modulus, and the groups of its results (a group whose period
 #: is below a stretched modulus can make thousands). Work linear in the input is always paid for; this bounds
-#: what a stretched modulus can add to it (about half a second on one core at worst).
+#: what a stretched modulus can add to it (under a second on one core at worst).
 MAX_EXPANDED_RUNS = 30_000
 #: What each input group adds to an evaluation's budget: a damaged bookie's long listing is judged, not refused.
 RUNS_PER_INPUT_GROUP = 8
