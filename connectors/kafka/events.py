@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from scrutiny.core.errors import FormatError, ScrutinyError
-from scrutiny.core.ledger_metadata import decode_ledger_metadata
 from scrutiny.core.metadata_redaction import redacted_metadata
 from scrutiny.core.metadata_view import ChangeKind, MetadataChange, Node
 from scrutiny.core.zk_records import parse_underreplication_mark
@@ -123,15 +122,6 @@ def bookie_lost_event(
 def marker_event(kind: int, origin: int, publisher: Publisher, *, observed_ms: int) -> pb.LedgerEvent:
     """A TICK, SNAPSHOT_BEGIN or SNAPSHOT_END event (cluster-wide)."""
     return _base(kind, origin, publisher, observed_ms)
-
-
-def metadata_error(data: bytes) -> str:
-    """Why the ledger metadata bytes do not decode, or an empty string when they do."""
-    try:
-        decode_ledger_metadata(data)
-    except FormatError as error:
-        return str(error)
-    return ""
 
 
 def parse_event(data: bytes) -> pb.LedgerEvent:

@@ -618,7 +618,7 @@ def _judge(
         under_replication=None if state.mark is None else replace(state.mark, ctime_ms=None),
         written_ms=state.written_ms,
     )
-    state = replace(state, limbo=_in_limbo_since(state.limbo, answers, now_ms))
+    state = replace(state, limbo=_in_limbo_since(state.limbo, answers, _bookies(metadata), now_ms))
     found = _not_stuck(verdict)
     asked = len(_bookies(metadata))
     if verdict.retry_bookies and state.attempts < config.retry.max_retries:
@@ -700,12 +700,15 @@ def _not_stuck(verdict: Verdict) -> tuple[Violation, ...]:
 
 
 def _in_limbo_since(
-    previous: tuple[tuple[str, int], ...], answers: Mapping[str, BookieAnswer], now_ms: int
+    previous: tuple[tuple[str, int], ...],
+    answers: Mapping[str, BookieAnswer],
+    ensemble: tuple[str, ...],
+    now_ms: int,
 ) -> tuple[tuple[str, int], ...]:
     """Each bookie in limbo with its first limbo answer: kept while it answers limbo (or is not asked), dropped once
-    it answers anything else."""
+    it answers anything else or is in no ensemble of the ledger any more."""
     since = dict(previous)
-    kept = {b: t for b, t in since.items() if b not in answers}
+    kept = {b: t for b, t in since.items() if b not in answers and b in ensemble}
     kept |= {b: since.get(b, now_ms) for b, a in answers.items() if a.limbo}
     return tuple(sorted(kept.items()))
 

@@ -222,18 +222,6 @@ class ResidueCounts:
         return greater | equal
 
 
-def at_least(masks: Sequence[int], thresholds: Sequence[int]) -> list[int]:
-    """For each threshold k, the residues set in at least k of ``masks`` (bit-sliced counting)."""
-    top = max(thresholds, default=0)
-    layers = [0] * (top + 1)  # layers[k]: residues set in at least k masks seen so far (k >= 1)
-    for mask in masks:
-        if not mask:
-            continue
-        for k in range(top, 0, -1):
-            layers[k] |= (layers[k - 1] if k > 1 else -1) & mask
-    return [layers[k] if k >= 1 else -1 for k in thresholds]
-
-
 def window_mask(start: int, end: int, modulus: int) -> int:
     """Residues mod ``modulus`` that occur in ``[start, end]``."""
     length = end - start + 1

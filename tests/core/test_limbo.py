@@ -94,3 +94,15 @@ def test_limbo_says_how_long_the_bookie_has_answered_it_and_forgets_once_it_answ
         config=one_retry,
     )  # fmt: skip
     assert healthy.state is not None and healthy.state.limbo == ()
+
+
+def test_a_bookie_no_longer_in_any_ensemble_is_forgotten_by_the_limbo_record() -> None:
+    one_retry = TrackerConfig(retry=RecheckPolicy(max_retries=1))
+    first = checked_with(BookieAnswer.in_limbo("EUNKNOWNLEDGERSTATE"), config=one_retry)
+    assert first.state is not None
+    stale = replace(first.state, limbo=(*first.state.limbo, ("replaced:3181", 500)))
+    due = on_timer(stale, now_ms=61_000, config=one_retry, cluster=CLUSTER)
+    assert due.state is not None
+    answers = dict(ANSWERS, **{BOOKIES[1]: BookieAnswer.in_limbo("EUNKNOWNLEDGERSTATE")})
+    last = on_answers(due.state, version=1, answers=answers, now_ms=61_000, cluster=CLUSTER, config=one_retry)
+    assert last.state is not None and last.state.limbo == ((BOOKIES[1], 1_000),)
