@@ -33,10 +33,13 @@ def kafka_source_options(
     starting_offsets: str = "earliest",
     fail_on_data_loss: bool = True,
     max_offsets_per_trigger: int = 0,
+    fetch_wait_ms: int | None = None,
 ) -> dict[str, str]:
     """The options of Spark's Kafka source reading ``section.topic``; ConfigError naming the key when invalid.
 
-    Runs on the driver when the job builds its query. ``max_offsets_per_trigger`` 0 means no cap. The SASL password
+    Runs on the driver when the job builds its query. ``max_offsets_per_trigger`` 0 means no cap. ``fetch_wait_ms``:
+    the consumers' ``fetch.max.wait.ms`` (None: Kafka's default, 500 ms, which each task reading a partition's last
+    records waits out once). The SASL password
     is revealed into ``kafka.sasl.jaas.config``, which Spark redacts in plans and its UI.
     """
     properties = kafka_client_config(section).java_properties()
@@ -49,6 +52,8 @@ def kafka_source_options(
     }
     if max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(max_offsets_per_trigger)
+    if fetch_wait_ms is not None:
+        options["kafka.fetch.max.wait.ms"] = str(fetch_wait_ms)
     return options
 
 

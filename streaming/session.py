@@ -56,7 +56,9 @@ BASE_CONF: Mapping[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.driver.extraJavaOptions": "-Xss16m",
     "spark.sql.shuffle.partitions": "4",
-    "spark.sql.streaming.noDataMicroBatches.enabled": "true",
+    # A micro-batch only when Kafka has new records: with processing-time timers Spark would otherwise run one every
+    # trigger, idle or not. The checker's driver publishes a TICK when a timer is due (streaming/checker/timer_wake).
+    "spark.sql.streaming.noDataMicroBatches.enabled": "false",
     # Delta Lake's SQL (MERGE, CREATE TABLE ... USING delta) and its catalog (jars from .jvm/spark).
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",

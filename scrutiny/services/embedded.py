@@ -55,7 +55,7 @@ def embedded_settings(base: Settings, scenario: Scenario, zookeeper: str, kafka:
             base.zookeeper, connect=zookeeper, metadata_uri="", ledgers_root=scenario.cluster.ledgers_root
         ),
         kafka=replace(base.kafka, bootstrap_servers=kafka, partitions=min(base.kafka.partitions, 4)),
-        watcher=replace(assumed.watcher, racks_path=scenario.cluster.racks_path, tick_interval_seconds=2),
+        watcher=replace(assumed.watcher, racks_path=scenario.cluster.racks_path),
         checker=replace(assumed.checker, checkpoint_dir=str(Path(base.checker.checkpoint_dir).parent / "embedded")),
     )
 

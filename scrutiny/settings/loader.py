@@ -43,9 +43,9 @@ from scrutiny.settings.sections import (
 )
 
 ENV_PREFIX = "SCRUTINY_"
-#: The report and the dashboard call the streaming checker stalled after this many watcher ticks (or trigger
-#: intervals) without a batch, when that is longer than the default (health_summary.DEFAULT_STALL_AFTER_MS).
-STALL_INTERVALS = 20
+#: The report and the dashboard call the streaming checker stalled after this many of its longest gaps between
+#: batches without one, when that is longer than the default (health_summary.DEFAULT_STALL_AFTER_MS).
+STALL_INTERVALS = 5
 CONFIG_ENV = "SCRUTINY_CONFIG"
 #: The longest duration a key may give, in seconds (ten years): the job passes durations to Spark and Kafka as
 #: 64-bit milliseconds and to the ZooKeeper client as socket timeouts.
@@ -88,8 +88,11 @@ class Settings:
         )
 
     def stall_after_ms(self) -> int:
-        """How long without a batch makes the streaming checker look stalled: 5 min, or 20 ticks/triggers if longer."""
-        interval_s = max(self.watcher.tick_interval_seconds, self.checker.trigger_seconds)
+        """How long without a batch makes the streaming checker look stalled: 5 min, or 5 of its longest gaps between
+        batches if longer (its heartbeat, ``checker.idle_batch_seconds``, or without its own wake-up the watcher's
+        ticks; at least a trigger)."""
+        gap_s = self.checker.idle_batch_seconds if self.checker.wake_on_timers else self.watcher.tick_interval_seconds
+        interval_s = max(gap_s, self.checker.trigger_seconds)
         return max(DEFAULT_STALL_AFTER_MS, int(STALL_INTERVALS * interval_s * 1000))
 
     def with_placement_policy(self, policy: PlacementPolicy) -> Settings:

@@ -77,7 +77,7 @@ class WatcherSection:
 
     racks_path: str = "/bookies"
     election_path: str = "/scrutiny/watcher"
-    tick_interval_seconds: int = 5
+    tick_interval_seconds: int = 60
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
     delivery_timeout_seconds: int = 3600
@@ -125,6 +125,9 @@ class CheckerSection:
     data_dir: str = "data"
     checkpoint_dir: str = "checkpoints/checker"
     trigger_seconds: float = 1.0
+    wake_on_timers: bool = True
+    idle_batch_seconds: float = 60.0
+    kafka_fetch_wait_ms: int = 20
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int = 0
     fail_on_data_loss: bool = True
@@ -149,11 +152,19 @@ class CheckerSection:
     shuffle_partitions: int = 4
 
     def __post_init__(self) -> None:
-        for key in ("trigger_seconds", "retry_initial_seconds", "retry_max_seconds", "fetch_timeout_seconds"):
+        for key in (
+            "trigger_seconds",
+            "idle_batch_seconds",
+            "retry_initial_seconds",
+            "retry_max_seconds",
+            "fetch_timeout_seconds",
+        ):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"checker.{key} must be positive, not {getattr(self, key)!r}")
         if self.shuffle_partitions < 1:
             raise ConfigError(f"checker.shuffle_partitions must be at least 1, not {self.shuffle_partitions!r}")
+        if self.kafka_fetch_wait_ms < 0:
+            raise ConfigError(f"checker.kafka_fetch_wait_ms must not be negative, not {self.kafka_fetch_wait_ms!r}")
         if self.retry_attempts < 0 or self.max_offsets_per_trigger < 0:
             raise ConfigError("checker.retry_attempts and checker.max_offsets_per_trigger must not be negative")
         if self.write_conflict_attempts < 1:

@@ -25,6 +25,8 @@ from pyspark.sql.functions import expr
 from pyspark.sql.streaming.query import StreamingQuery
 
 from scrutiny.connectors.bookies.fetch import FetchConfig, fetch_config_from_settings
+from scrutiny.connectors.kafka.config import producer_kwargs
+from scrutiny.connectors.kafka.events import Publisher
 from scrutiny.connectors.zookeeper.client import zookeeper_target
 from scrutiny.core.backoff import Backoff
 from scrutiny.core.ledger_tracker import RecheckPolicy, TrackerConfig
@@ -39,6 +41,7 @@ from scrutiny.streaming.checker.processor import LedgerProcessor
 from scrutiny.streaming.checker.records import NARROW_DDL
 from scrutiny.streaming.checker.replay import BatchOutputs, ReplayHandle
 from scrutiny.streaming.checker.sink import BatchSink, BatchSummary
+from scrutiny.streaming.checker.timer_wake import TickSender, TimerCalendar, Waker
 from scrutiny.streaming.checker.verified_counts import VerifiedCounts
 from scrutiny.streaming.checkpoint_files import CheckpointFiles
 from scrutiny.streaming.delta_writer import CheckerTables
@@ -99,6 +102,7 @@ class RunningChecker:
 
     query: StreamingQuery
     sink: BatchSink
+    waker: Waker | None = None
     batches: int = 0
     idle_since: float = field(default_factory=time.monotonic)
     write_seconds: list[float] = field(default_factory=list)
@@ -120,6 +124,8 @@ class RunningChecker:
 
     def stop(self) -> None:
         """Stop the query (the current batch is finished or abandoned; the checkpoint stays consistent)."""
+        if self.waker is not None:
+            self.waker.stop()
         self.query.stop()
 
 
@@ -191,6 +197,7 @@ def start_checker(
         starting_offsets=checker.starting_offsets,
         fail_on_data_loss=checker.fail_on_data_loss,
         max_offsets_per_trigger=checker.max_offsets_per_trigger,
+        fetch_wait_ms=checker.kafka_fetch_wait_ms,
     )
     checkpoint = (
         checker.checkpoint_dir if "://" in checker.checkpoint_dir else str(Path(checker.checkpoint_dir).resolve())
@@ -220,8 +227,17 @@ def start_checker(
     metrics = metrics or JobMetrics()
     gauges = OpenGauges(metrics, checker.data_dir, every_s=checker.open_violation_gauges_seconds)
     gauges.refresh(changed=True)  # what is open from the start, before the first batch
+    calendar = TimerCalendar(outputs.files)
+    waker = _waker(settings, calendar, stream_id, config.ledgers_root) if checker.wake_on_timers else None
     sink = BatchSink(
-        tables, run_id=run_id or stream_id, metrics=metrics, outputs=outputs, verified=verified, gauges=gauges
+        tables,
+        run_id=run_id or stream_id,
+        metrics=metrics,
+        outputs=outputs,
+        verified=verified,
+        gauges=gauges,
+        calendar=calendar,
+        waker=waker,
     )
     query = (
         checked.writeStream.queryName("scrutiny_checker")
@@ -230,8 +246,18 @@ def start_checker(
         .trigger(processingTime=f"{checker.trigger_seconds} seconds")
         .start()
     )
-    running = RunningChecker(query, sink)
+    running = RunningChecker(query, sink, waker)
     sink.lag = running.lag
     sink.on_batch = running.on_batch
+    if waker is not None:
+        waker.alive = lambda: bool(query.isActive)
+        waker.start()
     log.info("checker started: query %s, tables under %s", query.id, checker.data_dir)
     return running
+
+
+def _waker(settings: Settings, calendar: TimerCalendar, stream_id: str, root: str) -> Waker:
+    """The thread that publishes the checker's TICKs (:mod:`~.timer_wake`)."""
+    publisher = Publisher(watcher_id=f"checker-{stream_id}", epoch=0, ledgers_root=root)
+    send = TickSender(producer_kwargs(settings.kafka, "scrutiny-checker-wake"), settings.kafka.topic, publisher)
+    return Waker(calendar, send, idle_s=settings.checker.idle_batch_seconds, close=send.close)

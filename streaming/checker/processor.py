@@ -92,6 +92,7 @@ from scrutiny.streaming.checker.records import (
 )
 from scrutiny.streaming.checker.replay import ReplayHandle, replayed_states
 from scrutiny.streaming.checker.reverify_budget import ReverifyBudget
+from scrutiny.streaming.checker.timer_wake import timers_record
 
 log = logging.getLogger(__name__)
 
@@ -497,7 +498,8 @@ class LedgerProcessor(StatefulProcessor):
 
         Every checked ledger of the bucket gets its re-verification scheduled here (those a step touched, and those
         an earlier version left without one). The timers registered are always those of ``before`` (this method is
-        the only one that registers any), so no listing call is needed; due ones are Spark's to remove.
+        the only one that registers any), so no listing call is needed; due ones are Spark's to remove. The last
+        record is the bucket's earliest timer, for the driver's calendar (:mod:`~.timer_wake`).
         """
         assert self._state is not None and self._handle is not None
         tracker = self.config.tracker
@@ -514,7 +516,8 @@ class LedgerProcessor(StatefulProcessor):
                 self._state.clear()
         elif after != before:
             self._state.update((encode_bucket(after),))
-        return state_records(before, after, now_ms=now_ms) + verified_records(before, after, now_ms=now_ms)
+        changes = state_records(before, after, now_ms=now_ms) + verified_records(before, after, now_ms=now_ms)
+        return [*changes, timers_record(bucket, wanted, utc(now_ms))]
 
     def _cluster(self) -> ClusterView:
         try:

@@ -30,6 +30,7 @@ from scrutiny.streaming.checker.metrics import JobMetrics
 from scrutiny.streaming.checker.open_gauges import OpenGauges
 from scrutiny.streaming.checker.records import STATE_RECORD, widen_table
 from scrutiny.streaming.checker.replay import BatchOutputs
+from scrutiny.streaming.checker.timer_wake import TimerCalendar, Waker
 from scrutiny.streaming.checker.verified_counts import VerifiedCounts
 from scrutiny.streaming.delta_writer import CheckerTables
 
@@ -74,11 +75,16 @@ class BatchSink:
         outputs: BatchOutputs | None = None,
         verified: VerifiedCounts | None = None,
         gauges: OpenGauges | None = None,
+        calendar: TimerCalendar | None = None,
+        waker: Waker | None = None,
     ) -> None:
         self.tables = tables
         self.outputs = outputs
         self.verified = verified
         self.gauges = gauges
+        self.calendar = calendar
+        self.waker = waker
+        self._previous_end_ms = time.time_ns() // 1_000_000  # no batch of this run starts before
         self.run_id = run_id
         self.source = source
         self.metrics = metrics or JobMetrics()
@@ -97,6 +103,8 @@ class BatchSink:
         if self.outputs is not None:
             self.outputs.keep(batch_id, output)  # before any table: a crash from here on replays this output
         rows = widen_table(output.filter(pc.field("record") != STATE_RECORD))
+        if self.calendar is not None and self.calendar.apply(rows, batch_not_before_ms=self._previous_end_ms):
+            self.calendar.keep()
         stats = _figures([r for r in rows if r["record"] == "stats"])
         self._track_retries(rows)
         records = output_table([r for r in rows if r["record"] in _TABLE_RECORDS])
@@ -128,6 +136,9 @@ class BatchSink:
         summary.compute_seconds = computed
         if self.gauges is not None:
             self.gauges.refresh(changed=bool(summary.violations or summary.resolved))
+        self._previous_end_ms = time.time_ns() // 1_000_000
+        if self.waker is not None:
+            self.waker.batch_done()
         if CHECKER_RUNS in result.skipped:
             log.info("batch %d was already written (a re-run after a restart): figures not counted again", batch_id)
             return

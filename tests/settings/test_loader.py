@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,8 @@ def test_file_then_environment(tmp_path: Path) -> None:
         ("[verdict]\nunder_replication_grace_seconds = -1\n", "must not be negative"),
         ("[verdict]\nwrite_cache_flush_seconds = -1.0\n", "verdict.write_cache_flush_seconds must be a number"),
         ("[verdict\n", "not valid TOML"),
+        ("[checker]\nidle_batch_seconds = 0.0\n", "checker.idle_batch_seconds must be positive"),
+        ("[checker]\nkafka_fetch_wait_ms = -1\n", "checker.kafka_fetch_wait_ms must not be negative"),
     ],
 )
 def test_bad_configuration_is_named(tmp_path: Path, text: str, fragment: str) -> None:
@@ -119,3 +122,14 @@ def test_well_formed_addresses_are_accepted() -> None:
     }
     settings = load_settings(env=env)
     assert settings.zookeeper.connect.startswith(" zk1") and settings.checker.metrics_host == "0.0.0.0"
+
+
+def test_the_checker_looks_stalled_after_five_of_its_longest_gaps_between_batches() -> None:
+    settings = load_settings(env={})
+    assert settings.stall_after_ms() == 300_000  # 5 min: its heartbeat is 60 s
+    slow = replace(settings, checker=replace(settings.checker, idle_batch_seconds=120.0))
+    assert slow.stall_after_ms() == 600_000
+    # Without its own wake-up, the watcher's ticks are what make a batch run.
+    ticks = replace(settings, checker=replace(settings.checker, wake_on_timers=False, idle_batch_seconds=600.0))
+    assert ticks.stall_after_ms() == 300_000
+    assert replace(ticks, watcher=replace(ticks.watcher, tick_interval_seconds=90)).stall_after_ms() == 450_000

@@ -32,6 +32,8 @@ def test_plaintext_options_subscribe_to_the_topic_from_the_chosen_offsets() -> N
         "maxOffsetsPerTrigger": "500",
     }
     assert "maxOffsetsPerTrigger" not in kafka_source_options(KAFKA)  # 0: no cap
+    assert "kafka.fetch.max.wait.ms" not in kafka_source_options(KAFKA)  # Kafka's default
+    assert kafka_source_options(KAFKA, fetch_wait_ms=20)["kafka.fetch.max.wait.ms"] == "20"
 
 
 @pytest.mark.parametrize(

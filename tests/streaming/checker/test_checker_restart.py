@@ -120,7 +120,7 @@ def test_sigkill_mid_batch_and_restart_writes_every_row_exactly_once(
         with run_checker(config, env, tmp_path / "second.log") as second:
             wait_for(
                 settled,
-                110,
+                300,  # ten batches of 300 events; each writes its five tables in a new JVM: ~10 s a batch cold
                 "every event counted, every closed ledger checked, the truth open, no retry pending",
                 child=second,
             )

@@ -1,4 +1,5 @@
-"""Timers survive a restart of the checker: a stuck mark is reported on time with only the watcher's ticks coming in."""
+"""Timers survive a restart of the checker: a stuck mark is reported on time with nothing coming in from the watcher
+(its ticks an hour apart), the checker waking itself for its timers from the calendar kept in its checkpoint."""
 
 from __future__ import annotations
 
@@ -53,6 +54,11 @@ def test_a_mark_timer_set_before_a_restart_fires_after_it(
 ) -> None:
     scenario = parse_scenario(SCENARIO)
     settings = settings_for(scenario)
+    settings = replace(
+        settings,
+        watcher=replace(settings.watcher, tick_interval_seconds=3600),
+        checker=replace(settings.checker, idle_batch_seconds=3600),
+    )
     started = time.monotonic()  # the mark's grace ends about DUE_S from here
     stuck = (4, "UNDER_REPLICATION_STUCK", None)
     with running_checker(spark, zk_client, settings, scenario) as harness:
@@ -66,4 +72,6 @@ def test_a_mark_timer_set_before_a_restart_fires_after_it(
         harness.checker = second
         harness.wait(lambda: stuck in harness.open_ids(), DUE_S + 60, "the stuck mark after the restart")
         assert time.monotonic() - started >= DUE_S - 5  # not before its time (a few seconds of clock slack)
+        # On time: woken for the timer (no tick, no heartbeat comes before an hour).
+        assert time.monotonic() - started < DUE_S + 25
         assert len(harness.table("checker_runs")) > runs_before
