@@ -28,6 +28,7 @@ Prints the figures (progress notes on stderr); nothing is asserted: exit 0.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import statistics
@@ -36,7 +37,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -178,8 +179,9 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
     )
 
 
-def start_simulator(scenario: Path, zk: str) -> subprocess.Popen[str]:
-    """``scrutiny simulate`` in its own process; returns once it printed that the cluster is up."""
+def start_simulator(scenario: Path, zk: str, ready: dict[str, Any] | None = None) -> subprocess.Popen[str]:
+    """``scrutiny simulate`` in its own process; returns once it printed that the cluster is up (that document is
+    put in ``ready`` when given: ``started_at_ms``, the bookies...)."""
     command = [sys.executable, "-m", "scrutiny.cli", "simulate", str(scenario), "--zookeeper", zk]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert process.stdout is not None
@@ -187,6 +189,8 @@ def start_simulator(scenario: Path, zk: str) -> subprocess.Popen[str]:
     if not line.startswith("{"):
         process.kill()
         raise SystemExit(f"the simulator did not start: {line!r}")
+    if ready is not None:
+        ready.update(json.loads(line))
     return process
 
 
@@ -299,8 +303,9 @@ def spark_phases(progress: list[Any]) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in sorted(phases.items())}
 
 
-def tree_cpu_seconds(pid: int, *, exclude: int | None = None) -> float:
-    """User + system CPU seconds of ``pid`` and its descendants (Linux /proc), leaving out ``exclude``'s subtree."""
+def tree_cpu_seconds(pid: int, *, exclude: int | Collection[int] = ()) -> float:
+    """User + system CPU seconds of ``pid`` and its descendants (Linux /proc), leaving out ``exclude``'s subtrees."""
+    left_out = {exclude} if isinstance(exclude, int) else set(exclude)
     children: dict[int, list[int]] = {}
     times: dict[int, float] = {}
     tick = os.sysconf("SC_CLK_TCK")
@@ -316,7 +321,7 @@ def tree_cpu_seconds(pid: int, *, exclude: int | None = None) -> float:
     total, todo = 0.0, [pid]
     while todo:
         current = todo.pop()
-        if current == exclude:
+        if current in left_out:
             continue
         total += times.get(current, 0.0)
         todo.extend(children.get(current, []))

@@ -84,7 +84,9 @@ class BatchSink:
         self.gauges = gauges
         self.calendar = calendar
         self.waker = waker
-        self._previous_end_ms = time.time_ns() // 1_000_000  # no batch of this run starts before
+        # When the last batch ended: the next one starts later, so its timers due by then fire in it. 0 before the
+        # first batch of a run, which may be one Spark runs again with its first run's (earlier) time.
+        self._previous_end_ms = 0
         self.run_id = run_id
         self.source = source
         self.metrics = metrics or JobMetrics()

@@ -1,0 +1,285 @@
+"""The checker at rest: CPU of an idle checker, how late its due timers fire, and a close's latency after idling.
+
+Run from the repository root::
+
+    .venv/bin/python -m bench.idle_bench                  # 10 minutes idle now, 2 minutes the former way (~20 min)
+    .venv/bin/python -m bench.idle_bench --seconds 120    # 2 minutes idle in each mode
+
+Two modes, one after the other, each on its own ZooKeeper, Kafka broker and simulated cluster (``--ledgers`` healthy
+closed ledgers, E=3/WQ=2/AQ=2, in a process of its own), with the watcher in a thread and the checker on
+``local[2]`` in this process:
+
+* **batch every trigger** (the former design): Spark's no-data micro-batches on (with processing-time timers it runs
+  one every ``checker.trigger_seconds``), no wake-up of the checker's own, the watcher's TICK every 5 s;
+* **wake when due** (the defaults): micro-batches only for new records; the checker publishes a TICK when a timer is
+  due, and one after ``checker.idle_batch_seconds`` without a batch; the watcher's TICK every 60 s.
+
+In each: once every ledger is checked and 20 s have passed, the CPU of this process tree (the Spark driver's JVM,
+the Python workers, the driver and the watcher's thread; not the ZooKeeper, Kafka or bookie processes) over
+``--seconds`` of nothing to do (``--baseline-seconds`` for the former design, whose cost is one batch per trigger,
+steady), and the micro-batches run meanwhile. Then under-replication marks are written whose
+grace ends 15 s, 25 s ... later (nothing else happens): how late each ``UNDER_REPLICATION_STUCK`` is detected after
+its time. Then ``--closes`` open ledgers are closed 3 s apart: close → row in ``ledger_checks``, as
+``checker_bench`` measures it.
+
+Prints the figures (progress notes on stderr); nothing is asserted: exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from kazoo.client import KazooClient
+from pyspark.sql import SparkSession
+
+from bench.checker_bench import checks_seen, close_ledger, start_simulator, tree_cpu_seconds
+from scrutiny.connectors.tables.delta import read_table
+from scrutiny.connectors.zookeeper.client import start_zookeeper_client
+from scrutiny.core.zk_paths import underreplication_path
+from scrutiny.core.zk_records import UnderReplicationMark, format_underreplication_mark
+from scrutiny.services.embedded import embedded_settings
+from scrutiny.services.servers import start_kafka, start_zookeeper
+from scrutiny.settings.loader import Settings, load_settings
+from scrutiny.simulator.scenario import parse_scenario
+from scrutiny.streaming.checker.job import start_checker
+from scrutiny.streaming.session import build_spark_session
+from scrutiny.watcher.metrics import WatcherMetrics
+from scrutiny.watcher.wiring import watcher_from_settings
+
+log = logging.getLogger("bench.idle")
+
+#: The marks' grace (verdict.under_replication_grace_seconds of the scenario).
+GRACE_S = 600
+MARKS = 5
+NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
+FORMER = "batch every trigger"
+
+
+def scenario_text(ledgers: int, closes: int) -> str:
+    return f"""
+[scenario]
+name = "idle-bench"
+seed = 5
+
+[cluster]
+bookies = 6
+racks = ["/rack-a", "/rack-b", "/rack-c"]
+
+[checker]
+under_replication_grace_s = {GRACE_S}
+
+[defaults]
+ensemble_size = 3
+write_quorum = 2
+ack_quorum = 2
+last_entry = 99
+ensemble = "auto"
+
+[[ledgers]]
+ids = [[1, {ledgers}]]
+
+[[ledgers]]
+ids = [[{ledgers + 1}, {ledgers + closes}]]
+state = "OPEN"
+"""
+
+
+@dataclass
+class Figures:
+    mode: str
+    cpu_s: float
+    watcher_cpu_s: float
+    seconds: float
+    batches: int
+    lateness_s: list[float]
+    latencies_s: list[float]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=600.0, help="idle time measured in the current mode")
+    parser.add_argument(
+        "--baseline-seconds", type=float, default=120.0, help="idle time measured in the former mode (steadier)"
+    )
+    parser.add_argument("--ledgers", type=int, default=2_000, help="healthy closed ledgers of the cluster")
+    parser.add_argument("--closes", type=int, default=20, help="ledgers closed after the idle time")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
+    log.setLevel(logging.INFO)
+    spark = build_spark_session("idle-bench", master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})
+    try:
+        results = [run_mode(spark, args, mode) for mode in (FORMER, "wake when due")]
+    finally:
+        spark.stop()
+    print_figures(results)
+    return 0
+
+
+def run_mode(spark: SparkSession, args: argparse.Namespace, mode: str) -> Figures:
+    former = mode == FORMER
+    spark.conf.set(NO_DATA_BATCHES, "true" if former else "false")
+    with tempfile.TemporaryDirectory(prefix="idle-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        zookeeper = start_zookeeper(tmp / "zookeeper", die_with_parent=True)
+        kafka = start_kafka(tmp / "kafka", die_with_parent=True)
+        try:
+            text = scenario_text(args.ledgers, args.closes)
+            (tmp / "scenario.toml").write_text(text, encoding="utf-8")
+            settings = bench_settings(tmp, text, zookeeper.address, kafka.address, former=former)
+            return measure(spark, settings, args, mode, tmp, servers=(zookeeper.pid, kafka.pid))
+        finally:
+            kafka.stop()
+            zookeeper.stop()
+
+
+def bench_settings(tmp: Path, text: str, zk: str, kafka: str, *, former: bool) -> Settings:
+    settings = embedded_settings(load_settings(env={}), parse_scenario(text), zk, kafka)
+    return replace(
+        settings,
+        kafka=replace(settings.kafka, partitions=2),
+        watcher=replace(settings.watcher, tick_interval_seconds=5 if former else 60),
+        checker=replace(
+            settings.checker,
+            data_dir=str(tmp / "data"),
+            checkpoint_dir=str(tmp / "checkpoint"),
+            shuffle_partitions=2,
+            wake_on_timers=not former,
+        ),
+    )
+
+
+def measure(
+    spark: SparkSession, settings: Settings, args: argparse.Namespace, mode: str, tmp: Path, *, servers: tuple[int, int]
+) -> Figures:
+    client = start_zookeeper_client(settings.zookeeper, timeout_s=30, hosts=settings.zookeeper.connect)
+    simulator = start_simulator(tmp / "scenario.toml", settings.zookeeper.connect)
+    stop = threading.Event()
+    watcher = watcher_from_settings(settings, "bench", WatcherMetrics())
+    watcher_thread: list[int] = []
+
+    def watch() -> None:
+        watcher_thread.append(threading.get_native_id())
+        watcher.run(stop)
+
+    threading.Thread(target=watch, daemon=True).start()
+    checker = start_checker(spark, settings)
+    data_dir = settings.checker.data_dir
+    left_out = (simulator.pid, *servers)
+    try:
+        wait_checked(data_dir, args.ledgers)
+        log.info("%s: every ledger checked; idle from now on", mode)
+        time.sleep(20)
+        runs_before = len(read_table(data_dir, "checker_runs"))
+        cpu, watcher_cpu, clock = (
+            tree_cpu_seconds(os.getpid(), exclude=left_out),
+            thread_cpu(watcher_thread),
+            time.time(),
+        )
+        time.sleep(args.baseline_seconds if mode == FORMER else args.seconds)
+        cpu = tree_cpu_seconds(os.getpid(), exclude=left_out) - cpu
+        watcher_cpu = thread_cpu(watcher_thread) - watcher_cpu
+        seconds = time.time() - clock
+        batches = len(read_table(data_dir, "checker_runs")) - runs_before
+        log.info("%s: %.1f s of CPU in %.0f s, %d micro-batches", mode, cpu, seconds, batches)
+        lateness = timer_lateness(client, data_dir, args.ledgers)
+        latencies = close_latencies(client, data_dir, args)
+    finally:
+        checker.stop()
+        stop.set()
+        simulator.terminate()
+        simulator.wait(timeout=60)
+        watcher.zk.stop()
+        client.stop()
+    return Figures(mode, cpu - watcher_cpu, watcher_cpu, seconds, batches, lateness, latencies)
+
+
+def wait_checked(data_dir: str, ledgers: int) -> None:
+    deadline = time.monotonic() + 900
+    while len(checks_seen(data_dir)) < ledgers:
+        if time.monotonic() > deadline:
+            raise SystemExit("the ledgers were not all checked within 15 minutes")
+        time.sleep(2)
+
+
+def thread_cpu(native_id: list[int]) -> float:
+    """CPU seconds of this process's thread ``native_id[0]`` (Linux /proc)."""
+    fields = Path(f"/proc/self/task/{native_id[0]}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timer_lateness(client: KazooClient, data_dir: str, ledgers: int) -> list[float]:
+    """Mark ``MARKS`` ledgers under-replicated, their grace ending 15 s, 25 s ... from now; how late each
+    ``UNDER_REPLICATION_STUCK`` is detected after that time."""
+    now_ms = time.time_ns() // 1_000_000
+    due = {ledger: now_ms + (15 + 10 * index) * 1000 for index, ledger in enumerate(range(1, MARKS + 1))}
+    for ledger, due_ms in due.items():
+        mark = UnderReplicationMark(replicas=("bookie-1",), ctime_ms=due_ms - GRACE_S * 1000)
+        client.create(underreplication_path(ledger), format_underreplication_mark(mark), makepath=True)
+    deadline = time.monotonic() + 15 + 10 * MARKS + 120
+    found: dict[int, float] = {}
+    while len(found) < MARKS and time.monotonic() < deadline:
+        time.sleep(1)
+        try:
+            rows = read_table(data_dir, "violations").to_pylist()
+        except Exception:
+            continue
+        for row in rows:
+            if row["category"] == "UNDER_REPLICATION_STUCK" and row["ledger_id"] in due:
+                found[row["ledger_id"]] = row["detected_at"].timestamp() - due[row["ledger_id"]] / 1000
+    if len(found) < MARKS:
+        log.warning("only %d of %d stuck marks were reported", len(found), MARKS)
+    assert ledgers >= MARKS
+    return sorted(found.values())
+
+
+def close_latencies(client: KazooClient, data_dir: str, args: argparse.Namespace) -> list[float]:
+    """Close ``args.closes`` open ledgers 3 s apart; close → row visible in ``ledger_checks`` for each."""
+    seen: dict[int, float] = {}
+    closed: dict[int, float] = {}
+    for index in range(args.closes):
+        ledger = args.ledgers + 1 + index
+        close_ledger(client, ledger)
+        closed[ledger] = time.time()
+        until = time.monotonic() + 3
+        while time.monotonic() < until:
+            for ledger_id, when in checks_seen(data_dir).items():
+                seen.setdefault(ledger_id, when)
+            time.sleep(0.1)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not all(ledger in seen for ledger in closed):
+        for ledger_id, when in checks_seen(data_dir).items():
+            seen.setdefault(ledger_id, when)
+        time.sleep(0.1)
+    return [seen[ledger] - at for ledger, at in closed.items() if ledger in seen]
+
+
+def print_figures(results: list[Figures]) -> None:
+    print(
+        "| mode | CPU of the idle checker (% of one core) | micro-batches per minute | watcher (% of a core) "
+        "| due timer detected after its time: median / max | close → row: p50 / max |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for r in results:
+        late = f"{statistics.median(r.lateness_s):.1f} s / {max(r.lateness_s):.1f} s" if r.lateness_s else "none"
+        close = f"{statistics.median(r.latencies_s):.2f} s / {max(r.latencies_s):.2f} s" if r.latencies_s else "none"
+        print(
+            f"| {r.mode} | {100 * r.cpu_s / r.seconds:.1f} % ({r.cpu_s:.1f} s in {r.seconds:.0f} s) "
+            f"| {60 * r.batches / r.seconds:.1f} | {100 * r.watcher_cpu_s / r.seconds:.2f} % | {late} | {close} |"
+        )
+    before, after = results
+    if after.cpu_s > 0:
+        ratio = (before.cpu_s / before.seconds) / (after.cpu_s / after.seconds)
+        print(f"idle CPU per second, {FORMER} / wake when due: {ratio:.1f}×")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
