@@ -203,14 +203,16 @@ def stop_stack(
     client: KazooClient,
     spark: Any,
 ) -> None:
-    """Stop what a benchmark started, the checker first: its watcher thread, the simulator, the clients, Spark."""
+    """Stop what a benchmark started, the checker first: its watcher thread, the simulator, the clients, Spark
+    (``spark`` None: left running)."""
     checker.stop()
     stop.set()
     simulator.terminate()
     simulator.wait(timeout=60)
     watcher.zk.stop()
     client.stop()
-    spark.stop()
+    if spark is not None:
+        spark.stop()
 
 
 def close_ledger(client: KazooClient, ledger_id: int) -> None:

@@ -5,9 +5,9 @@ Run from the repository root::
     .venv/bin/python -m bench.idle_bench                  # 10 minutes idle now, 2 minutes the former way (~20 min)
     .venv/bin/python -m bench.idle_bench --seconds 120    # 2 minutes idle in each mode
 
-Two modes, one after the other, each on its own ZooKeeper, Kafka broker and simulated cluster (``--ledgers`` healthy
-closed ledgers, E=3/WQ=2/AQ=2, in a process of its own), with the watcher in a thread and the checker on
-``local[2]`` in this process:
+Two modes, one after the other, each on its own ZooKeeper, Kafka broker and simulated cluster (six bookies,
+``--ledgers`` healthy closed ledgers, E=3/WQ=2/AQ=2, in a process of its own), with the watcher in a thread and the
+checker on ``local[2]`` in this process:
 
 * **batch every trigger** (the former design): Spark's no-data micro-batches on (with processing-time timers it runs
   one every ``checker.trigger_seconds``), no wake-up of the checker's own, the watcher's TICK every 5 s;
@@ -41,7 +41,7 @@ from pathlib import Path
 from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
 
-from bench.checker_bench import checks_seen, close_ledger, start_simulator, tree_cpu_seconds
+from bench.checker_bench import checks_seen, close_ledger, start_simulator, stop_stack, tree_cpu_seconds
 from scrutiny.connectors.tables.delta import read_table
 from scrutiny.connectors.zookeeper.client import start_zookeeper_client
 from scrutiny.core.zk_paths import underreplication_path
@@ -65,6 +65,7 @@ FORMER = "batch every trigger"
 
 
 def scenario_text(ledgers: int, closes: int) -> str:
+    """Six bookies on three racks, healthy closed ledgers, open ones to close, and the marks' grace."""
     return f"""
 [scenario]
 name = "idle-bench"
@@ -193,12 +194,7 @@ def measure(
         lateness = timer_lateness(client, data_dir, args.ledgers)
         latencies = close_latencies(client, data_dir, args)
     finally:
-        checker.stop()
-        stop.set()
-        simulator.terminate()
-        simulator.wait(timeout=60)
-        watcher.zk.stop()
-        client.stop()
+        stop_stack(checker, stop, simulator, watcher=watcher, client=client, spark=None)  # Spark serves both modes
     return Figures(mode, cpu - watcher_cpu, watcher_cpu, seconds, batches, lateness, latencies)
 
 
