@@ -27,6 +27,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from scrutiny.connectors.bookies.fetch import FetchConfig, fetch_config_from_settings
 from scrutiny.connectors.kafka.config import producer_kwargs
 from scrutiny.connectors.kafka.events import Publisher
+from scrutiny.connectors.kafka.ticks import TickSender
 from scrutiny.connectors.zookeeper.client import zookeeper_target
 from scrutiny.core.backoff import Backoff
 from scrutiny.core.ledger_tracker import RecheckPolicy, TrackerConfig
@@ -41,7 +42,7 @@ from scrutiny.streaming.checker.processor import LedgerProcessor
 from scrutiny.streaming.checker.records import NARROW_DDL
 from scrutiny.streaming.checker.replay import BatchOutputs, ReplayHandle
 from scrutiny.streaming.checker.sink import BatchSink, BatchSummary
-from scrutiny.streaming.checker.timer_wake import TickSender, TimerCalendar, Waker
+from scrutiny.streaming.checker.timer_wake import TimerCalendar, Waker
 from scrutiny.streaming.checker.verified_counts import VerifiedCounts
 from scrutiny.streaming.checkpoint_files import CheckpointFiles
 from scrutiny.streaming.delta_writer import CheckerTables

@@ -24,11 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from kafka import KafkaProducer
-from kafka.errors import KafkaError
-
-from scrutiny.connectors.kafka.events import CLUSTER_KEY, Publisher, marker_event
-from scrutiny.proto import ledger_events_pb2 as pb
+from scrutiny.core.errors import ScrutinyError
 from scrutiny.streaming.checkpoint_files import CheckpointFiles
 
 log = logging.getLogger(__name__)
@@ -140,7 +136,7 @@ class Waker:
             self._ticked = True
         try:
             self.send()
-        except (KafkaError, OSError) as error:
+        except (ScrutinyError, OSError) as error:
             log.warning("cannot wake the checker for its timers (%s): trying again", error)
             with self._lock:
                 self._ticked = False
@@ -165,25 +161,3 @@ class Waker:
                 self._stop.wait(max(0.05, min(0.5, self.wake_at() - self.clock())))
         finally:
             self.close()
-
-
-class TickSender:
-    """Sends a ``TICK`` of the checker to partition 0 of the topic (one partition is enough: every task of the
-    stateful step runs in every batch); the producer is made at the first tick."""
-
-    def __init__(self, producer_options: Mapping[str, object], topic: str, publisher: Publisher) -> None:
-        self.options = dict(producer_options)
-        self.topic = topic
-        self.publisher = publisher
-        self._producer: KafkaProducer | None = None
-
-    def __call__(self) -> None:
-        if self._producer is None:
-            self._producer = KafkaProducer(**{**self.options, "max_block_ms": 10_000})
-        tick = marker_event(pb.EventKind.TICK, pb.Origin.LIVE, self.publisher, observed_ms=time.time_ns() // 10**6)
-        future = self._producer.send(self.topic, value=tick.SerializeToString(), key=CLUSTER_KEY, partition=0)
-        future.get(timeout=10)
-
-    def close(self) -> None:
-        if self._producer is not None:
-            self._producer.close(timeout=5)

@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import cast
 
 import pytest
-from kafka.errors import KafkaTimeoutError
 from pyspark.sql import SparkSession
 
+from scrutiny.connectors.kafka.publisher import PublishError
 from scrutiny.streaming.checker.timer_wake import CALENDAR_FILE, TimerCalendar, Waker, timers_record
 from scrutiny.streaming.checkpoint_files import CheckpointFiles
 
@@ -108,7 +108,7 @@ def test_a_tick_that_cannot_be_sent_is_tried_again() -> None:
     def send() -> None:
         attempts.append(clock.now)
         if len(attempts) == 1:
-            raise KafkaTimeoutError("broker unreachable")
+            raise PublishError("cannot send a tick to t: broker unreachable")
 
     waker = Waker(TimerCalendar(None), send, idle_s=1, clock=clock)
     clock.now = 1_002.0
