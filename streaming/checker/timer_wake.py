@@ -136,8 +136,14 @@ class Waker:
             self._ticked = True
         try:
             self.send()
-        except (ScrutinyError, OSError) as error:
-            log.warning("cannot wake the checker for its timers (%s): trying again", error)
+        except Exception as error:  # the thread must outlive any failure: without it timers wait for the watcher
+            level = logging.WARNING if isinstance(error, ScrutinyError | OSError) else logging.ERROR
+            log.log(
+                level,
+                "cannot wake the checker for its timers (%s): trying again",
+                error,
+                exc_info=level == logging.ERROR,
+            )
             with self._lock:
                 self._ticked = False
             return False
