@@ -34,6 +34,7 @@ GOVERNED_LIBRARIES = frozenset(
         "grpc",
         "kazoo",
         "kafka",
+        "confluent_kafka",
         "deltalake",
         "delta",
         "rocksdict",
@@ -42,7 +43,18 @@ GOVERNED_LIBRARIES = frozenset(
     | {"pandas", "prometheus_client", "plotly"}
 )
 # The pure core does no I/O: no sockets, processes, files or clocks.
-CORE_FORBIDDEN_MODULES = ("socket", "subprocess", "time", "datetime", "os", "pathlib", "kazoo", "kafka", "grpc")
+CORE_FORBIDDEN_MODULES = (
+    "socket",
+    "subprocess",
+    "time",
+    "datetime",
+    "os",
+    "pathlib",
+    "kazoo",
+    "kafka",
+    "confluent_kafka",
+    "grpc",
+)
 _ROW = re.compile(r"^\| `(?P<package>[a-z_.]+)` \| (?P<holds>[^|]+) \| (?P<imports>[^|]+) \| (?P<libraries>[^|]+) \|$")
 _NAME = re.compile(r"`([a-z_.]+)`")
 

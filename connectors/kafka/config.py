@@ -1,4 +1,5 @@
-"""kafka-python keyword arguments built from the ``[kafka]`` settings, validated before any connection.
+"""Kafka client arguments built from the ``[kafka]`` settings, validated before any connection: kafka-python's
+keyword arguments, librdkafka's configuration (the watcher's producer) and Java client properties (Spark's source).
 
 The same settings reach the embedded broker and a production Kafka cluster: bootstrap servers,
 ``security_protocol`` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), SASL PLAIN / SCRAM credentials
@@ -13,6 +14,7 @@ import the settings module).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,3 +166,28 @@ def consumer_kwargs(settings: KafkaSection, client_id: str = "scrutiny-consumer"
 def admin_kwargs(settings: KafkaSection, client_id: str = "scrutiny-admin") -> dict[str, object]:
     """KafkaAdminClient arguments: the connection."""
     return kafka_client_config(settings).kwargs(client_id)
+
+
+#: kafka-python's connection arguments (as :meth:`KafkaClientConfig.kwargs` gives them) and librdkafka's names.
+_LIBRDKAFKA_NAMES = {
+    "bootstrap_servers": "bootstrap.servers",
+    "client_id": "client.id",
+    "security_protocol": "security.protocol",
+    "sasl_mechanism": "sasl.mechanism",
+    "sasl_plain_username": "sasl.username",
+    "sasl_plain_password": "sasl.password",
+    "ssl_cafile": "ssl.ca.location",
+}
+
+
+def librdkafka_config(options: Mapping[str, object]) -> dict[str, str]:
+    """The connection arguments of kafka-python (:meth:`KafkaClientConfig.kwargs`) as librdkafka's configuration
+    (confluent-kafka's producer and admin client); ConfigError naming any argument that is not a connection's."""
+    unknown = sorted(set(options) - set(_LIBRDKAFKA_NAMES))
+    if unknown:
+        raise ConfigError(f"not a Kafka connection argument: {', '.join(unknown)}")
+    return {
+        _LIBRDKAFKA_NAMES[name]: ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+        for name, value in options.items()
+        if value is not None
+    }

@@ -1,17 +1,21 @@
-"""kafka-python arguments from the ``[kafka]`` settings: what is passed, and which combinations are refused."""
+"""Kafka client arguments from the ``[kafka]`` settings (kafka-python's, and librdkafka's for the watcher's producer):
+what is passed, and which combinations are refused."""
 
 from __future__ import annotations
 
 import re
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
 from scrutiny.connectors.kafka.config import (
     admin_kwargs,
     consumer_kwargs,
     kafka_client_config,
+    librdkafka_config,
     parse_bootstrap_servers,
     producer_kwargs,
 )
@@ -110,3 +114,43 @@ def test_sasl_password_without_sasl_protocol_is_refused() -> None:
 
 def test_bootstrap_servers_keep_ipv6_hosts() -> None:
     assert parse_bootstrap_servers("[::1]:9092, broker:19092") == ("[::1]:9092", "broker:19092")
+
+
+def _certificate(tmp_path: Path) -> Path:
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"),
+            *("-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert
+
+
+@pytest.mark.parametrize("protocol", ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"])
+def test_librdkafka_takes_the_same_connection_under_its_own_names(tmp_path: Path, protocol: str) -> None:
+    sasl = protocol.startswith("SASL_")
+    kafka = KafkaSection(
+        bootstrap_servers="127.0.0.1:1,127.0.0.1:2",
+        security_protocol=protocol,
+        sasl_mechanism="SCRAM-SHA-256" if sasl else "",
+        sasl_username="scrutiny" if sasl else "",
+        sasl_password=Secret("hunter2" if sasl else ""),
+        ssl_cafile=str(_certificate(tmp_path)) if "SSL" in protocol else "",
+    )
+    config = librdkafka_config(kafka_client_config(kafka).kwargs("scrutiny-watcher"))
+    expected = {"bootstrap.servers": "127.0.0.1:1,127.0.0.1:2", "security.protocol": protocol}
+    expected |= {"client.id": "scrutiny-watcher"}
+    if sasl:
+        expected |= {"sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "scrutiny", "sasl.password": "hunter2"}
+    if "SSL" in protocol:
+        expected["ssl.ca.location"] = kafka.ssl_cafile
+    assert config == expected
+    Producer(config).flush(0)  # librdkafka refuses an unknown key or value at construction
+
+
+def test_an_argument_librdkafka_is_not_given_is_refused() -> None:
+    with pytest.raises(ConfigError, match="not a Kafka connection argument: acks"):
+        librdkafka_config({"bootstrap_servers": ["b:1"], "acks": "all"})
