@@ -22,7 +22,9 @@ Rules (each pinned by a test):
   :func:`redacted_metadata` returns beside them, is what a consumer reports.
 
 Pure, and linear in the bytes: one decode, then, only when a password is stored or the bytes do not decode, a walk
-over the message's top-level fields (v3) or a parse and a print of its text (v2).
+over the message's top-level fields (v3) or a parse and a print of its text (v2). v3 metadata that decodes and is
+stored as protobuf writes it (what BookKeeper writes: each field once, in field-number order, unknown fields last)
+skips the walk: the runtime parses it and writes it again with an empty password, which gives the walk's bytes.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from google.protobuf import text_format
+from google.protobuf import text_format, unknown_fields
 
 from scrutiny.core.errors import MetadataFormatError
 from scrutiny.core.ledger_metadata import HEADER_MAGIC, decode_ledger_metadata, encode_varint
@@ -100,7 +102,8 @@ def _emptied(data: bytes, *, parsed: bool) -> bytes | None:
         return None
     version, start = header
     if version == 3:
-        return _v3_emptied(data, start, parsed=parsed)
+        emptied = _v3_canonical_emptied(data, start) if parsed else None
+        return _v3_emptied(data, start, parsed=parsed) if emptied is None else emptied
     if version == 2:
         return _v2_emptied(data, start)
     return None
@@ -119,6 +122,36 @@ def _header(data: bytes) -> tuple[int, int] | None:
 
 
 # --------------------------------------------------------------------------- v3: binary
+
+
+def _v3_canonical_emptied(data: bytes, start: int) -> bytes | None:
+    """v3 stored as the protobuf runtime writes it: what :func:`_v3_emptied` returns, without the walk. None (the
+    walk decides) when the length prefix does not frame the rest of the bytes exactly, the message does not parse,
+    the runtime would not write it back byte for byte, or an unknown field has the password's number (the walk
+    drops it too).
+
+    The runtime writes each field on its own, the known ones in field-number order and the unknown ones after
+    them as they were stored: bytes it writes back unchanged hold at most one password field, and writing the
+    message again with an empty password changes that field only, in its place, which is what the walk does."""
+    framed = _read_varint(data, start, _MAX_VARINT32_BYTES)
+    if framed is None or framed[0] + framed[1] != len(data):
+        return None
+    body = data[framed[1] :]
+    msg = pb.LedgerMetadataFormat()
+    try:
+        msg.MergeFromString(body)
+    except Exception:  # the runtime raises DecodeError and, on some inputs, others
+        return None
+    if msg.SerializePartialToString() != body:
+        return None
+    unknown = unknown_fields.UnknownFieldSet(msg)
+    if any(unknown[index].field_number == PASSWORD_FIELD for index in range(len(unknown))):
+        return None
+    if not msg.password:  # no password field, or one empty password: the walk returns the bytes as they are
+        return data
+    msg.password = b""
+    emptied = msg.SerializePartialToString()
+    return data[:start] + encode_varint(len(emptied)) + emptied
 
 
 def _v3_emptied(data: bytes, start: int, *, parsed: bool) -> bytes | None:

@@ -7,11 +7,13 @@ of the codec and of the redaction.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scrutiny.core import metadata_redaction
 from scrutiny.core.errors import MetadataFormatError
 from scrutiny.core.ledger_metadata import decode_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.metadata_redaction import RedactedMetadata, redact_ledger_metadata, redacted_metadata
@@ -28,8 +30,10 @@ from tests.core.test_ledger_metadata import (
     v3,
     valid_blobs,
     varint,
+    varint_at,
     write_body,
 )
+from tests.support.strategies import one_byte_change
 
 pytestmark = pytest.mark.unit
 
@@ -240,3 +244,157 @@ def test_the_password_never_shows_in_the_decode_error() -> None:
     for blob in (v3(minimal_body(quorum=4) + bytes_field(8, SECRET)), HEADER + b'2\npassword: "s3cr3t-pw\n'):
         redacted = redacted_metadata(blob)
         assert SECRET.decode() not in redacted.decode_error and SECRET not in redacted.data
+
+
+# --------------------------------------------------------------------------- v3 as protobuf writes it: no walk
+#
+# v3 metadata that decodes and whose message is stored as the protobuf runtime writes it (as BookKeeper does) is
+# emptied by the runtime instead of the walk over its fields; the result must be the walk's, byte for byte.
+
+#: Where a v3 blob's length prefix starts.
+V3_START = len(HEADER) + 2
+
+
+def walked(blob: bytes) -> RedactedMetadata:
+    """What :func:`redacted_metadata` returns when every v3 message goes through the walk over its fields."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(metadata_redaction, "_v3_canonical_emptied", lambda data, start: None)
+        return redacted_metadata(blob)
+
+
+def not_walked(data: bytes, start: int, *, parsed: bool) -> bytes | None:
+    raise AssertionError("the message was walked")
+
+
+def fields_of(message: bytes) -> list[bytes]:
+    """The top-level fields of a message this test wrote (varint and length-delimited only), in stored order."""
+    fields: list[bytes] = []
+    at = 0
+    while at < len(message):
+        tag, end = varint_at(message, at)
+        value, end = varint_at(message, end)
+        end += value if tag & 7 == 2 else 0
+        fields.append(message[at:end])
+        at = end
+    return fields
+
+
+def overlong(field: bytes) -> bytes:
+    """``field`` (a tag and a varint, or a length-delimited field) with its varint one byte longer than needed."""
+    _, at = varint_at(field, 0)
+    _, end = varint_at(field, at)
+    return field[: end - 1] + bytes([field[end - 1] | 0x80, 0]) + field[end:]
+
+
+#: Hypothesis draws the ends of a list more often than its middle: the change that keeps the bytes as written, and
+#: the one that makes them non-canonical with every field still in place, are there.
+STORED_CHANGES = (
+    "none",
+    "password twice",
+    "password first",
+    "unknown field",
+    "shuffled",
+    "byte",
+    "long length prefix",
+    "none",
+    "overlong varint",
+)
+
+
+@st.composite
+def stored_v3(draw: st.DrawFn) -> tuple[bytes, str]:
+    """A valid v3 blob with or without a password, as BookKeeper writes it or with one change that keeps its
+    message parsing more often than not: a second password field, the password moved first, an unknown field
+    anywhere, the fields shuffled, one varint written longer than needed, the length prefix written longer than
+    needed, or one byte changed."""
+    body, _ = draw(valid_blobs())
+    password = draw(st.none() | st.just(PASSWORD) | st.binary(max_size=24))
+    message = write_body(dataclasses.replace(body, password=password), 3)
+    message = message[varint_at(message, V3_START)[1] :]
+    fields = fields_of(message)
+    kind = draw(st.sampled_from(STORED_CHANGES))
+    at = draw(st.integers(0, len(fields)))
+    if kind == "password twice":
+        fields.insert(at, bytes_field(8, draw(st.binary(max_size=8))))
+    elif kind == "password first":
+        fields.sort(key=lambda field: field[0] != 8 << 3 | 2)
+    elif kind == "unknown field":
+        fields.insert(at, draw(st.sampled_from([int_field(99, 5), bytes_field(100, b"newer"), int_field(8, 1)])))
+    elif kind == "shuffled":
+        fields = draw(st.permutations(fields))
+    elif kind == "overlong varint":
+        fields[at % len(fields)] = overlong(fields[at % len(fields)])
+    message = b"".join(fields)
+    if kind == "byte":
+        message = draw(one_byte_change(message)).data
+    prefix = varint(len(message))
+    if kind == "long length prefix":
+        prefix = prefix[:-1] + bytes([prefix[-1] | 0x80, 0])
+    return HEADER + b"3\n" + prefix + message, kind
+
+
+def test_v3_as_protobuf_writes_it_is_emptied_as_the_walk_empties_it() -> None:
+    """Whatever the bytes, :func:`redacted_metadata` gives what the walk gives; the shortcut, when it takes the
+    bytes at all, gives the walk's bytes. Both the shortcut and the walk must have been taken often enough."""
+    outcomes: Counter[str] = Counter()
+
+    @PROPERTIES
+    @given(stored_v3())
+    def run(stored: tuple[bytes, str]) -> None:
+        blob, _ = stored
+        assert redacted_metadata(blob) == walked(blob)
+        fast = metadata_redaction._v3_canonical_emptied(blob, V3_START)
+        walk = metadata_redaction._v3_emptied(blob, V3_START, parsed=False)
+        if fast is None:
+            outcomes["walked"] += 1
+        else:
+            assert fast == walk
+            assert fast is not blob or walk is blob
+            outcomes["password" if fast is not blob else "no password"] += 1
+
+    run()
+    total = outcomes.total()
+    assert all(outcomes[name] >= 0.1 * total for name in ("walked", "password", "no password")), outcomes
+
+
+@pytest.mark.parametrize(
+    ("body", "stored"),
+    [
+        (pulsar_body(password=PASSWORD), True),
+        (pulsar_body(password=PASSWORD, tail=int_field(12, 7) + int_field(99, 5) + bytes_field(100, b"newer")), True),
+        (minimal_body() + bytes_field(8, PASSWORD) + int_field(7, 9), True),  # an unknown digest type, last
+        (minimal_body() + bytes_field(8, b"") + custom("k", PASSWORD), False),  # the password's bytes elsewhere
+    ],
+    ids=["pulsar", "unknown fields last", "unknown digest type last", "empty password"],
+)
+def test_v3_as_protobuf_writes_it_is_not_walked(body: bytes, stored: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``stored``: the password is stored (not empty), so the bytes change."""
+    blob = v3(body)
+    expected = walked(blob)
+    monkeypatch.setattr(metadata_redaction, "_v3_emptied", not_walked)
+    redacted = redacted_metadata(blob)
+    assert redacted == expected and redacted.decode_error == ""
+    assert decode_ledger_metadata(redacted.data) == dataclasses.replace(decode_ledger_metadata(blob), password=b"")
+    if stored:
+        assert PASSWORD not in redacted.data
+    else:
+        assert redacted.data is blob
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        bytes_field(8, PASSWORD) + minimal_body(),  # the password first
+        minimal_body() + bytes_field(8, PASSWORD) + bytes_field(8, b"other"),  # twice
+        minimal_body() + int_field(99, 5) + bytes_field(8, PASSWORD),  # an unknown field before a known one
+        minimal_body() + int_field(7, 9) + bytes_field(8, PASSWORD) + int_field(9, 2),  # an unknown digest type
+        minimal_body() + bytes_field(8, PASSWORD) + overlong(int_field(9, 2)),  # a varint longer than needed
+        minimal_body() + bytes_field(8, PASSWORD) + int_field(8, 1),  # a password field of another wire type
+    ],
+    ids=["password first", "password twice", "unknown field", "unknown digest type", "overlong varint", "wire type"],
+)
+def test_v3_not_as_protobuf_writes_it_is_walked(body: bytes) -> None:
+    blob = v3(body)
+    assert metadata_redaction._v3_canonical_emptied(blob, V3_START) is None
+    redacted = redacted_metadata(blob)
+    assert redacted == walked(blob) and PASSWORD not in redacted.data
