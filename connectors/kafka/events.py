@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from scrutiny.core.errors import FormatError, ScrutinyError
-from scrutiny.core.metadata_redaction import redacted_metadata
+from scrutiny.core.metadata_redaction import RedactedMetadata, redacted_metadata
 from scrutiny.core.metadata_view import ChangeKind, MetadataChange, Node
 from scrutiny.core.zk_records import parse_underreplication_mark
 from scrutiny.proto import ledger_events_pb2 as pb
@@ -32,6 +32,8 @@ LEDGER_KINDS = frozenset(
         pb.EventKind.LEDGER_RECHECK,
     }
 )
+#: The changes whose event carries the ledger's metadata.
+LEDGER_DATA_KINDS = frozenset({ChangeKind.LEDGER_CREATED, ChangeKind.LEDGER_CHANGED})
 _KNOWN_KINDS = frozenset(v for v in pb.EventKind.values() if v != pb.EventKind.EVENT_KIND_UNSPECIFIED)
 #: Every other known kind: sent to every partition with :data:`CLUSTER_KEY`.
 CLUSTER_KINDS = _KNOWN_KINDS - LEDGER_KINDS
@@ -70,15 +72,23 @@ def ledger_key(ledger_id: int) -> bytes:
     return str(ledger_id).encode("ascii")
 
 
-def event_for_change(change: MetadataChange, origin: int, publisher: Publisher, *, observed_ms: int) -> pb.LedgerEvent:
-    """The event describing ``change`` (sequence numbers are stamped when it is sent)."""
+def event_for_change(
+    change: MetadataChange,
+    origin: int,
+    publisher: Publisher,
+    *,
+    observed_ms: int,
+    redacted: RedactedMetadata | None = None,
+) -> pb.LedgerEvent:
+    """The event describing ``change`` (sequence numbers are stamped when it is sent); ``redacted``: the ledger's
+    metadata already passed through :func:`redacted_metadata` (computed here when None)."""
     event = _base(pb.EventKind.Value(change.kind.value), origin, publisher, observed_ms)
     if change.ledger_id is not None:
         event.ledger_id = change.ledger_id
     if change.node is not None:
         _fill_stat(event, change.node)
-    if change.kind in (ChangeKind.LEDGER_CREATED, ChangeKind.LEDGER_CHANGED) and change.node is not None:
-        _fill_metadata(event, change.node.data)
+    if change.kind in LEDGER_DATA_KINDS and change.node is not None:
+        _fill_metadata(event, change.node.data if redacted is None else redacted)
     elif change.kind is ChangeKind.UNDER_REPLICATION_MARKED and change.node is not None:
         _fill_mark(event, change.node.data)
     elif change.bookie_id is not None:
@@ -195,10 +205,10 @@ def _fill_stat(event: pb.LedgerEvent, node: Node) -> None:
     event.stat.mtime_ms = stat.mtime_ms
 
 
-def _fill_metadata(event: pb.LedgerEvent, data: bytes) -> None:
+def _fill_metadata(event: pb.LedgerEvent, data: bytes | RedactedMetadata) -> None:
     """The ledger's metadata without its password (none of bytes that cannot be searched for one) and why the
     znode's own bytes do not decode."""
-    redacted = redacted_metadata(data)
+    redacted = redacted_metadata(data) if isinstance(data, bytes) else data
     event.metadata = redacted.data
     event.decode_error = redacted.decode_error
 

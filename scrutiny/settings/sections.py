@@ -83,12 +83,23 @@ class WatcherSection:
     delivery_timeout_seconds: int = 3600
     lost_bookie_recovery_delay_seconds: int = 0
     bookie_lost_grace_seconds: int = 300
+    snapshot_workers: int = 1
+    snapshot_workers_min_ledgers: int = 20_000
 
     def __post_init__(self) -> None:
         for key in ("tick_interval_seconds", "delivery_timeout_seconds"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"watcher.{key} must be a positive integer, not {getattr(self, key)!r}")
-        for key in ("lost_bookie_recovery_delay_seconds", "bookie_lost_grace_seconds"):
+        if self.snapshot_workers > _MAX_SNAPSHOT_WORKERS:
+            raise ConfigError(
+                f"watcher.snapshot_workers must be at most {_MAX_SNAPSHOT_WORKERS}, not {self.snapshot_workers!r}"
+            )
+        for key in (
+            "lost_bookie_recovery_delay_seconds",
+            "bookie_lost_grace_seconds",
+            "snapshot_workers",
+            "snapshot_workers_min_ledgers",
+        ):
             if getattr(self, key) < 0:
                 raise ConfigError(f"watcher.{key} must be 0 or more, not {getattr(self, key)!r}")
 
@@ -96,6 +107,10 @@ class WatcherSection:
     def bookie_lost_after_ms(self) -> int:
         """How long a bookie stays unregistered before it is lost: the recovery delay plus the grace."""
         return (self.lost_bookie_recovery_delay_seconds + self.bookie_lost_grace_seconds) * 1000
+
+
+#: More worker processes than this for a walk's metadata is a typo, not a machine.
+_MAX_SNAPSHOT_WORKERS = 256
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,11 +40,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TypedDict
 
 from kazoo.exceptions import KazooException, LockTimeout
 from kazoo.protocol.states import KazooState, KeeperState, WatchedEvent
 
 from scrutiny.connectors.kafka.events import (
+    LEDGER_DATA_KINDS,
     Publisher,
     bookie_lost_event,
     event_for_change,
@@ -79,6 +81,7 @@ from scrutiny.proto import ledger_events_pb2 as pb
 from scrutiny.watcher.bookie_ledgers import BookieLedgers, LedgerSearch
 from scrutiny.watcher.inbox import Inbox
 from scrutiny.watcher.metrics import WatcherMetrics
+from scrutiny.watcher.redaction_pool import RedactionPool
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +98,14 @@ class WatcherConfig:
     batch: int = 2000
     #: A bookie unregistered this long is lost (BOOKIE_LOST and its ledgers checked again).
     bookie_lost_after_ms: int = 300_000
+    #: Who decodes and redacts the ledgers' metadata of a large walk (worker processes beside the publishing).
+    redaction: RedactionPool = RedactionPool()
+
+
+class _Observed(TypedDict):
+    """When the watcher saw what an event says (the events' ``observed_ms`` argument)."""
+
+    observed_ms: int
 
 
 class LeadershipLost(ScrutinyError):  # noqa: N818 - a state, not a failure
@@ -322,8 +333,11 @@ class Watcher:
         changes = known.changes_to(view)
         me = self._me()
         self._publish(publisher, marker_event(pb.EventKind.SNAPSHOT_BEGIN, origin, me, **self._now()))
-        for change in changes:
-            self._publish(publisher, event_for_change(change, origin, me, **self._now()))
+        blobs = [c.node.data for c in changes if c.kind in LEDGER_DATA_KINDS and c.node is not None]
+        with contextlib.closing(self.config.redaction.redacted(blobs)) as redactions:
+            for change in changes:
+                redacted = next(redactions) if change.kind in LEDGER_DATA_KINDS and change.node is not None else None
+                self._publish(publisher, event_for_change(change, origin, me, redacted=redacted, **self._now()))
         end = marker_event(pb.EventKind.SNAPSHOT_END, origin, me, **self._now())
         end.snapshot.ledgers = len(view.ledgers)
         end.snapshot.under_replicated = len(view.marks)
@@ -511,7 +525,7 @@ class Watcher:
     def _me(self) -> Publisher:
         return Publisher(self.config.watcher_id, self.epoch, self.config.layout.root)
 
-    def _now(self) -> dict[str, int]:
+    def _now(self) -> _Observed:
         return {"observed_ms": int(self._clock() * 1000)}
 
 

@@ -15,6 +15,7 @@ from scrutiny.connectors.zookeeper.watch import PersistentWatchClient
 from scrutiny.settings.loader import Settings
 from scrutiny.watcher.daemon import Watcher, WatcherConfig
 from scrutiny.watcher.metrics import WatcherMetrics
+from scrutiny.watcher.redaction_pool import RedactionPool
 
 log = logging.getLogger("scrutiny.watch")
 
@@ -36,6 +37,7 @@ def watcher_from_settings(settings: Settings, watcher_id: str, metrics: WatcherM
         watcher_id=watcher_id,
         tick_interval_s=float(settings.watcher.tick_interval_seconds),
         bookie_lost_after_ms=settings.watcher.bookie_lost_after_ms,
+        redaction=RedactionPool(settings.watcher.snapshot_workers, settings.watcher.snapshot_workers_min_ledgers),
     )
     return Watcher(
         zk,  # built with client_class=PersistentWatchClient

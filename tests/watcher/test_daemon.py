@@ -23,6 +23,7 @@ from scrutiny.connectors.zookeeper.tree import TreeLayout, read_cluster
 from scrutiny.connectors.zookeeper.watch import PersistentWatchClient
 from scrutiny.core.backoff import Backoff
 from scrutiny.core.ledger_metadata import LedgerState, Segment, build_ledger_metadata, encode_ledger_metadata_v3
+from scrutiny.core.metadata_redaction import redacted_metadata
 from scrutiny.core.zk_paths import (
     available_bookie_path,
     cookie_path,
@@ -42,6 +43,7 @@ from scrutiny.services.servers import start_kafka
 from scrutiny.settings.loader import Settings
 from scrutiny.watcher import daemon
 from scrutiny.watcher.daemon import Watcher, WatcherConfig
+from scrutiny.watcher.redaction_pool import RedactionPool
 from tests.support.event_log import Folded, Record, expected_from, fold, read_topic, wait_until
 from tests.support.servers import KafkaTopicFactory
 
@@ -77,6 +79,7 @@ def running_watcher(
     kafka: str | None = None,
     max_pending: int = 20_000,
     lost_after_ms: int = 300_000,
+    redaction: RedactionPool | None = None,
 ) -> Iterator[Watcher]:
     """A watcher on its own client and thread, stopped and closed afterwards whatever happens."""
     zk = PersistentWatchClient(hosts=settings.zookeeper.connect + chroot, timeout=6.0)
@@ -93,6 +96,7 @@ def running_watcher(
             tick_interval_s=0.5,
             backoff=Backoff(0.05, 0.5),
             bookie_lost_after_ms=lost_after_ms,
+            redaction=redaction or RedactionPool(),
         ),
     )
     stop = threading.Event()
@@ -210,6 +214,32 @@ def _kinds_by_ledger(records: list[Record]) -> dict[int, list[tuple[str, str]]]:
                 (pb.EventKind.Name(record.event.kind), pb.Origin.Name(record.event.origin))
             )
     return out
+
+
+def test_a_snapshot_redacted_by_worker_processes_publishes_each_ledger_without_its_password(
+    service_settings: Settings, zk_client: KazooClient, kafka_topic_factory: KafkaTopicFactory
+) -> None:
+    topic = kafka_topic_factory(partitions=3)
+    seed(zk_client)
+    stored = {1: zk_client.get(ledger_path(1))[0], LONG_ID: zk_client.get(ledger_path(LONG_ID))[0]}
+    for ledger_id in range(100, 160):
+        password = b"pw-%d" % ledger_id
+        md = build_ledger_metadata(
+            ensemble_size=3, write_quorum=2, ack_quorum=2, segments=[Segment(0, ENSEMBLE)], password=password
+        )
+        stored[ledger_id] = encode_ledger_metadata_v3(md) + (b"x" if ledger_id % 10 == 0 else b"")  # some undecodable
+        zk_client.create(ledger_path(ledger_id), stored[ledger_id], makepath=True)
+    pool = RedactionPool(workers=1, min_ledgers=10, chunk=7)
+    with running_watcher(service_settings, zk_client.chroot, topic, "w1", redaction=pool) as watcher:
+        assert watcher.leading.wait(20)
+        converges(service_settings, topic, zk_client)
+    records = [r for r in events(service_settings, topic) if r.event.kind == pb.EventKind.LEDGER_CREATED]
+    assert sorted(r.event.ledger_id for r in records) == sorted(stored)
+    for record in records:
+        expected = redacted_metadata(stored[record.event.ledger_id])
+        assert (record.event.metadata, record.event.decode_error) == (expected.data, expected.decode_error)
+        assert b"pw-" not in record.value
+    assert sum(bool(r.event.decode_error) for r in records) == 6
 
 
 def test_session_expiry_in_the_middle_of_changes(
