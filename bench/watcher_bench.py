@@ -5,6 +5,7 @@ Run from the repository root::
     .venv/bin/python -m bench.watcher_bench                    # 100k ledgers (~45 s here)
     .venv/bin/python -m bench.watcher_bench --quick            # 20k ledgers, short live phase (~15 s)
     .venv/bin/python -m bench.watcher_bench --ledgers 1000000  # the 1M-ledger walk (see bench/README.md)
+    .venv/bin/python -m bench.watcher_bench --snapshot-workers 0  # the snapshot's redaction in the watcher's thread
 
 It starts its own ZooKeeper and Kafka broker (:mod:`scrutiny.services.servers`) in a temporary
 directory and always stops them at the end, on error, on Ctrl-C and on SIGTERM. Then, in one run:
@@ -78,6 +79,7 @@ from scrutiny.core.zk_records import format_layout, parse_layout
 from scrutiny.proto import ledger_events_pb2 as pb
 from scrutiny.services.servers import RunningServer, start_kafka, start_zookeeper
 from scrutiny.watcher.daemon import Watcher, WatcherConfig
+from scrutiny.watcher.redaction_pool import RedactionPool
 
 ROOT = "/ledgers"
 SUBSET_ROOT = "/window-subset"
@@ -106,6 +108,8 @@ class Plan:
     subset: int
     rate: float
     seconds: float
+    #: Worker processes redacting the snapshot's metadata (watcher.snapshot_workers; 0: the watcher's thread).
+    snapshot_workers: int = 1
 
 
 FULL = Plan(ledgers=100_000, subset=10_000, rate=200.0, seconds=10.0)
@@ -319,7 +323,7 @@ class RunningWatcher:
             self.client.close()
 
 
-def _start_watcher(zookeeper: str, kafka: str, stages: Stages) -> RunningWatcher:
+def _start_watcher(zookeeper: str, kafka: str, stages: Stages, workers: int) -> RunningWatcher:
     client = PersistentWatchClient(hosts=zookeeper, timeout=15.0)
     options = {"bootstrap_servers": [kafka], "client_id": "scrutiny-bench-watcher"}
     marks = stages.marks
@@ -330,7 +334,7 @@ def _start_watcher(zookeeper: str, kafka: str, stages: Stages) -> RunningWatcher
     watcher = Watcher(
         client,
         lambda: _TimedPublisher(options, TopicConfig(TOPIC, partitions=PARTITIONS), stages=stages),
-        WatcherConfig(layout=TreeLayout(root=ROOT), watcher_id="bench"),
+        WatcherConfig(layout=TreeLayout(root=ROOT), watcher_id="bench", redaction=RedactionPool(workers)),
         progress=progress,
     )
     stop = threading.Event()
@@ -591,7 +595,7 @@ def _run(plan: Plan, zookeeper: RunningServer, kafka: RunningServer, results: Re
         results.ceiling_s = _all_in_flight(client, SUBSET_ROOT, plan.subset)
         _stderr("starting the watcher: snapshot to Kafka ...")
         stages = Stages()
-        running = _start_watcher(zookeeper.address, kafka.address, stages)
+        running = _start_watcher(zookeeper.address, kafka.address, stages, plan.snapshot_workers)
         results.snapshot = _wait_snapshot(running, stages, plan.ledgers)
         _stderr(f"  published and flushed {results.snapshot.flushed_s:.1f} s after the watcher started")
         consumer = _start_consumer(kafka.address)
@@ -740,7 +744,8 @@ def _header(plan: Plan) -> str:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return (
         f"watcher bench {datetime.date.today().isoformat()}: {plan.ledgers:,} ledgers, window subset "
-        f"{plan.subset:,}, live {plan.rate:.0f}/s for {plan.seconds:.0f} s; Python {platform.python_version()}, "
+        f"{plan.subset:,}, live {plan.rate:.0f}/s for {plan.seconds:.0f} s, snapshot workers "
+        f"{plan.snapshot_workers}; Python {platform.python_version()}, "
         f"{os.cpu_count()} cores, load average {load}"
     )
 
@@ -757,6 +762,7 @@ def _plan(args: argparse.Namespace) -> Plan:
         subset=min(base.subset, ledgers),
         rate=args.rate if args.rate is not None else base.rate,
         seconds=args.seconds if args.seconds is not None else base.seconds,
+        snapshot_workers=args.snapshot_workers,
     )
 
 
@@ -781,6 +787,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ledgers", type=_positive_int, help="ledgers in the tree (default 100000)")
     parser.add_argument("--rate", type=_positive_float, help="live closes per second (default 200)")
     parser.add_argument("--seconds", type=_positive_float, help="live phase duration (default 10)")
+    parser.add_argument(
+        "--snapshot-workers",
+        type=int,
+        choices=range(9),
+        default=RedactionPool().workers,
+        metavar="N",
+        help="processes redacting the snapshot's metadata, 0-8 (default: the watcher's default)",
+    )
     args = parser.parse_args(argv)
     plan = _plan(args)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
