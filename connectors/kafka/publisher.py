@@ -38,7 +38,7 @@ from kafka import KafkaAdminClient
 
 from scrutiny.connectors.kafka.config import librdkafka_config
 from scrutiny.connectors.kafka.events import CLUSTER_KEY, CLUSTER_KINDS, ledger_key
-from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.errors import ConfigError, ScrutinyError
 from scrutiny.proto import ledger_events_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -78,47 +78,56 @@ class EventPublisher:
         self._sequence = 0
         self._lock = threading.Lock()
         self._broken: str | None = None
-        self._producer = Producer(
-            {
-                **self._connection,
-                "logger": log,
-                "acks": "all",
-                "enable.idempotence": True,
-                "partitioner": "murmur2_random",
-                "linger.ms": 5,
-                "queue.buffering.max.messages": config.max_pending,
-                "delivery.timeout.ms": config.delivery_timeout_ms,
-                "request.timeout.ms": min(30_000, config.delivery_timeout_ms),
-            }
-        )
         try:
-            self.partitions = self.ensure_topic()
-        except KafkaException as error:
-            self._producer.flush(0)
-            raise PublishError(f"cannot reach Kafka at {self._servers} ({_reason(error)})") from None
+            self._producer = Producer(
+                {
+                    **self._connection,
+                    "logger": log,
+                    "acks": "all",
+                    "enable.idempotence": True,
+                    "partitioner": "murmur2_random",
+                    "linger.ms": 5,
+                    "queue.buffering.max.messages": config.max_pending,
+                    "delivery.timeout.ms": config.delivery_timeout_ms,
+                    "request.timeout.ms": min(30_000, config.delivery_timeout_ms),
+                }
+            )
+        except KafkaException as error:  # librdkafka refused the settings (a CA file that is no certificate, ...)
+            raise ConfigError(f"the Kafka settings for {self._servers} are refused: {_reason(error)}") from None
+        self.partitions = self.ensure_topic()
 
     def ensure_topic(self) -> list[int]:
         """The topic's partitions, creating the topic with the configured partition count if missing."""
         timeout_s = self.config.max_block_ms / 1000
         admin = AdminClient(dict(self._connection), logger=log)
-        if self.config.topic not in admin.list_topics(timeout=timeout_s).topics:
+        try:
+            listed = admin.list_topics(timeout=timeout_s).topics
+        except KafkaException as error:
+            raise PublishError(f"cannot reach Kafka at {self._servers} ({_reason(error)})") from None
+        if self.config.topic not in listed:
             topic = NewTopic(self.config.topic, self.config.partitions, self.config.replication_factor)
             try:
                 admin.create_topics([topic], request_timeout=timeout_s)[self.config.topic].result(timeout_s)
                 log.info("created topic %s with %d partitions", self.config.topic, self.config.partitions)
             except KafkaException as error:
                 if _code(error) != KafkaError.TOPIC_ALREADY_EXISTS:  # else another watcher created it meanwhile
-                    raise
+                    raise PublishError(
+                        f"cannot create topic {self.config.topic} on Kafka at {self._servers} ({_reason(error)})"
+                    ) from None
         return sorted(self._wait_for_partitions())
 
     def _wait_for_partitions(self, timeout_s: float = 30.0) -> set[int]:
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            listed = self._producer.list_topics(self.config.topic, timeout=timeout_s).topics.get(self.config.topic)
+        topic = self.config.topic
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                listed = self._producer.list_topics(topic, timeout=left).topics.get(topic)
+            except KafkaException:
+                listed = None
             if listed is not None and listed.error is None and listed.partitions:
                 return set(listed.partitions)
             time.sleep(0.1)
-        raise PublishError(f"topic {self.config.topic} has no partitions after {timeout_s:.0f} s")
+        raise PublishError(f"topic {topic} has no partitions after {timeout_s:.0f} s")
 
     def publish(self, event: pb.LedgerEvent) -> None:
         """Send one event (to every partition when it is cluster-wide); blocks while the buffer is full."""

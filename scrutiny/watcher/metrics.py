@@ -22,6 +22,7 @@ class WatcherMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.events = Counter("scrutiny_watcher_events", "Events published, by kind", ["kind"], registry=r)
+        self._by_kind: dict[int, Counter] = {}
         self.publish_latency = Histogram(
             "scrutiny_watcher_publish_latency_seconds",
             "From handing an event to the producer to its acknowledgement",
@@ -72,7 +73,10 @@ class WatcherMetrics:
 
     def published(self, kind: int) -> None:
         """Count one published event."""
-        self.events.labels(pb.EventKind.Name(kind)).inc()
+        counter = self._by_kind.get(kind)
+        if counter is None:  # one child per kind, looked up once (a snapshot counts one event per ledger)
+            counter = self._by_kind[kind] = self.events.labels(pb.EventKind.Name(kind))
+        counter.inc()
 
     def session_state(self, state: str) -> None:
         """Record the ZooKeeper session's state (CONNECTED, SUSPENDED, LOST)."""
