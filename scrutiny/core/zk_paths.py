@@ -13,7 +13,9 @@ accepted and means "directly under the root": ledger 1 of a hierarchical manager
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Final
 
@@ -172,12 +174,48 @@ def ledger_id_from_path(
     manager and root: wrong depth, non-digits, a missing ``L``, non-canonical zero padding or
     the wrong (short/long) form for the id all fail.
     """
+    forms = _canonical_forms(manager, root)
+    if forms is not None:  # a walk converts every ledger node's path: the common case in one regex match
+        for form, accepts in forms:
+            matched = form.fullmatch(path)
+            if matched is not None:
+                ledger_id = int("".join(matched.groups()))
+                if accepts(ledger_id):
+                    return ledger_id
+                break
+    return _checked_ledger_id_from_path(path, manager, root)
+
+
+def _checked_ledger_id_from_path(path: str, manager: LedgerManager | str, root: str) -> int:
+    """:func:`ledger_id_from_path` one check at a time, each with its own error."""
     manager = _as_manager(manager)
     parts = _below_root(path, root)
     ledger_id = _ledger_id_from_parts(parts, manager, path)
     if _ledger_parts(ledger_id, manager) != parts:
         raise PathError(f"path {path!r} is not the canonical {manager} path of ledger {ledger_id}")
     return ledger_id
+
+
+_IdCheck = Callable[[int], bool]
+
+
+@functools.lru_cache(maxsize=64)
+def _canonical_forms(manager: LedgerManager | str, root: str) -> tuple[tuple[re.Pattern[str], _IdCheck], ...] | None:
+    """Each canonical form of a ledger node's path under ``root`` for ``manager`` as a pattern capturing the id's
+    digits, with the ids whose canonical path has that form; None (every path checked one check at a time) for the
+    flat layout and for an invalid manager or root."""
+    try:
+        manager = _as_manager(manager)
+        prefix = re.escape("/" if check_root(root) == "/" else root + "/")
+    except PathError:
+        return None
+    if manager is LedgerManager.FLAT:
+        return None
+    short = re.compile(prefix + r"([0-9]{2})/([0-9]{4})/L([0-9]{4})")
+    long = re.compile(prefix + r"([0-9]{3})/([0-9]{4})/([0-9]{4})/([0-9]{4})/L([0-9]{4})")
+    if manager is LedgerManager.HIERARCHICAL:
+        return (short, lambda i: i < SHORT_FORM_LIMIT), (long, lambda i: SHORT_FORM_LIMIT <= i <= MAX_LEDGER_ID)
+    return ((long, lambda i: i <= MAX_LEDGER_ID),)
 
 
 def _ledger_id_from_parts(parts: list[str], manager: LedgerManager, path: str) -> int:

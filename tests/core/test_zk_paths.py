@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -27,7 +30,8 @@ FLAT = LedgerManager.FLAT
 ledger_ids = st.integers(min_value=0, max_value=MAX_LEDGER_ID) | st.sampled_from(
     [0, 1, 9999, 2147483646, 2147483647, 2147483648, 9999999999, 10000000000, MAX_LEDGER_ID]
 )
-roots = st.sampled_from(["/ledgers", "/", "/pulsar/ledgers", "/a.b/c-d"])
+VALID_ROOTS = ("/ledgers", "/", "/pulsar/ledgers", "/a.b/c-d")
+roots = st.sampled_from(VALID_ROOTS)
 
 
 # --------------------------------------------------------------------------- ledger_path, pinned
@@ -267,6 +271,56 @@ def test_reverse_accepts_only_canonical_paths(
         return
     assert ledger_path(back, manager=manager) == path
     assert mutate or back == ledger_id
+
+
+@given(
+    ledger_id=ledger_ids,
+    manager=st.sampled_from([*LedgerManager, "hierarchical", "bogus"]),
+    root=roots | st.sampled_from(["ledgers", "/l/", "/a//b", "/x.y"]),
+    mutations=st.integers(min_value=0, max_value=3),
+    data=st.data(),
+)
+def test_the_one_match_form_gives_what_the_checks_one_at_a_time_give(
+    ledger_id: int, manager: str, root: str, mutations: int, data: st.DataObject
+) -> None:
+    """The regex form a walk uses for every path answers exactly as the checks one at a time: the same id, or a
+    PathError with the same message (canonical paths of every form, then with characters changed, digits from
+    other scripts included)."""
+    form = manager if manager in set(LedgerManager) else LedgerManager.HIERARCHICAL
+    path = ledger_path(ledger_id, manager=form, root=root if root in VALID_ROOTS else "/ledgers")
+    for _ in range(mutations):
+        path = data.draw(one_mutation(path, "/L0123456789\u0663\uff11a."))
+
+    def answer(convert: Callable[[], int]) -> tuple[str, object]:
+        try:
+            return "id", convert()
+        except PathError as error:
+            return "error", str(error)
+
+    fast = answer(lambda: ledger_id_from_path(path, manager=manager, root=root))
+    checked = answer(lambda: zp._checked_ledger_id_from_path(path, manager, root))
+    assert fast == checked, path
+
+
+@pytest.mark.parametrize(
+    ("path", "manager"),
+    [
+        ("/ledgers/21/4748/L3647", H),  # the short form of the first id that has the long one
+        ("/ledgers/99/9999/L9999", H),
+        ("/ledgers/000/0000/0000/0000/L0001", H),  # the long form of an id that has the short one
+        ("/ledgers/922/3372/0368/5477/L5808", H),  # one above the largest id
+        ("/ledgers/922/3372/0368/5477/L5808", LH),
+        ("/ledgers/00/0000/L0001", LH),
+        ("/ledgers/00/0000/L000\u0663", H),  # a digit of another script
+        ("/ledgers/00/0000/L0001/", H),
+        ("/ledgers/00/0000/L0001\n", H),
+    ],
+)
+def test_paths_next_to_a_canonical_form_are_refused_with_the_checks_reason(path: str, manager: LedgerManager) -> None:
+    with pytest.raises(PathError) as checked:
+        zp._checked_ledger_id_from_path(path, manager, "/ledgers")
+    with pytest.raises(PathError, match=re.escape(str(checked.value))):
+        ledger_id_from_path(path, manager=manager)
 
 
 # --------------------------------------------------------------------------- under-replication
