@@ -43,6 +43,8 @@ from scrutiny.proto import ledger_events_pb2 as pb
 
 log = logging.getLogger(__name__)
 
+#: The largest record the producer sends (what kafka-python allowed; librdkafka's default is 1,000,000 bytes).
+MAX_RECORD_BYTES = 1_048_576
 #: How often a publish blocked on a full buffer looks for acknowledgements.
 _BLOCKED_POLL_S = 0.05
 
@@ -86,6 +88,9 @@ class EventPublisher:
                     "acks": "all",
                     "enable.idempotence": True,
                     "partitioner": "murmur2_random",
+                    # A topic deleted under the watcher is not silently made again with the broker's partitions.
+                    "allow.auto.create.topics": False,
+                    "message.max.bytes": MAX_RECORD_BYTES,
                     "linger.ms": 5,
                     "queue.buffering.max.messages": config.max_pending,
                     "delivery.timeout.ms": config.delivery_timeout_ms,
@@ -99,22 +104,28 @@ class EventPublisher:
     def ensure_topic(self) -> list[int]:
         """The topic's partitions, creating the topic with the configured partition count if missing."""
         timeout_s = self.config.max_block_ms / 1000
-        admin = AdminClient(dict(self._connection), logger=log)
-        try:
-            listed = admin.list_topics(timeout=timeout_s).topics
-        except KafkaException as error:
-            raise PublishError(f"cannot reach Kafka at {self._servers} ({_reason(error)})") from None
-        if self.config.topic not in listed:
-            topic = NewTopic(self.config.topic, self.config.partitions, self.config.replication_factor)
+        with AdminClient(dict(self._connection), logger=log) as admin:
             try:
-                admin.create_topics([topic], request_timeout=timeout_s)[self.config.topic].result(timeout_s)
-                log.info("created topic %s with %d partitions", self.config.topic, self.config.partitions)
+                listed = admin.list_topics(timeout=timeout_s).topics
             except KafkaException as error:
-                if _code(error) != KafkaError.TOPIC_ALREADY_EXISTS:  # else another watcher created it meanwhile
-                    raise PublishError(
-                        f"cannot create topic {self.config.topic} on Kafka at {self._servers} ({_reason(error)})"
-                    ) from None
+                raise PublishError(f"cannot reach Kafka at {self._servers} ({_reason(error)})") from None
+            if self.config.topic not in listed:
+                self._create_topic(admin, timeout_s)
         return sorted(self._wait_for_partitions())
+
+    def _create_topic(self, admin: AdminClient, timeout_s: float) -> None:
+        topic = NewTopic(self.config.topic, self.config.partitions, self.config.replication_factor)
+        try:
+            # The request gives up after timeout_s; its future is then settled a moment later.
+            admin.create_topics([topic], request_timeout=timeout_s)[self.config.topic].result(timeout_s + 5)
+            log.info("created topic %s with %d partitions", self.config.topic, self.config.partitions)
+        except KafkaException as error:
+            if _code(error) != KafkaError.TOPIC_ALREADY_EXISTS:  # else another watcher created it meanwhile
+                raise PublishError(
+                    f"cannot create topic {self.config.topic} on Kafka at {self._servers} ({_reason(error)})"
+                ) from None
+        except TimeoutError:
+            raise PublishError(f"Kafka at {self._servers} did not create topic {self.config.topic} in time") from None
 
     def _wait_for_partitions(self, timeout_s: float = 30.0) -> set[int]:
         deadline = time.monotonic() + timeout_s
@@ -158,6 +169,9 @@ class EventPublisher:
                     raise PublishError(f"{self.config.max_pending} events still unacknowledged by Kafka") from None
                 self._producer.poll(_BLOCKED_POLL_S)
             except KafkaException as error:
+                reason = error.args[0] if error.args else None
+                if isinstance(reason, KafkaError) and reason.fatal():  # every later record would fail the same way
+                    self._broken = reason.str()
                 raise PublishError(f"cannot publish to {topic}: {_reason(error)}") from None
 
     def _delivered(self, kind: int, error: KafkaError | None, message: Message) -> None:
@@ -169,7 +183,8 @@ class EventPublisher:
 
     @property
     def broken(self) -> str | None:
-        """Why a record was lost (it failed after the delivery timeout); None while none was."""
+        """Why a record was lost (it failed after the delivery timeout) or no record can be sent any more (the
+        producer hit a fatal error); None while neither happened. A broken publisher is closed and replaced."""
         self._producer.poll(0)
         return self._broken
 
@@ -186,10 +201,15 @@ class EventPublisher:
             raise PublishError(f"flush to {self.config.topic}: {left} events not acknowledged after {timeout_s:g} s")
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Flush what can be flushed within ``timeout_s`` and close the producer."""
+        """Flush what can be flushed within ``timeout_s``, drop what is still queued (so it does not reach Kafka after
+        the events of this publisher's successor; a request already sent may still be written, which consumers
+        tolerate: they keep the newest version of each node) and close the producer, its threads and connections."""
         left = self._producer.flush(timeout_s)
         if left:
             log.warning("%d events to %s were not acknowledged when the publisher closed", left, self.config.topic)
+            self._producer.purge()
+            self._producer.flush(0)  # their delivery reports: nothing refers to the producer any more
+        self._producer.close()
 
 
 def _code(error: KafkaException) -> int | None:

@@ -480,6 +480,8 @@ class Watcher:
                 break
             except PublishError as error:
                 self.metrics.errors.labels("kafka").inc()
+                if publisher.broken:  # no retry can succeed: the leadership ends and the next one has a new producer
+                    raise
                 self._report_held_back(publisher, f"Kafka does not take events ({error})")
                 self._stop.wait(self.config.backoff.delay(attempt, random.random()))
                 attempt += 1
@@ -494,6 +496,8 @@ class Watcher:
                 publisher.flush(timeout_s=FLUSH_WAIT_S)
                 return
             except PublishError:
+                if publisher.broken:
+                    raise
                 self._report_held_back(publisher, "Kafka has not acknowledged every event yet")
 
     def _report_held_back(self, publisher: EventPublisher, why: str = "") -> None:
@@ -506,18 +510,23 @@ class Watcher:
             log.warning("%s; held back: %d event(s) unacknowledged, %d node(s) to read again", why, events, nodes)
 
     def _publisher_ready(self) -> EventPublisher:
+        """The publisher; a new one in place of a broken one, and then the whole state is to be published again."""
+        if self._publisher is not None and self._publisher.broken:
+            self._discard_publisher()
         if self._publisher is None:
             self._publisher = self._publisher_factory()
         return self._publisher
 
-    def _rebuild_publisher(self, layout: TreeLayout) -> EventPublisher:
-        """After Kafka gave up on an event: a new producer, and the whole state as a snapshot again."""
+    def _discard_publisher(self) -> None:
         assert self._publisher is not None
         log.error("events were lost in Kafka (%s): republishing the whole state", self._publisher.broken)
         self._publisher.close()
         self._publisher = None
         self.known = None
         self._restart_searches()
+
+    def _rebuild_publisher(self, layout: TreeLayout) -> EventPublisher:
+        """After Kafka gave up on an event: a new producer, and the whole state as a snapshot again."""
         publisher = self._publisher_ready()
         self._resync(layout, publisher)
         return publisher

@@ -8,9 +8,10 @@ chunks of ``chunk`` ledgers, a bounded number of chunks ahead of the publishing 
 ``workers = 0`` do it in the watcher's own thread.
 
 The processes are spawned, never forked (the watcher runs ZooKeeper's and Kafka's threads), at the start of such a
-walk, and stopped at its end or when the walk is cut off: a watcher running for months holds no idle processes. A
-pool that fails (a worker killed, no process to be had) is logged and the rest of the walk is done in the watcher's
-own thread: the events are the same either way.
+walk, and stopped at its end or when the walk is cut off: a watcher running for months holds no idle workers (only
+multiprocessing's small resource tracker stays once a pool has run). A pool that fails (a worker killed, no process
+to be had) is logged and the rest of the walk is done in the watcher's own thread: the events are the same either
+way.
 """
 
 from __future__ import annotations

@@ -4,6 +4,12 @@ observed."""
 
 from __future__ import annotations
 
+import gc
+import os
+import signal
+import time
+from pathlib import Path
+
 import pytest
 from kafka.partitioner.default import murmur2
 
@@ -11,6 +17,7 @@ from scrutiny.connectors.kafka.config import consumer_kwargs, producer_kwargs
 from scrutiny.connectors.kafka.events import CLUSTER_KEY, ledger_key
 from scrutiny.connectors.kafka.publisher import EventPublisher, TopicConfig
 from scrutiny.proto import ledger_events_pb2 as pb
+from scrutiny.services.servers import start_kafka
 from scrutiny.settings.loader import Settings
 from tests.support.event_log import read_topic
 from tests.support.servers import KafkaTopicFactory
@@ -59,3 +66,39 @@ def test_ledgers_keep_the_partition_of_kafkas_own_partitioner_in_order_and_ticks
             first_kinds.setdefault(record.event.ledger_id, record.event.kind)
     assert all(first_kinds[ledger_id] == pb.EventKind.LEDGER_CREATED for ledger_id in ledgers)
     assert len(acks) == len(records) and all(seconds >= 0 for _, seconds in acks)
+
+
+def _librdkafka_threads() -> int:
+    """Threads of this process that librdkafka started (it names them ``rdk:...``)."""
+    names = (Path(f"/proc/self/task/{task}/comm").read_text() for task in os.listdir("/proc/self/task"))
+    return sum(1 for name in names if name.startswith("rdk:"))
+
+
+def test_a_close_while_kafka_does_not_answer_returns_in_time_and_leaves_no_producer_behind(tmp_path: Path) -> None:
+    """A publisher replaced while Kafka does not answer stops: its records still queued are dropped and its threads
+    end, though the delivery reports it was waiting for refer back to it."""
+    broker = start_kafka(tmp_path / "kafka")
+    try:
+        before = _librdkafka_threads()
+        publisher = EventPublisher({"bootstrap_servers": [broker.address]}, TopicConfig("events", partitions=1))
+        publisher.publish(pb.LedgerEvent(kind=pb.EventKind.LEDGER_CREATED, ledger_id=1))
+        publisher.flush(timeout_s=30)
+        assert _librdkafka_threads() > before
+        os.kill(broker.pid, signal.SIGSTOP)  # the broker keeps its connections and answers nothing
+        try:
+            for ledger_id in range(2, 7):
+                publisher.publish(pb.LedgerEvent(kind=pb.EventKind.LEDGER_CREATED, ledger_id=ledger_id))
+            assert publisher.unacknowledged == 5
+            started = time.monotonic()
+            publisher.close(timeout_s=0.5)
+            assert time.monotonic() - started < 5
+            del publisher
+            gc.collect()
+            deadline = time.monotonic() + 10
+            while _librdkafka_threads() > before:
+                assert time.monotonic() < deadline, "the closed producer's threads are still running"
+                time.sleep(0.1)
+        finally:
+            os.kill(broker.pid, signal.SIGCONT)
+    finally:
+        broker.stop()
