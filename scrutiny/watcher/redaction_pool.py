@@ -21,7 +21,6 @@ import multiprocessing
 from collections import deque
 from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from contextlib import closing
 from dataclasses import dataclass
 
@@ -63,7 +62,7 @@ class RedactionPool:
                     for data, error in results:
                         yield RedactedMetadata(data, error)
                     done += len(results)
-        except (BrokenProcessPool, OSError) as error:
+        except Exception as error:  # BrokenProcessPool, OSError, RuntimeError (a main module spawn cannot import)
             log.warning(
                 "the metadata redaction's worker processes failed (%s): the watcher redacts the remaining %d "
                 "ledgers of this walk itself",

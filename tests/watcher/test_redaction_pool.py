@@ -11,6 +11,7 @@ import time
 import pytest
 
 from scrutiny.core.metadata_redaction import redacted_metadata
+from scrutiny.watcher import redaction_pool
 from scrutiny.watcher.redaction_pool import RedactionPool
 from tests.core.test_ledger_metadata import HEADER, SECRET, pulsar_body, v3
 
@@ -82,3 +83,18 @@ def test_closing_the_walk_early_stops_the_workers() -> None:
     assert multiprocessing.active_children()
     walk.close()
     _wait_no_children()
+
+
+def test_a_pool_that_cannot_start_leaves_the_walk_to_the_watcher(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Spawning fails with RuntimeError when the main module cannot be imported again (a script without a main
+    guard): the walk is still redacted, by the watcher."""
+
+    def cannot_start(*_: object, **__: object) -> None:
+        raise RuntimeError("An attempt has been made to start a new process before the bootstrapping phase")
+
+    monkeypatch.setattr(redaction_pool, "ProcessPoolExecutor", cannot_start)
+    blobs = _blobs(30)
+    assert list(RedactionPool(workers=1, min_ledgers=1).redacted(blobs)) == [redacted_metadata(b) for b in blobs]
+    assert "the watcher redacts the remaining 30 ledgers" in caplog.text
