@@ -32,8 +32,7 @@ LEDGER_KINDS = frozenset(
         pb.EventKind.LEDGER_RECHECK,
     }
 )
-#: The changes whose event carries the ledger's metadata.
-LEDGER_DATA_KINDS = frozenset({ChangeKind.LEDGER_CREATED, ChangeKind.LEDGER_CHANGED})
+_LEDGER_DATA_KINDS = frozenset({ChangeKind.LEDGER_CREATED, ChangeKind.LEDGER_CHANGED})
 _KNOWN_KINDS = frozenset(v for v in pb.EventKind.values() if v != pb.EventKind.EVENT_KIND_UNSPECIFIED)
 #: Every other known kind: sent to every partition with :data:`CLUSTER_KEY`.
 CLUSTER_KINDS = _KNOWN_KINDS - LEDGER_KINDS
@@ -72,6 +71,11 @@ def ledger_key(ledger_id: int) -> bytes:
     return str(ledger_id).encode("ascii")
 
 
+def carries_metadata(change: MetadataChange) -> bool:
+    """Whether the event of ``change`` carries a ledger's metadata (redacted: :func:`redacted_metadata`)."""
+    return change.kind in _LEDGER_DATA_KINDS and change.node is not None
+
+
 def event_for_change(
     change: MetadataChange,
     origin: int,
@@ -87,8 +91,9 @@ def event_for_change(
         event.ledger_id = change.ledger_id
     if change.node is not None:
         _fill_stat(event, change.node)
-    if change.kind in LEDGER_DATA_KINDS and change.node is not None:
-        _fill_metadata(event, change.node.data if redacted is None else redacted)
+    if carries_metadata(change):
+        assert change.node is not None
+        _fill_metadata(event, redacted or redacted_metadata(change.node.data))
     elif change.kind is ChangeKind.UNDER_REPLICATION_MARKED and change.node is not None:
         _fill_mark(event, change.node.data)
     elif change.bookie_id is not None:
@@ -106,7 +111,7 @@ def recheck_event(
     event = _base(pb.EventKind.LEDGER_RECHECK, pb.Origin.LIVE, publisher, observed_ms)
     event.ledger_id = ledger_id
     _fill_stat(event, node)
-    _fill_metadata(event, node.data)
+    _fill_metadata(event, redacted_metadata(node.data))
     event.recheck = reason  # type: ignore[assignment]
     event.bookie_id = bookie
     return event
@@ -205,10 +210,9 @@ def _fill_stat(event: pb.LedgerEvent, node: Node) -> None:
     event.stat.mtime_ms = stat.mtime_ms
 
 
-def _fill_metadata(event: pb.LedgerEvent, data: bytes | RedactedMetadata) -> None:
+def _fill_metadata(event: pb.LedgerEvent, redacted: RedactedMetadata) -> None:
     """The ledger's metadata without its password (none of bytes that cannot be searched for one) and why the
     znode's own bytes do not decode."""
-    redacted = redacted_metadata(data) if isinstance(data, bytes) else data
     event.metadata = redacted.data
     event.decode_error = redacted.decode_error
 
