@@ -71,9 +71,12 @@ def ledger_key(ledger_id: int) -> bytes:
     return str(ledger_id).encode("ascii")
 
 
-def carries_metadata(change: MetadataChange) -> bool:
-    """Whether the event of ``change`` carries a ledger's metadata (redacted: :func:`redacted_metadata`)."""
-    return change.kind in _LEDGER_DATA_KINDS and change.node is not None
+def ledger_data(change: MetadataChange) -> bytes | None:
+    """The znode bytes whose redaction (:func:`redacted_metadata`) the event of ``change`` carries; None when the
+    event carries no ledger metadata."""
+    if change.kind in _LEDGER_DATA_KINDS and change.node is not None:
+        return change.node.data
+    return None
 
 
 def event_for_change(
@@ -91,9 +94,8 @@ def event_for_change(
         event.ledger_id = change.ledger_id
     if change.node is not None:
         _fill_stat(event, change.node)
-    if carries_metadata(change):
-        assert change.node is not None
-        _fill_metadata(event, redacted or redacted_metadata(change.node.data))
+    if (data := ledger_data(change)) is not None:
+        _fill_metadata(event, redacted if redacted is not None else redacted_metadata(data))
     elif change.kind is ChangeKind.UNDER_REPLICATION_MARKED and change.node is not None:
         _fill_mark(event, change.node.data)
     elif change.bookie_id is not None:

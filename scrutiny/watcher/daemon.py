@@ -48,8 +48,8 @@ from kazoo.protocol.states import KazooState, KeeperState, WatchedEvent
 from scrutiny.connectors.kafka.events import (
     Publisher,
     bookie_lost_event,
-    carries_metadata,
     event_for_change,
+    ledger_data,
     marker_event,
     recheck_event,
 )
@@ -333,10 +333,10 @@ class Watcher:
         changes = known.changes_to(view)
         me = self._me()
         self._publish(publisher, marker_event(pb.EventKind.SNAPSHOT_BEGIN, origin, me, **self._now()))
-        blobs = [c.node.data for c in changes if carries_metadata(c) and c.node is not None]
+        blobs = [data for data in map(ledger_data, changes) if data is not None]
         with contextlib.closing(self.config.redaction.redacted(blobs)) as redactions:
             for change in changes:
-                redacted = next(redactions) if carries_metadata(change) else None
+                redacted = next(redactions) if ledger_data(change) is not None else None
                 self._publish(publisher, event_for_change(change, origin, me, redacted=redacted, **self._now()))
         end = marker_event(pb.EventKind.SNAPSHOT_END, origin, me, **self._now())
         end.snapshot.ledgers = len(view.ledgers)
