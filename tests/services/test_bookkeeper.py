@@ -241,6 +241,51 @@ def test_a_wiped_bookie_is_found_with_exactly_the_entries_it_lost(cluster: Clust
     assert {key[2] for key in findings} <= {victim, None}  # nothing blamed on the bookies that kept their data
 
 
+def test_a_recovery_that_closed_a_ledger_too_low_is_found(cluster: Cluster, spark: SparkSession) -> None:
+    """BookKeeper's own recovery closes a ledger below entries it had acknowledged; the scan names them.
+
+    E=3 WQ=3 AQ=2, the writer killed with every entry on all three bookies. One bookie is down and the other two lose
+    their disks; recovery then hears only "no such entry" from two bookies (WQ - AQ + 1 negatives: enough to conclude
+    that entry 0 was never acknowledged) and closes the ledger empty. When the stopped bookie is back it still holds
+    every entry: acknowledged to the writer and lost to every reader.
+    """
+    written = ledger_tool(
+        cluster.uri, "create", "--write-quorum", "3", "--ack-quorum", "2", "--entries", str(ENTRIES), "--leave-open"
+    )
+    ((ledger_id, last_written),) = [(w["ledger_id"], w["last_entry"]) for w in written]
+    assert last_written == ENTRIES - 1
+    keeper, *wiped = sorted(cluster.agents)
+    for args in (("stop", keeper), *(("wipe", bookie) for bookie in wiped)):
+        done = cluster.cli("services", "bookie", *args)
+        assert done.returncode == 0, (args, done.stderr)
+
+    (recovered,) = ledger_tool(cluster.uri, "recover", str(ledger_id))
+    assert recovered["state"] == "CLOSED" and recovered["last_entry"] == -1, recovered  # closed too low: empty
+    done = cluster.cli("services", "bookie", "start", keeper)
+    assert done.returncode == 0, done.stderr
+    back_at_ms = int(time.time() * 1000)
+    # What BookKeeper itself says: the returned bookie holds every entry, its own readers see none of them.
+    assert entries_read_from_bookie(cluster.uri, ledger_id, keeper, 0, last_written) == set(range(ENTRIES))
+    assert ledger_tool(cluster.uri, "read", str(ledger_id)) == [{"ledger_id": ledger_id, "entries_read": 0}]
+    held = {ledger_id: set(range(ENTRIES))}
+    assert agent_entries(cluster, keeper, [ledger_id], back_at_ms, held) == held
+
+    data_dir = str(cluster.state_dir.parent / "scan-too-low")
+    options = ScanOptions(mode=ScanMode.DEEP, selection=parse_ledger_selection(str(ledger_id)), data_dir=data_dir)
+    result = ScanRun(spark, load_settings(env=cluster.env), options).run()
+    assert result.checked == 1
+    (finding,) = result.violations
+    assert (finding["ledger_id"], finding["category"], finding["bookie"]) == (
+        ledger_id,
+        "ENTRIES_BEYOND_LAST_ENTRY",
+        keeper,
+    )
+    assert (finding["first_entry"], finding["last_entry"], finding["entry_count"]) == (0, ENTRIES - 1, ENTRIES)
+    # One copy of each lost entry is left, fewer than AQ: the rule's warning (the copies alone cannot prove that
+    # entries were acknowledged; an entry's last-add-confirmed header can).
+    assert finding["severity"] == "warning"
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
