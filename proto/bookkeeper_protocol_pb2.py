@@ -24,33 +24,37 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(scrutiny/proto/bookkeeper_protocol.proto\x12\x1cscrutiny.bookkeeper.protocol\"\xb4\x01\n\x0e\x42KPacketHeader\x12>\n\x07version\x18\x01 \x02(\x0e\x32-.scrutiny.bookkeeper.protocol.ProtocolVersion\x12>\n\toperation\x18\x02 \x02(\x0e\x32+.scrutiny.bookkeeper.protocol.OperationType\x12\r\n\x05txnId\x18\x03 \x02(\x04\x12\x13\n\x08priority\x18\x04 \x01(\r:\x01\x30\")\n\x0b\x43ontextPair\x12\x0b\n\x03key\x18\x01 \x02(\t\x12\r\n\x05value\x18\x02 \x02(\t\"\xbb\x02\n\x07Request\x12<\n\x06header\x18\x01 \x02(\x0b\x32,.scrutiny.bookkeeper.protocol.BKPacketHeader\x12\x46\n\x0fstartTLSRequest\x18j \x01(\x0b\x32-.scrutiny.bookkeeper.protocol.StartTLSRequest\x12\x66\n\x1fgetListOfEntriesOfLedgerRequest\x18l \x01(\x0b\x32=.scrutiny.bookkeeper.protocol.GetListOfEntriesOfLedgerRequest\x12\x42\n\x0erequestContext\x18\xc8\x01 \x03(\x0b\x32).scrutiny.bookkeeper.protocol.ContextPair\"\xb6\x02\n\x08Response\x12<\n\x06header\x18\x01 \x02(\x0b\x32,.scrutiny.bookkeeper.protocol.BKPacketHeader\x12\x38\n\x06status\x18\x02 \x02(\x0e\x32(.scrutiny.bookkeeper.protocol.StatusCode\x12H\n\x10startTLSResponse\x18j \x01(\x0b\x32..scrutiny.bookkeeper.protocol.StartTLSResponse\x12h\n getListOfEntriesOfLedgerResponse\x18l \x01(\x0b\x32>.scrutiny.bookkeeper.protocol.GetListOfEntriesOfLedgerResponse\"\x11\n\x0fStartTLSRequest\"\x12\n\x10StartTLSResponse\"3\n\x1fGetListOfEntriesOfLedgerRequest\x12\x10\n\x08ledgerId\x18\x01 \x02(\x03\"\x95\x01\n GetListOfEntriesOfLedgerResponse\x12\x38\n\x06status\x18\x01 \x02(\x0e\x32(.scrutiny.bookkeeper.protocol.StatusCode\x12\x10\n\x08ledgerId\x18\x02 \x02(\x03\x12%\n\x1d\x61vailabilityOfEntriesOfLedger\x18\x03 \x01(\x0c*F\n\x0fProtocolVersion\x12\x0f\n\x0bVERSION_ONE\x10\x01\x12\x0f\n\x0bVERSION_TWO\x10\x02\x12\x11\n\rVERSION_THREE\x10\x03*\xb7\x01\n\nStatusCode\x12\x07\n\x03\x45OK\x10\x00\x12\x0e\n\tENOLEDGER\x10\x92\x03\x12\r\n\x08\x45NOENTRY\x10\x93\x03\x12\x0c\n\x07\x45\x42\x41\x44REQ\x10\x94\x03\x12\x08\n\x03\x45IO\x10\xf5\x03\x12\x08\n\x03\x45UA\x10\xf6\x03\x12\x10\n\x0b\x45\x42\x41\x44VERSION\x10\xf7\x03\x12\x0c\n\x07\x45\x46\x45NCED\x10\xf8\x03\x12\x0e\n\tEREADONLY\x10\xf9\x03\x12\x15\n\x10\x45TOOMANYREQUESTS\x10\xfa\x03\x12\x18\n\x13\x45UNKNOWNLEDGERSTATE\x10\xfb\x03*\x8d\x01\n\rOperationType\x12\x0e\n\nREAD_ENTRY\x10\x01\x12\r\n\tADD_ENTRY\x10\x02\x12\x08\n\x04\x41UTH\x10\x05\x12\x0c\n\x08READ_LAC\x10\x07\x12\x13\n\x0fGET_BOOKIE_INFO\x10\x08\x12\r\n\tSTART_TLS\x10\t\x12!\n\x1dGET_LIST_OF_ENTRIES_OF_LEDGER\x10\x0b')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(scrutiny/proto/bookkeeper_protocol.proto\x12\x1cscrutiny.bookkeeper.protocol\"\xb4\x01\n\x0e\x42KPacketHeader\x12>\n\x07version\x18\x01 \x02(\x0e\x32-.scrutiny.bookkeeper.protocol.ProtocolVersion\x12>\n\toperation\x18\x02 \x02(\x0e\x32+.scrutiny.bookkeeper.protocol.OperationType\x12\r\n\x05txnId\x18\x03 \x02(\x04\x12\x13\n\x08priority\x18\x04 \x01(\r:\x01\x30\")\n\x0b\x43ontextPair\x12\x0b\n\x03key\x18\x01 \x02(\t\x12\r\n\x05value\x18\x02 \x02(\t\"\xfb\x02\n\x07Request\x12<\n\x06header\x18\x01 \x02(\x0b\x32,.scrutiny.bookkeeper.protocol.BKPacketHeader\x12>\n\x0breadRequest\x18\x64 \x01(\x0b\x32).scrutiny.bookkeeper.protocol.ReadRequest\x12\x46\n\x0fstartTLSRequest\x18j \x01(\x0b\x32-.scrutiny.bookkeeper.protocol.StartTLSRequest\x12\x66\n\x1fgetListOfEntriesOfLedgerRequest\x18l \x01(\x0b\x32=.scrutiny.bookkeeper.protocol.GetListOfEntriesOfLedgerRequest\x12\x42\n\x0erequestContext\x18\xc8\x01 \x03(\x0b\x32).scrutiny.bookkeeper.protocol.ContextPair\"\xf8\x02\n\x08Response\x12<\n\x06header\x18\x01 \x02(\x0b\x32,.scrutiny.bookkeeper.protocol.BKPacketHeader\x12\x38\n\x06status\x18\x02 \x02(\x0e\x32(.scrutiny.bookkeeper.protocol.StatusCode\x12@\n\x0creadResponse\x18\x64 \x01(\x0b\x32*.scrutiny.bookkeeper.protocol.ReadResponse\x12H\n\x10startTLSResponse\x18j \x01(\x0b\x32..scrutiny.bookkeeper.protocol.StartTLSResponse\x12h\n getListOfEntriesOfLedgerResponse\x18l \x01(\x0b\x32>.scrutiny.bookkeeper.protocol.GetListOfEntriesOfLedgerResponse\"\x11\n\x0fStartTLSRequest\"\x12\n\x10StartTLSResponse\"3\n\x1fGetListOfEntriesOfLedgerRequest\x12\x10\n\x08ledgerId\x18\x01 \x02(\x03\"\x95\x01\n GetListOfEntriesOfLedgerResponse\x12\x38\n\x06status\x18\x01 \x02(\x0e\x32(.scrutiny.bookkeeper.protocol.StatusCode\x12\x10\n\x08ledgerId\x18\x02 \x02(\x03\x12%\n\x1d\x61vailabilityOfEntriesOfLedger\x18\x03 \x01(\x0c\"0\n\x0bReadRequest\x12\x10\n\x08ledgerId\x18\x01 \x02(\x03\x12\x0f\n\x07\x65ntryId\x18\x02 \x02(\x03\"y\n\x0cReadResponse\x12\x38\n\x06status\x18\x01 \x02(\x0e\x32(.scrutiny.bookkeeper.protocol.StatusCode\x12\x10\n\x08ledgerId\x18\x02 \x02(\x03\x12\x0f\n\x07\x65ntryId\x18\x03 \x02(\x03\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c*F\n\x0fProtocolVersion\x12\x0f\n\x0bVERSION_ONE\x10\x01\x12\x0f\n\x0bVERSION_TWO\x10\x02\x12\x11\n\rVERSION_THREE\x10\x03*\xb7\x01\n\nStatusCode\x12\x07\n\x03\x45OK\x10\x00\x12\x0e\n\tENOLEDGER\x10\x92\x03\x12\r\n\x08\x45NOENTRY\x10\x93\x03\x12\x0c\n\x07\x45\x42\x41\x44REQ\x10\x94\x03\x12\x08\n\x03\x45IO\x10\xf5\x03\x12\x08\n\x03\x45UA\x10\xf6\x03\x12\x10\n\x0b\x45\x42\x41\x44VERSION\x10\xf7\x03\x12\x0c\n\x07\x45\x46\x45NCED\x10\xf8\x03\x12\x0e\n\tEREADONLY\x10\xf9\x03\x12\x15\n\x10\x45TOOMANYREQUESTS\x10\xfa\x03\x12\x18\n\x13\x45UNKNOWNLEDGERSTATE\x10\xfb\x03*\x8d\x01\n\rOperationType\x12\x0e\n\nREAD_ENTRY\x10\x01\x12\r\n\tADD_ENTRY\x10\x02\x12\x08\n\x04\x41UTH\x10\x05\x12\x0c\n\x08READ_LAC\x10\x07\x12\x13\n\x0fGET_BOOKIE_INFO\x10\x08\x12\r\n\tSTART_TLS\x10\t\x12!\n\x1dGET_LIST_OF_ENTRIES_OF_LEDGER\x10\x0b')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'scrutiny.proto.bookkeeper_protocol_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PROTOCOLVERSION']._serialized_start=1175
-  _globals['_PROTOCOLVERSION']._serialized_end=1245
-  _globals['_STATUSCODE']._serialized_start=1248
-  _globals['_STATUSCODE']._serialized_end=1431
-  _globals['_OPERATIONTYPE']._serialized_start=1434
-  _globals['_OPERATIONTYPE']._serialized_end=1575
+  _globals['_PROTOCOLVERSION']._serialized_start=1478
+  _globals['_PROTOCOLVERSION']._serialized_end=1548
+  _globals['_STATUSCODE']._serialized_start=1551
+  _globals['_STATUSCODE']._serialized_end=1734
+  _globals['_OPERATIONTYPE']._serialized_start=1737
+  _globals['_OPERATIONTYPE']._serialized_end=1878
   _globals['_BKPACKETHEADER']._serialized_start=75
   _globals['_BKPACKETHEADER']._serialized_end=255
   _globals['_CONTEXTPAIR']._serialized_start=257
   _globals['_CONTEXTPAIR']._serialized_end=298
   _globals['_REQUEST']._serialized_start=301
-  _globals['_REQUEST']._serialized_end=616
-  _globals['_RESPONSE']._serialized_start=619
-  _globals['_RESPONSE']._serialized_end=929
-  _globals['_STARTTLSREQUEST']._serialized_start=931
-  _globals['_STARTTLSREQUEST']._serialized_end=948
-  _globals['_STARTTLSRESPONSE']._serialized_start=950
-  _globals['_STARTTLSRESPONSE']._serialized_end=968
-  _globals['_GETLISTOFENTRIESOFLEDGERREQUEST']._serialized_start=970
-  _globals['_GETLISTOFENTRIESOFLEDGERREQUEST']._serialized_end=1021
-  _globals['_GETLISTOFENTRIESOFLEDGERRESPONSE']._serialized_start=1024
-  _globals['_GETLISTOFENTRIESOFLEDGERRESPONSE']._serialized_end=1173
+  _globals['_REQUEST']._serialized_end=680
+  _globals['_RESPONSE']._serialized_start=683
+  _globals['_RESPONSE']._serialized_end=1059
+  _globals['_STARTTLSREQUEST']._serialized_start=1061
+  _globals['_STARTTLSREQUEST']._serialized_end=1078
+  _globals['_STARTTLSRESPONSE']._serialized_start=1080
+  _globals['_STARTTLSRESPONSE']._serialized_end=1098
+  _globals['_GETLISTOFENTRIESOFLEDGERREQUEST']._serialized_start=1100
+  _globals['_GETLISTOFENTRIESOFLEDGERREQUEST']._serialized_end=1151
+  _globals['_GETLISTOFENTRIESOFLEDGERRESPONSE']._serialized_start=1154
+  _globals['_GETLISTOFENTRIESOFLEDGERRESPONSE']._serialized_end=1303
+  _globals['_READREQUEST']._serialized_start=1305
+  _globals['_READREQUEST']._serialized_end=1353
+  _globals['_READRESPONSE']._serialized_start=1355
+  _globals['_READRESPONSE']._serialized_end=1476
 # @@protoc_insertion_point(module_scope)

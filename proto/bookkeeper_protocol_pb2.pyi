@@ -79,28 +79,32 @@ class ContextPair(_message.Message):
     def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
 
 class Request(_message.Message):
-    __slots__ = ("header", "startTLSRequest", "getListOfEntriesOfLedgerRequest", "requestContext")
+    __slots__ = ("header", "readRequest", "startTLSRequest", "getListOfEntriesOfLedgerRequest", "requestContext")
     HEADER_FIELD_NUMBER: _ClassVar[int]
+    READREQUEST_FIELD_NUMBER: _ClassVar[int]
     STARTTLSREQUEST_FIELD_NUMBER: _ClassVar[int]
     GETLISTOFENTRIESOFLEDGERREQUEST_FIELD_NUMBER: _ClassVar[int]
     REQUESTCONTEXT_FIELD_NUMBER: _ClassVar[int]
     header: BKPacketHeader
+    readRequest: ReadRequest
     startTLSRequest: StartTLSRequest
     getListOfEntriesOfLedgerRequest: GetListOfEntriesOfLedgerRequest
     requestContext: _containers.RepeatedCompositeFieldContainer[ContextPair]
-    def __init__(self, header: _Optional[_Union[BKPacketHeader, _Mapping]] = ..., startTLSRequest: _Optional[_Union[StartTLSRequest, _Mapping]] = ..., getListOfEntriesOfLedgerRequest: _Optional[_Union[GetListOfEntriesOfLedgerRequest, _Mapping]] = ..., requestContext: _Optional[_Iterable[_Union[ContextPair, _Mapping]]] = ...) -> None: ...
+    def __init__(self, header: _Optional[_Union[BKPacketHeader, _Mapping]] = ..., readRequest: _Optional[_Union[ReadRequest, _Mapping]] = ..., startTLSRequest: _Optional[_Union[StartTLSRequest, _Mapping]] = ..., getListOfEntriesOfLedgerRequest: _Optional[_Union[GetListOfEntriesOfLedgerRequest, _Mapping]] = ..., requestContext: _Optional[_Iterable[_Union[ContextPair, _Mapping]]] = ...) -> None: ...
 
 class Response(_message.Message):
-    __slots__ = ("header", "status", "startTLSResponse", "getListOfEntriesOfLedgerResponse")
+    __slots__ = ("header", "status", "readResponse", "startTLSResponse", "getListOfEntriesOfLedgerResponse")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
+    READRESPONSE_FIELD_NUMBER: _ClassVar[int]
     STARTTLSRESPONSE_FIELD_NUMBER: _ClassVar[int]
     GETLISTOFENTRIESOFLEDGERRESPONSE_FIELD_NUMBER: _ClassVar[int]
     header: BKPacketHeader
     status: StatusCode
+    readResponse: ReadResponse
     startTLSResponse: StartTLSResponse
     getListOfEntriesOfLedgerResponse: GetListOfEntriesOfLedgerResponse
-    def __init__(self, header: _Optional[_Union[BKPacketHeader, _Mapping]] = ..., status: _Optional[_Union[StatusCode, str]] = ..., startTLSResponse: _Optional[_Union[StartTLSResponse, _Mapping]] = ..., getListOfEntriesOfLedgerResponse: _Optional[_Union[GetListOfEntriesOfLedgerResponse, _Mapping]] = ...) -> None: ...
+    def __init__(self, header: _Optional[_Union[BKPacketHeader, _Mapping]] = ..., status: _Optional[_Union[StatusCode, str]] = ..., readResponse: _Optional[_Union[ReadResponse, _Mapping]] = ..., startTLSResponse: _Optional[_Union[StartTLSResponse, _Mapping]] = ..., getListOfEntriesOfLedgerResponse: _Optional[_Union[GetListOfEntriesOfLedgerResponse, _Mapping]] = ...) -> None: ...
 
 class StartTLSRequest(_message.Message):
     __slots__ = ()
@@ -125,3 +129,23 @@ class GetListOfEntriesOfLedgerResponse(_message.Message):
     ledgerId: int
     availabilityOfEntriesOfLedger: bytes
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledgerId: _Optional[int] = ..., availabilityOfEntriesOfLedger: _Optional[bytes] = ...) -> None: ...
+
+class ReadRequest(_message.Message):
+    __slots__ = ("ledgerId", "entryId")
+    LEDGERID_FIELD_NUMBER: _ClassVar[int]
+    ENTRYID_FIELD_NUMBER: _ClassVar[int]
+    ledgerId: int
+    entryId: int
+    def __init__(self, ledgerId: _Optional[int] = ..., entryId: _Optional[int] = ...) -> None: ...
+
+class ReadResponse(_message.Message):
+    __slots__ = ("status", "ledgerId", "entryId", "body")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    LEDGERID_FIELD_NUMBER: _ClassVar[int]
+    ENTRYID_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    status: StatusCode
+    ledgerId: int
+    entryId: int
+    body: bytes
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledgerId: _Optional[int] = ..., entryId: _Optional[int] = ..., body: _Optional[bytes] = ...) -> None: ...

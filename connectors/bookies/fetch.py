@@ -34,7 +34,7 @@ import threading
 import time
 import typing
 from collections.abc import Collection, Coroutine, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, TypeVar
 
 from scrutiny.connectors.bookies.addresses import (
@@ -49,6 +49,7 @@ from scrutiny.connectors.bookies.agent_protocol import AGENT_ENDPOINT_PROTOCOL
 from scrutiny.connectors.bookies.settings import BookiesSection
 from scrutiny.connectors.bookies.v3_client import BookieClientConfig, BookieV3Client, BookieV3Pool, client_tls_context
 from scrutiny.connectors.bookies.v3_protocol import TLS_MODES, TlsMode
+from scrutiny.core.entry_header import EntryHeader
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.loopback import is_loopback
 from scrutiny.core.secret import Secret
@@ -252,6 +253,8 @@ class BookieRoute:
     protocol: BookieProtocol
     address: Address | None
     problem: str = ""
+    #: The bookie's own v3 address (the agent route's too), where single entries are read; None when unknown.
+    bookie_address: Address | None = None
 
     @property
     def target(self) -> str | None:
@@ -310,8 +313,9 @@ def plan_route(bookie_id: str, registration: bytes | None, config: FetchConfig) 
                 "bookies.agent_tls or list the bookie in bookies.agent_overrides"
             )
             return BookieRoute(bookie_id, "agent", None, problem)
+        bookie_address = _v3_address(bookie_id, info if info is not None else registration, config)
         if address is not None:
-            return BookieRoute(bookie_id, "agent", address)
+            return BookieRoute(bookie_id, "agent", address, bookie_address=bookie_address)
         why = registration_problem or f"its registration has no {AGENT_ENDPOINT_PROTOCOL} endpoint"
         return BookieRoute(bookie_id, "agent", None, f"no agent address for bookie {bookie_id!r}: {why}")
     try:
@@ -319,7 +323,14 @@ def plan_route(bookie_id: str, registration: bytes | None, config: FetchConfig) 
         address = resolve_bookie_address(bookie_id, overrides=config.v3_overrides, registration=parsed)
     except BookieAddressError as error:
         return BookieRoute(bookie_id, "v3", None, str(error))
-    return BookieRoute(bookie_id, "v3", address)
+    return BookieRoute(bookie_id, "v3", address, bookie_address=address)
+
+
+def _v3_address(bookie_id: str, registration: BookieServiceInfo | bytes | None, config: FetchConfig) -> Address | None:
+    try:
+        return resolve_bookie_address(bookie_id, overrides=config.v3_overrides, registration=registration)
+    except BookieAddressError:
+        return None
 
 
 def _token_in_clear_text(address: Address, config: FetchConfig) -> bool:
@@ -458,12 +469,16 @@ class ListingFetcher:
         registrations: Mapping[str, bytes | None],
         *,
         timeout_s: float | None = None,
+        ends: Mapping[int, int] | None = None,
     ) -> FetchResult:
         """Every bookie's answer for every ledger asked of it, within ``timeout_s`` (default: the request timeout).
 
         ``wanted``: ledger id -> bookie ids to ask. ``registrations``: bookie id -> its registration
-        node's bytes (missing or None: not registered). Never raises for anything a bookie, the
-        network or the inputs do; every pair gets an answer (see the module doc).
+        node's bytes (missing or None: not registered). ``ends``: closed ledgers' lastEntryId; a bookie
+        whose listing goes past it is asked (READ_ENTRY, to its own v3 address) for the highest entry it
+        holds after it, whose header becomes the answer's ``beyond`` (left None when the read fails).
+        Never raises for anything a bookie, the network or the inputs do; every pair gets an answer
+        (see the module doc).
         """
         started = time.monotonic()
         seconds = self.config.request_timeout_s
@@ -471,7 +486,7 @@ class ListingFetcher:
             seconds = max(float(timeout_s), 0.0)
         by_bookie = group_by_bookie(wanted)
         routes = {b: self._route(b, registrations.get(b)) for b in by_bookie}
-        outcomes = self._run_jobs(by_bookie, routes, seconds)
+        outcomes = self._run_jobs(by_bookie, routes, seconds, ends or {})
         result = _assemble(wanted, routes, outcomes, time.monotonic() - started)
         logger.debug(
             "fetched %d ledgers from %d bookies: %d RPCs in %.3f s",
@@ -490,7 +505,7 @@ class ListingFetcher:
             return BookieRoute(bookie_id, "v3", None, f"cannot plan a route to bookie {bookie_id!r}: {error}")
 
     def _run_jobs(
-        self, by_bookie: dict[str, list[int]], routes: dict[str, BookieRoute], seconds: float
+        self, by_bookie: dict[str, list[int]], routes: dict[str, BookieRoute], seconds: float, ends: Mapping[int, int]
     ) -> dict[str, _Outcome]:
         """Runs the bookies' jobs on the loop; on any failure of the loop itself, everything is unknown."""
         if not by_bookie:
@@ -498,7 +513,7 @@ class ListingFetcher:
         problem = self._unusable()
         if problem is None:
             try:
-                future = asyncio.run_coroutine_threadsafe(self._fetch_all(by_bookie, routes, seconds), self._loop)
+                future = asyncio.run_coroutine_threadsafe(self._fetch_all(by_bookie, routes, seconds, ends), self._loop)
             except RuntimeError as error:  # the loop was closed in the meantime
                 problem = f"the fetcher's event loop is gone ({error})"
             else:
@@ -522,13 +537,13 @@ class ListingFetcher:
     # ----------------------------------------------------------------------- on the loop
 
     async def _fetch_all(
-        self, by_bookie: dict[str, list[int]], routes: dict[str, BookieRoute], seconds: float
+        self, by_bookie: dict[str, list[int]], routes: dict[str, BookieRoute], seconds: float, ends: Mapping[int, int]
     ) -> dict[str, _Outcome]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
         await self._close_idle()
         tasks = {
-            bookie_id: loop.create_task(self._fetch_bookie(routes[bookie_id], ledgers, deadline))
+            bookie_id: loop.create_task(self._fetch_bookie(routes[bookie_id], ledgers, deadline, ends))
             for bookie_id, ledgers in by_bookie.items()
         }
         await asyncio.wait(tasks.values(), timeout=seconds + _LOOP_GRACE_S / 2)
@@ -541,7 +556,9 @@ class ListingFetcher:
                 outcomes[bookie_id] = _Outcome(_all_unknown(by_bookie[bookie_id], "no answer by the deadline"), 0, 0.0)
         return outcomes
 
-    async def _fetch_bookie(self, route: BookieRoute, ledgers: list[int], deadline: float) -> _Outcome:
+    async def _fetch_bookie(
+        self, route: BookieRoute, ledgers: list[int], deadline: float, ends: Mapping[int, int]
+    ) -> _Outcome:
         """One bookie's answers; never raises (an unexpected error makes them unknown and is logged)."""
         started = time.monotonic()
         if route.address is None:
@@ -555,7 +572,41 @@ class ListingFetcher:
         except Exception as error:
             logger.exception("fetching listings from bookie %s failed", route.bookie_id)
             answers, rpcs = _all_unknown(ledgers, f"internal error: {type(error).__name__}: {error}"), 0
+        try:
+            rpcs += await self._read_beyond(route, answers, ends, deadline)
+        except Exception:  # the listings stand without the headers
+            logger.exception("reading entries beyond the end from bookie %s failed", route.bookie_id)
         return _Outcome(answers, rpcs, time.monotonic() - started)
+
+    async def _read_beyond(
+        self, route: BookieRoute, answers: dict[int, BookieAnswer], ends: Mapping[int, int], deadline: float
+    ) -> int:
+        """Give each listing that goes past its closed ledger's end the header of the highest entry after it (read
+        from the bookie itself, agent route or not); the requests sent."""
+        highest = {
+            ledger: top
+            for ledger, answer in answers.items()
+            if ledger in ends
+            and answer.kind is AnswerKind.LISTING
+            and (top := max((g.last for g in answer.groups), default=-1)) > ends[ledger]
+        }
+        seconds = self._time_left(deadline)
+        if not highest or route.bookie_address is None or seconds <= 0:
+            return 0
+        if route.protocol == "v3":
+            headers = await (await self._pool.client(route.bookie_id)).read_entry_headers(
+                highest.items(), timeout=seconds
+            )
+        else:
+            async with BookieV3Client(*route.bookie_address, config=self._pool.config, ssl=self._v3_ssl) as client:
+                headers = await client.read_entry_headers(highest.items(), timeout=seconds)
+        for ledger, entry in highest.items():
+            header = headers[ledger, entry]
+            if isinstance(header, EntryHeader):
+                answers[ledger] = replace(answers[ledger], beyond=header)
+            else:
+                logger.info("bookie %s: no header for entry %d:%d (%s)", route.bookie_id, ledger, entry, header)
+        return len(highest)
 
     def _time_left(self, deadline: float) -> float:
         return min(self.config.request_timeout_s, deadline - self._loop.time())

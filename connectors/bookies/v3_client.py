@@ -1,4 +1,4 @@
-"""An asyncio client of BookKeeper's v3 wire protocol for GetListOfEntriesOfLedger.
+"""An asyncio client of BookKeeper's v3 wire protocol for GetListOfEntriesOfLedger (and plain entry reads).
 
 The framing, the requests and the classification of responses are in
 :mod:`scrutiny.connectors.bookies.v3_protocol` (shared with the agent's forwarder and the simulated bookies); no
@@ -29,6 +29,9 @@ Every request has a deadline. The rule that matters most, and which every path k
   closed or broken connection, an oversized or undecodable frame, a wrong ledger id echoed,
   malformed listing bytes.
 
+:meth:`BookieV3Client.read_entry_headers` reads single entries with a plain READ_ENTRY (never fencing) for the
+header each carries; anything but a valid header for the entry asked is a reason, never an error.
+
 Nothing a bookie sends (or fails to send) raises out of the client. A broken connection
 (EOF, reset, a frame above ``max_frame_bytes``, bytes that are not a ``Response``) makes every
 request pending on it unknown; the next request reconnects, after a delay that grows with
@@ -47,8 +50,9 @@ import itertools
 import logging
 import random
 import ssl as ssl_module
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from google.protobuf.message import DecodeError
 
@@ -63,12 +67,16 @@ from scrutiny.connectors.bookies.v3_protocol import (
     decode_listing_answer,
     encode_frame,
     listing_request,
+    read_entry_header,
+    read_entry_request,
     read_frame,
     start_tls_refusal,
     start_tls_request,
 )
 from scrutiny.core.backoff import Backoff
+from scrutiny.core.entry_header import EntryHeader
 from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.sequence_groups import MAX_ENTRY_ID
 from scrutiny.core.verdict import BookieAnswer
 from scrutiny.core.zk_paths import MAX_LEDGER_ID
 from scrutiny.proto import bookkeeper_protocol_pb2 as pb
@@ -324,24 +332,31 @@ class BookieV3Client:
                 raise ValueError(f"ledger id {ledger_id} is outside 0..2^63-1")
         if not ids:
             return {}
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        conn = await self._connection(deadline, seconds)
-        if isinstance(conn, str):
-            return dict.fromkeys(ids, BookieAnswer.unknown(conn))
-        txn_ids = [next(self._txn_ids) % TXN_ID_MODULUS for _ in ids]
-        frames = [
-            encode_frame(listing_request(t, lid).SerializeToString()) for t, lid in zip(txn_ids, ids, strict=True)
-        ]
-        futures = conn.send(list(zip(txn_ids, frames, strict=True)))
-        try:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout_at(deadline):
-                    await conn.drain()
-                    await asyncio.wait(futures)
-        finally:
-            conn.forget(t for t, f in zip(txn_ids, futures, strict=True) if not f.done())
+        futures = await self._exchange([partial(listing_request, ledger_id=lid) for lid in ids], seconds)
+        if isinstance(futures, str):
+            return dict.fromkeys(ids, BookieAnswer.unknown(futures))
         return {lid: await self._answer(lid, f, seconds) for lid, f in zip(ids, futures, strict=True)}
+
+    async def read_entry_headers(
+        self, entries: Iterable[tuple[int, int]], *, timeout: float | None = None
+    ) -> dict[tuple[int, int], EntryHeader | str]:
+        """The header of each ``(ledger id, entry id)`` as the bookie returns the entry, or why there is none.
+
+        Plain READ_ENTRY requests (they never fence), pipelined on the one connection; ``timeout`` bounds the whole
+        call. Duplicates are asked once. Raises ``ValueError`` for an id outside its range.
+        """
+        seconds = self._config.request_timeout_s if timeout is None else timeout
+        wanted = list(dict.fromkeys(entries))
+        for ledger_id, entry_id in wanted:
+            if not 0 <= ledger_id <= MAX_LEDGER_ID or not 0 <= entry_id <= MAX_ENTRY_ID:
+                raise ValueError(f"entry {ledger_id}:{entry_id} is outside the ids a bookie can hold")
+        if not wanted:
+            return {}
+        requests = [partial(read_entry_request, ledger_id=lid, entry_id=eid) for lid, eid in wanted]
+        futures = await self._exchange(requests, seconds)
+        if isinstance(futures, str):
+            return dict.fromkeys(wanted, futures)
+        return {pair: _entry_header(pair, f, seconds) for pair, f in zip(wanted, futures, strict=True)}
 
     async def close(self) -> None:
         """Close the connection; requests in flight and later calls are answered unknown."""
@@ -358,6 +373,27 @@ class BookieV3Client:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+    async def _exchange(
+        self, requests: Sequence[Callable[[int], pb.Request]], seconds: float
+    ) -> list[asyncio.Future[_Outcome]] | str:
+        """Send one request per builder (given its txnId), pipelined; their futures once all are answered or
+        ``seconds`` have passed (connecting included), or why there is no connection."""
+        deadline = asyncio.get_running_loop().time() + seconds
+        conn = await self._connection(deadline, seconds)
+        if isinstance(conn, str):
+            return conn
+        txn_ids = [next(self._txn_ids) % TXN_ID_MODULUS for _ in requests]
+        frames = [encode_frame(build(t).SerializeToString()) for t, build in zip(txn_ids, requests, strict=True)]
+        futures = conn.send(list(zip(txn_ids, frames, strict=True)))
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(deadline):
+                    await conn.drain()
+                    await asyncio.wait(futures)
+        finally:
+            conn.forget(t for t, f in zip(txn_ids, futures, strict=True) if not f.done())
+        return futures
 
     async def _answer(self, ledger_id: int, future: asyncio.Future[_Outcome], seconds: float) -> BookieAnswer:
         if not future.done():
@@ -498,6 +534,15 @@ class BookieV3Client:
         self._failed(f"connection lost: {reason}")
 
 
+def _entry_header(pair: tuple[int, int], future: asyncio.Future[_Outcome], seconds: float) -> EntryHeader | str:
+    if not future.done():
+        return f"timeout after {_seconds(seconds)} s"
+    outcome = future.result()
+    if isinstance(outcome, str):
+        return f"connection lost: {outcome}"
+    return read_entry_header(*pair, outcome)
+
+
 # --------------------------------------------------------------------------- many bookies
 
 Resolver = Callable[[str], Address]
@@ -523,6 +568,11 @@ class BookieV3Pool:
         self._config = config or BookieClientConfig()
         self._ssl = ssl
         self._clients: dict[str, BookieV3Client] = {}
+
+    @property
+    def config(self) -> BookieClientConfig:
+        """Every client's timeouts and limits."""
+        return self._config
 
     async def client(self, bookie_id: str) -> BookieV3Client:
         """The client for ``bookie_id`` at its current address; raises the resolver's error."""

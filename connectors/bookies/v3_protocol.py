@@ -2,9 +2,11 @@
 
 A frame is a 4-byte big-endian length followed by one protobuf ``Request`` or ``Response``
 (:mod:`scrutiny.proto.bookkeeper_protocol_pb2`). This module holds the framing, the requests the checker sends
-(the listing request, START_TLS), and the one classification of a response into a
+(the listing request, START_TLS, a plain READ_ENTRY), and the one classification of a response into a
 :class:`~scrutiny.core.verdict.BookieAnswer`: EOK with valid listing bytes is positive, ENOLEDGER the only negative,
-everything else unknown with a short reason. No sockets: :func:`read_frame` reads from a stream it is given.
+everything else unknown with a short reason. A READ_ENTRY answer gives the entry's header
+(:mod:`scrutiny.core.entry_header`) or why there is none. No sockets: :func:`read_frame` reads from a stream it is
+given.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Final, Literal
 
 from google.protobuf.message import DecodeError
 
+from scrutiny.core.entry_header import EntryHeader, EntryHeaderError, parse_entry_header
 from scrutiny.core.errors import ListingFormatError, ScrutinyError
 from scrutiny.core.listing_codec import decode_listing_compact
 from scrutiny.core.verdict import BookieAnswer
@@ -63,6 +66,46 @@ def listing_request(txn_id: int, ledger_id: int) -> pb.Request:
     header.txnId = txn_id
     request.getListOfEntriesOfLedgerRequest.ledgerId = ledger_id
     return request
+
+
+def read_entry_request(txn_id: int, ledger_id: int, entry_id: int) -> pb.Request:
+    """A plain v3 READ_ENTRY request: no fencing flag and no master key, so it never stops the ledger's writer."""
+    request = pb.Request()
+    header = request.header
+    header.version = pb.VERSION_THREE
+    header.operation = pb.READ_ENTRY
+    header.txnId = txn_id
+    request.readRequest.ledgerId = ledger_id
+    request.readRequest.entryId = entry_id
+    return request
+
+
+def read_entry_header(ledger_id: int, entry_id: int, response: pb.Response) -> EntryHeader | str:
+    """The header of the entry a matched READ_ENTRY response returns, or why there is none (a short reason).
+
+    The effective status is the outer one unless it is EOK, then the inner one; only EOK with the ids echoed and a
+    body whose header names the entry asked for gives a header.
+    """
+    if response.header.operation != pb.READ_ENTRY:
+        return "response to another operation"
+    if not response.HasField("status"):
+        return "response without a status code BookKeeper defines"
+    inner = response.readResponse if response.HasField("readResponse") else None
+    status = response.status
+    if status == pb.EOK:
+        if inner is None:
+            return "EOK without a read response"
+        if not inner.HasField("status"):
+            return "inner response without a status code BookKeeper defines"
+        status = inner.status
+    if status != pb.EOK:
+        return _status_reason(status)
+    if inner is None or (inner.ledgerId, inner.entryId) != (ledger_id, entry_id):
+        return f"EOK for another entry than {ledger_id}:{entry_id}"
+    try:
+        return parse_entry_header(inner.body, ledger_id=ledger_id, entry_id=entry_id)
+    except EntryHeaderError as error:
+        return str(error)
 
 
 def start_tls_request(txn_id: int) -> pb.Request:

@@ -179,6 +179,17 @@ class LedgerMetadata:
         }
 
 
+def closed_last_entry(data: bytes | None) -> int | None:
+    """The lastEntryId of the closed ledger whose znode bytes are ``data`` (where entries "beyond" it begin); None for
+    a ledger open or in recovery, for bytes that do not decode and for none."""
+    if not data:
+        return None
+    try:
+        return decode_ledger_metadata(data).last_entry_id
+    except MetadataFormatError:
+        return None
+
+
 def _json_value(value: bytes) -> str:
     """``value`` as text when it is valid UTF-8, else ``base64:`` followed by its base64."""
     try:

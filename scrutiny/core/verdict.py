@@ -12,8 +12,9 @@ configuration go in; a :class:`Verdict` with violations in the closed vocabulary
   of the write sets of entries held beyond ``lastEntryId`` when they could make
   ``ENTRIES_BEYOND_LAST_ENTRY`` critical);
 * entries held beyond ``lastEntryId``: critical when any of them has AQ copies in its write set
-  (acknowledged, very probably, and lost to readers: a recovery closed the ledger too low),
-  a warning otherwise;
+  (acknowledged, very probably, and lost to readers: a recovery closed the ledger too low), or when
+  the header of one of them (``BookieAnswer.beyond``) carries a last-add-confirmed above ``lastEntryId``
+  (acknowledged, proven: see :mod:`scrutiny.core.entry_header`), a warning otherwise;
 * copies outside an entry's write set never count;
 * the ledger is classified once, by its worst entry, as ``NO_REPLICA``, ``BELOW_ACK_QUORUM`` or
   ``BELOW_WRITE_QUORUM`` with the entries at that level, plus one ``MISSING_REPLICA`` detail
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import partial
 
+from scrutiny.core.entry_header import EntryHeader
 from scrutiny.core.ledger_metadata import LedgerMetadata, LedgerState
 from scrutiny.core.periodic_sets import (
     Budget,
@@ -92,6 +94,9 @@ class BookieAnswer:
     as_of_ms: int | None = field(default=None, compare=False)  # when, not what: answers equal by content
     #: UNKNOWN because the bookie has the ledger in limbo (BP-46): it answers, but may have lost entries.
     limbo: bool = False
+    #: For a listing of a closed ledger with entries after its lastEntryId: the header of the highest of them, as
+    #: the bookie returned it to a plain READ_ENTRY (None: not read, or the read failed).
+    beyond: EntryHeader | None = None
 
     @classmethod
     def listing(cls, groups: tuple[SequenceGroup, ...] | list[SequenceGroup]) -> BookieAnswer:
@@ -474,10 +479,13 @@ def _entries_beyond(
         quorum = _QuorumBeyond(metadata, following, beyond, silent, modulus)
     except EntrySetTooComplexError:
         quorum = None
+    proof = _acknowledgement_proof(last_entry, {b: answers[b].beyond for b in beyond})
     if quorum is None or quorum.acknowledged is None:
         severity, note = Severity.WARNING, f"no entry after {last_entry} has {metadata.ack_quorum} (AQ) copies"
         if quorum is None:
             note = "listings too irregular to count the copies of the entries after the end"
+        if proof:
+            severity, note = Severity.CRITICAL, f"{note}, but {proof}"
     else:
         severity = Severity.CRITICAL
         acknowledged = quorum.acknowledged
@@ -486,6 +494,8 @@ def _entries_beyond(
             f" {metadata.ack_quorum} (AQ) copies in their write set: very probably acknowledged, and lost to every"
             " reader (a recovery closed the ledger too low)"
         )
+        if proof:
+            note = f"{note}; {proof}"
     violations = [
         Violation(
             Category.ENTRIES_BEYOND_LAST_ENTRY,
@@ -497,8 +507,25 @@ def _entries_beyond(
         )
         for bookie, groups in beyond.items()
     ]
-    deciding = [] if quorum is None or quorum.acknowledged is not None else quorum.deciding
+    deciding = [] if proof or quorum is None or quorum.acknowledged is not None else quorum.deciding
     return violations, [b for b in first_segment if b in deciding]
+
+
+def _acknowledgement_proof(last_entry: int, headers: Mapping[str, EntryHeader | None]) -> str:
+    """What the entry headers read beyond the end prove: the highest last-add-confirmed above ``last_entry``, as
+    text for the finding's details ("" when no header proves anything)."""
+    proving = [(b, h) for b, h in headers.items() if h is not None and h.entry_id > last_entry]
+    if not proving:
+        return ""
+    bookie, header = max(proving, key=lambda found: (found[1].last_add_confirmed, found[0]))
+    acknowledged = header.acknowledged_beyond(last_entry)
+    if not acknowledged:
+        return ""
+    return (
+        f"entry {header.entry_id} on {bookie} carries last-add-confirmed {header.last_add_confirmed}: entries"
+        f" {acknowledged.start} to {acknowledged.stop - 1} ({len(acknowledged)}) were acknowledged to the writer"
+        " and no reader will see them (a recovery closed the ledger too low)"
+    )
 
 
 class _QuorumBeyond:

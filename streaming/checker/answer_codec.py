@@ -3,7 +3,8 @@
 A JSON object: bookie id -> ``["L", base64 listing]`` (the compact listing bytes of
 :mod:`scrutiny.core.listing_codec`), ``["N"]`` (no ledger), ``["U", reason]`` (unknown) or ``["Z", reason]``
 (unknown: the ledger in limbo), each with the answer's ``as_of_ms`` appended when it has one (an index read: the
-write-cache rule of the verdict needs it).
+write-cache rule of the verdict needs it), then, when the answer has one, its ``beyond`` entry header as
+``[ledger, entry, last-add-confirmed, length]`` (after ``as_of_ms``, null when it has none).
 Written and read by this job only, within one micro-batch.
 """
 
@@ -14,22 +15,29 @@ import json
 from collections.abc import Mapping
 from dataclasses import replace
 
+from scrutiny.core.entry_header import EntryHeader
 from scrutiny.core.listing_codec import decode_listing, encode_listing
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
 
 
 def encode_answers(answers: Mapping[str, BookieAnswer]) -> bytes:
     """``answers`` as compact JSON bytes."""
-    doc: dict[str, list[str | int]] = {}
+    doc: dict[str, list[object]] = {}
     for bookie, answer in answers.items():
-        item: list[str | int]
+        item: list[object]
         if answer.kind is AnswerKind.LISTING:
             item = ["L", base64.b64encode(encode_listing(answer.groups)).decode("ascii")]
         elif answer.kind is AnswerKind.NO_LEDGER:
             item = ["N"]
         else:
             item = ["Z" if answer.limbo else "U", answer.reason]
-        doc[bookie] = item if answer.as_of_ms is None else [*item, answer.as_of_ms]
+        if answer.beyond is not None:
+            header = answer.beyond
+            beyond = [header.ledger_id, header.entry_id, header.last_add_confirmed, header.length]
+            item += [answer.as_of_ms, beyond]
+        elif answer.as_of_ms is not None:
+            item.append(answer.as_of_ms)
+        doc[bookie] = item
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
@@ -38,7 +46,8 @@ def decode_answers(data: bytes) -> dict[str, BookieAnswer]:
     out: dict[str, BookieAnswer] = {}
     for bookie, item in json.loads(data).items():
         size = 1 if item[0] == "N" else 2
-        as_of = int(item[size]) if len(item) > size else None
+        as_of = int(item[size]) if len(item) > size and item[size] is not None else None
+        beyond = EntryHeader(*item[size + 1]) if len(item) > size + 1 else None
         if item[0] == "L":
             answer = BookieAnswer.listing(decode_listing(base64.b64decode(item[1])))
         elif item[0] == "N":
@@ -47,5 +56,5 @@ def decode_answers(data: bytes) -> dict[str, BookieAnswer]:
             answer = BookieAnswer.in_limbo(item[1])
         else:
             answer = BookieAnswer.unknown(item[1])
-        out[bookie] = answer if as_of is None else replace(answer, as_of_ms=as_of)
+        out[bookie] = replace(answer, as_of_ms=as_of, beyond=beyond)
     return out

@@ -22,8 +22,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import pyarrow as pa
 
@@ -130,15 +131,16 @@ class PrepareEvents:
         answers: dict[int, bytes] = {}
         rpcs = 0
         if (wanted or cluster_events) and not (self.replay is not None and self.replay.running()):
+            ends = {k: v.end for k, v in wanted.items() if v.end is not None}
             try:
                 rpcs, fetched = fetch_answers(
-                    self.config, {k: v[1] for k, v in wanted.items()}, refresh=cluster_events > 0
+                    self.config, {k: v.bookies for k, v in wanted.items()}, refresh=cluster_events > 0, ends=ends
                 )
             except ScrutinyError as error:  # ZooKeeper unreachable with no cached view: every answer unknown
                 log.warning("cannot fetch listings this batch: %s", error)
                 unknown = BookieAnswer.unknown(f"cluster view unavailable: {error}")
-                fetched = {k: dict.fromkeys(v[1], unknown) for k, v in wanted.items()}
-            answers = {wanted[ledger][0]: encode_answers(got) for ledger, got in fetched.items() if ledger in wanted}
+                fetched = {k: dict.fromkeys(v.bookies, unknown) for k, v in wanted.items()}
+            answers = {wanted[lid].offset: encode_answers(got) for lid, got in fetched.items() if lid in wanted}
         figures = {"events": read.events, "rpcs": rpcs, "fetched": len(wanted), "fetch_ms": _ms(started)}
         if read.rejected:
             figures["rejected"] = len(read.rejected)
@@ -146,16 +148,22 @@ class PrepareEvents:
 
 
 def fetch_answers(
-    config: JobConfig, wanted: dict[int, tuple[str, ...]], *, refresh: bool = False
+    config: JobConfig,
+    wanted: dict[int, tuple[str, ...]],
+    *,
+    refresh: bool = False,
+    ends: Mapping[int, int] | None = None,
 ) -> tuple[int, dict[int, dict[str, BookieAnswer]]]:
-    """(RPCs sent, ledger -> bookie -> answer) for ``wanted``, with this process's shared clients."""
+    """(RPCs sent, ledger -> bookie -> answer) for ``wanted``, with this process's shared clients; ``ends``: the
+    closed ones' lastEntryId (the header of an entry held after it is read, see ``ListingFetcher.fetch``)."""
     reader = config.cluster_reader()
     if refresh:
         reader.invalidate()
     if not wanted:
         return 0, {}
     snapshot = reader.get()
-    result = shared_fetcher(config.fetch).fetch(wanted, snapshot.registrations, timeout_s=config.fetch_timeout_s)
+    fetcher = shared_fetcher(config.fetch)
+    result = fetcher.fetch(wanted, snapshot.registrations, timeout_s=config.fetch_timeout_s, ends=ends)
     return result.rpcs, result.answers
 
 
@@ -181,8 +189,16 @@ def ledger_rows(batches: Iterator[pa.RecordBatch], ledgers_root: str) -> ReadEve
     return read
 
 
-def ledgers_to_check(rows: list[EventRow]) -> dict[int, tuple[int, tuple[str, ...]]]:
-    """Ledger id -> (offset of its last metadata event, bookies to ask), for the ledgers to check."""
+class ToCheck(NamedTuple):
+    """A ledger to check: the offset of its last metadata event, the bookies to ask, its lastEntryId when closed."""
+
+    offset: int
+    bookies: tuple[str, ...]
+    end: int | None
+
+
+def ledgers_to_check(rows: list[EventRow]) -> dict[int, ToCheck]:
+    """Ledger id -> what to check of it, for the ledgers to check."""
     last: dict[int, EventRow | None] = {}
     for row in rows:
         if row.ledger_id == CLUSTER_LEDGER:
@@ -191,7 +207,7 @@ def ledgers_to_check(rows: list[EventRow]) -> dict[int, tuple[int, tuple[str, ..
             last[row.ledger_id] = row
         elif row.event.kind == pb.EventKind.LEDGER_DELETED:
             last[row.ledger_id] = None
-    wanted: dict[int, tuple[int, tuple[str, ...]]] = {}
+    wanted: dict[int, ToCheck] = {}
     for ledger, newest in last.items():
         if newest is None:
             continue
@@ -201,7 +217,7 @@ def ledgers_to_check(rows: list[EventRow]) -> dict[int, tuple[int, tuple[str, ..
             continue
         if needs_check(metadata):
             bookies = tuple(dict.fromkeys(b for s in metadata.segments for b in s.ensemble))
-            wanted[ledger] = (newest.offset, bookies)
+            wanted[ledger] = ToCheck(newest.offset, bookies, metadata.last_entry_id)
     return wanted
 
 

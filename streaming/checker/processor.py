@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -55,6 +55,7 @@ from scrutiny.connectors.zookeeper.cluster_cache import LedgerZnode
 from scrutiny.core.bookie_findings import on_bookie_lost, on_bookie_registered
 from scrutiny.core.bookie_lifecycle import LifecycleKind
 from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.ledger_metadata import closed_last_entry
 from scrutiny.core.ledger_tracker import (
     Step,
     TrackedLedger,
@@ -206,7 +207,7 @@ class LedgerProcessor(StatefulProcessor):
                 stepped[ledger_id] = (step, found)
         gone += self._reread(states, stepped, now_ms)
         wanted = {lid: step.outcome.fetch for lid, (step, _) in stepped.items() if step.outcome.fetch and step.state}
-        answers = self._fetch(wanted)
+        answers = self._fetch(wanted, {lid: step.state for lid, (step, _) in stepped.items() if lid in wanted})
         judged_ms = _now_ms(now_ms)  # the retries' verdicts are reached once their bookies have answered
         records = gone
         for ledger_id, (timed, found) in stepped.items():
@@ -331,15 +332,19 @@ class LedgerProcessor(StatefulProcessor):
 
     def _fetched(self, ledger_id: int, step: Step, now_ms: int) -> tuple[Step, list[Record]]:
         """Do the fetch a step asked for and apply its answers."""
-        answers = self._fetch({ledger_id: step.outcome.fetch})
+        answers = self._fetch({ledger_id: step.outcome.fetch}, {ledger_id: step.state})
         return self._answered(ledger_id, step, answers[ledger_id], _now_ms(now_ms))
 
-    def _fetch(self, wanted: dict[int, tuple[str, ...]]) -> dict[int, dict[str, BookieAnswer]]:
-        """Every wanted ledger's answers, all in one fetch (batched per bookie); unknown when the fetch fails."""
+    def _fetch(
+        self, wanted: dict[int, tuple[str, ...]], states: Mapping[int, TrackedLedger | None]
+    ) -> dict[int, dict[str, BookieAnswer]]:
+        """Every wanted ledger's answers, all in one fetch (batched per bookie); unknown when the fetch fails.
+        ``states``: the wanted ledgers' states, whose metadata says which are closed and where."""
         if not wanted:
             return {}
+        ends = {lid: end for lid, s in states.items() if s and (end := closed_last_entry(s.metadata)) is not None}
         try:
-            rpcs, fetched = fetch_answers(self.config, wanted)
+            rpcs, fetched = fetch_answers(self.config, wanted, ends=ends)
             self._rpcs += rpcs
             self._rpcs_ledger = next(iter(wanted))
         except ScrutinyError as error:

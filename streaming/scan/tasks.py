@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from scrutiny.connectors.bookies.fetch import FetchConfig, shared_fetcher
 from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.ledger_metadata import closed_last_entry
 from scrutiny.core.ledger_scan import (
     ScanItem,
     ScanMode,
@@ -108,7 +109,8 @@ class ScanLedgers:
     def _deep(self, items: list[ScanItem], progress: ProgressSender) -> tuple[list[Record], int]:
         config = self.config
         by_id = {item.ledger_id: item for item in items}
-        rpcs, answers = self._ask({item.ledger_id: bookies_to_ask(item.data) for item in items})
+        ends = {item.ledger_id: end for item in items if (end := closed_last_entry(item.data)) is not None}
+        rpcs, answers = self._ask({item.ledger_id: bookies_to_ask(item.data) for item in items}, ends)
         records: list[Record] = []
         pending: dict[int, TrackedLedger] = {}
         for item in items:
@@ -129,7 +131,7 @@ class ScanLedgers:
             wanted: dict[int, tuple[str, ...]] = {}
             for ledger, state in due.items():
                 pending[ledger], wanted[ledger] = retry_due(state, now_ms=now)
-            sent, answers = self._ask(wanted)
+            sent, answers = self._ask(wanted, ends)
             rpcs += sent
             for ledger in due:
                 now = _now_ms()
@@ -145,13 +147,16 @@ class ScanLedgers:
                     progress.finished()
         return records, rpcs
 
-    def _ask(self, wanted: dict[int, tuple[str, ...]]) -> tuple[int, dict[int, dict[str, BookieAnswer]]]:
+    def _ask(
+        self, wanted: dict[int, tuple[str, ...]], ends: dict[int, int]
+    ) -> tuple[int, dict[int, dict[str, BookieAnswer]]]:
         wanted = {ledger: bookies for ledger, bookies in wanted.items() if bookies}
         if not wanted:
             return 0, {}
         config = self.config
         try:
-            result = shared_fetcher(config.fetch).fetch(wanted, config.registrations, timeout_s=config.fetch_timeout_s)
+            fetcher = shared_fetcher(config.fetch)
+            result = fetcher.fetch(wanted, config.registrations, timeout_s=config.fetch_timeout_s, ends=ends)
         except ScrutinyError as error:  # e.g. an unreadable CA file: every answer unknown, the retries decide
             log.warning("cannot fetch listings: %s", error)
             unknown = BookieAnswer.unknown(f"cannot fetch listings: {error}")

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
+from scrutiny.core.entry_header import EntryHeader
 from scrutiny.core.ledger_metadata import LedgerMetadata, LedgerState, Segment, build_ledger_metadata
 from scrutiny.core.placement import PlacementConfig, PlacementPolicy
 from scrutiny.core.sequence_groups import SequenceGroup, from_entries
@@ -212,6 +215,42 @@ def test_copies_beyond_the_end_below_ack_quorum_everywhere_are_a_warning() -> No
     verdict = verdict_of(md, answers)
     beyond = [v for v in verdict.violations if v.category is Category.ENTRIES_BEYOND_LAST_ENTRY]
     assert len(beyond) == 3 and all(v.severity is Severity.WARNING for v in beyond)
+
+
+def test_one_copy_beyond_the_end_whose_header_proves_acknowledgement_is_critical() -> None:
+    # E=3 WQ=3 AQ=2 closed empty; b0 alone kept entries 0..29, and entry 29 says the writer had 0..28 acknowledged.
+    md = ledger(-1, e=3, wq=3, aq=2)
+    held = BookieAnswer.listing([SequenceGroup.run(0, 29)])
+    answers = {
+        "b0:3181": replace(held, beyond=EntryHeader(7, 29, 28, 1920)),
+        "b1:3181": BookieAnswer.no_ledger(),
+        "b2:3181": BookieAnswer.no_ledger(),
+    }
+    verdict = verdict_of(md, answers)
+    (beyond,) = verdict.violations
+    assert (beyond.category, beyond.severity, beyond.bookie) == (
+        Category.ENTRIES_BEYOND_LAST_ENTRY,
+        Severity.CRITICAL,
+        "b0:3181",
+    )
+    assert "entry 29 on b0:3181 carries last-add-confirmed 28: entries 0 to 28 (29) were acknowledged" in (
+        beyond.details
+    )
+    assert verdict.retry_bookies == ()
+    # Without the header, or with one that proves nothing (never acknowledged past the end), the copies decide.
+    for header in (None, EntryHeader(7, 29, -1, 1920)):
+        answers["b0:3181"] = replace(held, beyond=header)
+        (beyond,) = verdict_of(md, answers).violations
+        assert beyond.severity is Severity.WARNING and "last-add-confirmed" not in beyond.details
+
+
+def test_a_proof_adds_to_a_finding_the_copies_already_make_critical() -> None:
+    md = ledger(49)
+    answers = healthy_answers(md, upto=59)
+    answers["b4:3181"] = replace(answers["b4:3181"], beyond=EntryHeader(1, 59, 58, 6000))
+    beyond = [v for v in verdict_of(md, answers).violations if v.category is Category.ENTRIES_BEYOND_LAST_ENTRY]
+    assert all(v.severity is Severity.CRITICAL for v in beyond)
+    assert all("AQ) copies" in v.details and "entries 50 to 58 (9)" in v.details for v in beyond)
 
 
 def test_a_silent_bookie_that_could_give_a_later_entry_ack_quorum_copies_is_retried() -> None:

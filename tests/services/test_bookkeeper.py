@@ -26,6 +26,7 @@ from pyspark.sql import SparkSession
 
 from scrutiny.connectors.bookies.agent_client import AgentClient
 from scrutiny.connectors.bookies.v3_client import BookieV3Client
+from scrutiny.core.entry_header import EntryHeader
 from scrutiny.core.ledger_metadata import LedgerState, decode_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.ledger_scan import ScanMode, parse_ledger_selection
 from scrutiny.core.sequence_groups import SequenceGroup
@@ -247,7 +248,8 @@ def test_a_recovery_that_closed_a_ledger_too_low_is_found(cluster: Cluster, spar
     E=3 WQ=3 AQ=2, the writer killed with every entry on all three bookies. One bookie is down and the other two lose
     their disks; recovery then hears only "no such entry" from two bookies (WQ - AQ + 1 negatives: enough to conclude
     that entry 0 was never acknowledged) and closes the ledger empty. When the stopped bookie is back it still holds
-    every entry: acknowledged to the writer and lost to every reader.
+    every entry: acknowledged to the writer and lost to every reader. Its last entry's header says so (the writer's
+    last-add-confirmed when it sent it), which makes the finding critical with one copy left.
     """
     written = ledger_tool(
         cluster.uri, "create", "--write-quorum", "3", "--ack-quorum", "2", "--entries", str(ENTRIES), "--leave-open"
@@ -269,6 +271,11 @@ def test_a_recovery_that_closed_a_ledger_too_low_is_found(cluster: Cluster, spar
     assert ledger_tool(cluster.uri, "read", str(ledger_id)) == [{"ledger_id": ledger_id, "entries_read": 0}]
     held = {ledger_id: set(range(ENTRIES))}
     assert agent_entries(cluster, keeper, [ledger_id], back_at_ms, held) == held
+    host, port = keeper.split(":")
+    headers = asyncio.run(_entry_headers(host, int(port), [(ledger_id, last_written), (ledger_id, ENTRIES)]))
+    # Written one at a time: when the writer sent the last entry, every one before it was acknowledged.
+    assert headers[ledger_id, last_written] == EntryHeader(ledger_id, last_written, last_written - 1, ENTRIES * 64)
+    assert headers[ledger_id, ENTRIES] == "status ENOENTRY"
 
     data_dir = str(cluster.state_dir.parent / "scan-too-low")
     options = ScanOptions(mode=ScanMode.DEEP, selection=parse_ledger_selection(str(ledger_id)), data_dir=data_dir)
@@ -281,9 +288,11 @@ def test_a_recovery_that_closed_a_ledger_too_low_is_found(cluster: Cluster, spar
         keeper,
     )
     assert (finding["first_entry"], finding["last_entry"], finding["entry_count"]) == (0, ENTRIES - 1, ENTRIES)
-    # One copy of each lost entry is left, fewer than AQ: the rule's warning (the copies alone cannot prove that
-    # entries were acknowledged; an entry's last-add-confirmed header can).
-    assert finding["severity"] == "warning"
+    # One copy of each lost entry is left, fewer than AQ: the copies alone prove nothing; the header does.
+    assert finding["severity"] == "critical"
+    proof = f"entry {last_written} on {keeper} carries last-add-confirmed {last_written - 1}"
+    details = str(finding["details"])
+    assert proof in details and f"entries 0 to {last_written - 1} ({last_written})" in details
 
 
 def _alive(pid: int) -> bool:
@@ -358,6 +367,11 @@ def test_sorted_storage_bookies_answer_v3_exactly_as_bookkeeper_reads_them(tmp_p
             assert entries_read_from_bookie(uri, written["ledger_id"], bookie.id, 0, 19) == expected
     finally:
         services.down()
+
+
+async def _entry_headers(host: str, port: int, entries: list[tuple[int, int]]) -> dict[tuple[int, int], Any]:
+    async with BookieV3Client(host, port) as client:
+        return await client.read_entry_headers(entries, timeout=10.0)
 
 
 async def _v3_listing(host: str, port: int, ledger_id: int) -> BookieAnswer:

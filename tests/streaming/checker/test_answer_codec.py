@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from scrutiny.core.entry_header import EntryHeader
 from scrutiny.core.sequence_groups import from_entries
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
 from scrutiny.streaming.checker.answer_codec import decode_answers, encode_answers
@@ -15,8 +16,15 @@ from tests.support.strategies import expand_set
 
 pytestmark = pytest.mark.unit
 
+headers = st.builds(
+    lambda ledger, entry, lac, length: EntryHeader(ledger, entry, min(lac, entry - 1), length),
+    st.integers(0, 2**63 - 1),
+    st.integers(0, 2**63 - 1),
+    st.integers(-1, 2**63 - 1),
+    st.integers(0, 2**63 - 1),
+)
 answers = st.builds(
-    lambda answer, as_of: replace(answer, as_of_ms=as_of),
+    lambda answer, as_of, beyond: replace(answer, as_of_ms=as_of, beyond=beyond),
     st.one_of(
         st.sets(st.integers(0, 500), max_size=60).map(lambda s: BookieAnswer.listing(from_entries(sorted(s)))),
         st.just(BookieAnswer.no_ledger()),
@@ -24,6 +32,7 @@ answers = st.builds(
         st.text(max_size=20).map(BookieAnswer.in_limbo),
     ),
     st.none() | st.integers(0, 2**62),  # an index read's time (the agent), or none (the bookie itself)
+    st.none() | headers,  # the header of an entry held after a closed ledger's end, when one was read
 )
 
 
@@ -34,6 +43,7 @@ def test_round_trip_keeps_every_answer(given_answers: dict[str, BookieAnswer]) -
     for bookie, answer in given_answers.items():
         assert back[bookie].kind is answer.kind
         assert back[bookie].as_of_ms == answer.as_of_ms  # the write-cache rule needs it after the trip
+        assert back[bookie].beyond == answer.beyond  # so does the proof of a too-low close
         if answer.kind is AnswerKind.LISTING:
             assert expand_set(back[bookie].groups) == expand_set(answer.groups)
         else:

@@ -83,7 +83,12 @@ def test_only_the_newest_metadata_of_a_ledger_that_needs_a_check_is_fetched() ->
     assert [r.ledger_id for r in read.rows] == [1, 1, 2, 2, 3, 4, 5, CLUSTER_LEDGER, 6, 7]
     assert [(r.offset, r.rejected.reason) for r in read.rejected] == [(9, RejectReason.UNDECODABLE)]
     wanted = ledgers_to_check(read.rows)
-    assert wanted == {1: (1, E1), 4: (5, ("b1:3181", "b2:3181", "b3:3181", "b4:3181")), 6: (10, E1)}
+    assert {ledger: (c.offset, c.bookies) for ledger, c in wanted.items()} == {
+        1: (1, E1),
+        4: (5, ("b1:3181", "b2:3181", "b3:3181", "b4:3181")),
+        6: (10, E1),
+    }
+    assert {ledger: c.end for ledger, c in wanted.items()} == {1: 9, 4: None, 6: 9}  # the closed ones' ends
 
 
 def test_every_record_the_checker_cannot_use_is_rejected_with_where_it_is_and_why() -> None:

@@ -134,7 +134,9 @@ def znodes(monkeypatch: pytest.MonkeyPatch) -> Znodes:
     reader = Znodes()
     monkeypatch.setattr(JobConfig, "cluster_reader", lambda self: reader)
     monkeypatch.setattr(
-        processor_module, "fetch_answers", lambda config, wanted: (0, {ledger: ANSWERS[ledger] for ledger in wanted})
+        processor_module,
+        "fetch_answers",
+        lambda config, wanted, **_: (0, {ledger: ANSWERS[ledger] for ledger in wanted}),
     )
     return reader
 
