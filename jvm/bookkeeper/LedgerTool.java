@@ -7,8 +7,11 @@
 // Commands (each prints one JSON object per ledger on standard output; logs go to standard error):
 //   create  [--ensemble 3] [--write-quorum 2] [--ack-quorum 2] [--entries 10] [--entry-size 64] [--count 1]
 //           [--digest CRC32C|CRC32|MAC|DUMMY] [--password TEXT] [--leave-open]
+//           [--pause-after K --resume-file PATH]
 //           --leave-open writes the entries, then the program halts without closing: the ledger stays OPEN
 //           in its metadata, as when a writer is killed.
+//           --pause-after K: after K entries of each ledger, print {"ledger_id": ID, "paused_after": K} and wait
+//           (up to 300 s) until PATH exists, then go on (e.g. a bookie stopped meanwhile: an ensemble change).
 //   recover LEDGER_ID...   open with recovery (fences the ledger on its bookies, then closes it at the last
 //                          entry the bookies acknowledged) and print the closed ledger.
 //   delete  LEDGER_ID...   delete the ledgers (metadata and, later, the bookies' data).
@@ -17,6 +20,8 @@
 // Exit status: 0 done, 1 a BookKeeper call failed, 2 bad arguments.
 
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Enumeration;
@@ -25,6 +30,7 @@ import java.util.Map;
 import java.util.NavigableMap;
 import java.util.StringJoiner;
 import java.util.TreeMap;
+import java.util.concurrent.TimeUnit;
 
 import org.apache.bookkeeper.client.BKException;
 import org.apache.bookkeeper.client.BookKeeper;
@@ -125,11 +131,19 @@ public final class LedgerTool {
         int size = number(options, "entry-size", 64);
         int count = number(options, "count", 1);
         boolean leaveOpen = options.containsKey("leave-open");
+        int pauseAfter = number(options, "pause-after", -1);
+        String resumeFile = options.get("resume-file");
+        if (pauseAfter >= 0 && resumeFile == null) {
+            throw new IllegalArgumentException("--pause-after needs --resume-file");
+        }
         for (int n = 0; n < count; n++) {
             LedgerHandle ledger = client.createLedger(ensemble, writeQuorum, ackQuorum, digest(options),
                     password(options));
             byte[] payload = new byte[size];
             for (int entry = 0; entry < entries; entry++) {
+                if (entry == pauseAfter) {
+                    pause(ledger.getId(), pauseAfter, Path.of(resumeFile));
+                }
                 Arrays.fill(payload, (byte) entry);
                 ledger.addEntry(payload);
             }
@@ -141,6 +155,18 @@ public final class LedgerTool {
         if (leaveOpen) {
             System.out.flush();
             Runtime.getRuntime().halt(0);  // no close, no clean shutdown: the writer is gone
+        }
+    }
+
+    private static void pause(long id, int written, Path resumeFile) throws InterruptedException {
+        System.out.println("{\"ledger_id\": " + id + ", \"paused_after\": " + written + "}");
+        System.out.flush();
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(300);
+        while (!Files.exists(resumeFile)) {
+            if (System.nanoTime() > deadline) {
+                throw new IllegalStateException("no " + resumeFile + " within 300 s");
+            }
+            Thread.sleep(50);
         }
     }
 

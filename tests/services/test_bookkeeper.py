@@ -36,7 +36,7 @@ from scrutiny.core.zk_paths import ledger_path
 from scrutiny.core.zk_records import format_cookie, parse_bookie_service_info, parse_cookie, parse_layout
 from scrutiny.services.bookkeeper import BookieOptions, BookieStorage
 from scrutiny.services.bookkeeper_tools import METADATA_ROOT, entries_read_from_bookie, ledger_tool
-from scrutiny.services.local_stack import EmbeddedServices
+from scrutiny.services.local_stack import EmbeddedServices, UpResult
 from scrutiny.services.servers import ServiceState, is_same_process, read_record
 from scrutiny.settings.loader import load_settings
 from scrutiny.streaming.scan.job import ScanOptions, ScanRun
@@ -44,6 +44,10 @@ from scrutiny.streaming.scan.job import ScanOptions, ScanRun
 pytestmark = pytest.mark.integration
 
 BOOKIES = 3
+#: The SortedLedgerStorage cluster: an E=5 ensemble and a spare for its ensemble change.
+SORTED_BOOKIES = 6
+#: The entries written before a bookie of the E=5 ensemble is stopped.
+STOP_AFTER = 25
 ENTRIES = 30
 FLUSH_MS = 1000
 
@@ -69,10 +73,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     services = EmbeddedServices(state_dir, start_timeout=60.0)
     try:
         result = services.up(bookies=BOOKIES, bookie_options=BookieOptions(flush_interval_ms=FLUSH_MS))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SCRUTINY_")}
-        env |= result.env() | {"SCRUTINY_SERVICES_STATE_DIR": str(state_dir), "SPARK_LOCAL_IP": "127.0.0.1"}
-        env |= {"PYSPARK_PYTHON": sys.executable, "XDG_STATE_HOME": str(base / "xdg")}
-        yield Cluster(state_dir, services, result.endpoints.zookeeper, env)
+        yield Cluster(state_dir, services, result.endpoints.zookeeper, _env(base, result))
     finally:
         services.down()
 
@@ -350,23 +351,109 @@ def _ledger_znode(cluster: Cluster, ledger_id: int) -> bytes:
         client.close()
 
 
-def test_sorted_storage_bookies_answer_v3_exactly_as_bookkeeper_reads_them(tmp_path: Path) -> None:
-    """``--storage sorted``: no agents; each bookie's own v3 listing, right after the close, is what it returns."""
+def test_sorted_storage_bookies_answer_v3_exactly_as_bookkeeper_reads_them(tmp_path: Path, spark: SparkSession) -> None:
+    """``--storage sorted`` (no agents), six bookies: each bookie's own v3 listing is what BookKeeper's shell reads back
+    from it, for an E=3 WQ=2 ledger right after its close and for an E=5 WQ=3 AQ=2 one written across an ensemble
+    change (a bookie of its ensemble stopped mid-write, started again after the close); a deep scan finds the first
+    healthy and the second exactly as short as BookKeeper left it."""
     services = EmbeddedServices(tmp_path / "services", start_timeout=60.0)
     try:
-        result = services.up(bookies=BOOKIES, bookie_options=BookieOptions(storage=BookieStorage.SORTED))
-        assert [b.agent for b in result.bookies] == [None] * BOOKIES and "BOOKIES_AGENT" not in str(result.env())
-        uri = services.bookies().metadata_service_uri
-        (written,) = ledger_tool(uri, "create", "--entries", "20")
-        for bookie in result.bookies:
-            host, port = bookie.id.split(":")
-            listing = asyncio.run(_v3_listing(host, int(port), written["ledger_id"]))
-            assert listing.kind is AnswerKind.LISTING, (bookie.id, listing)
-            expected = held_by(written, bookie.id)
-            assert expand(listing.groups) == expected
-            assert entries_read_from_bookie(uri, written["ledger_id"], bookie.id, 0, 19) == expected
+        result = services.up(bookies=SORTED_BOOKIES, bookie_options=BookieOptions(storage=BookieStorage.SORTED))
+        assert [b.agent for b in result.bookies] == [None] * SORTED_BOOKIES and "BOOKIES_AGENT" not in str(result.env())
+        cluster = Cluster(tmp_path / "services", services, result.endpoints.zookeeper, _env(tmp_path, result))
+        (striped,) = ledger_tool(cluster.uri, "create", "--entries", "20")
+        changed = _written_across_an_ensemble_change(cluster, tmp_path / "resume", entries=60, stop_after=STOP_AFTER)
+        # The new segment starts after the last entry the writer had acknowledged when it replaced the bookie: the
+        # paused one, or the one after it when that entry reached its ack quorum before the failure was handled.
+        # Such an entry stays in the first segment without its copy on the stopped bookie.
+        (_, old), (first, new) = [(s["first_entry"], s["bookies"]) for s in changed["segments"]]
+        assert first in (STOP_AFTER, STOP_AFTER + 1), changed
+        (victim,) = set(old) - set(new)
+        short = {e for e in range(STOP_AFTER, first) if old.index(victim) in write_set(e, 5, 3)}
+        jobs = [
+            (ledger, b)
+            for ledger in (striped, changed)
+            for b in sorted({b for s in ledger["segments"] for b in s["bookies"]})
+        ]
+
+        def compare(job: tuple[dict[str, Any], str]) -> tuple[set[int], set[int], set[int]]:
+            ledger, bookie = job
+            host, port = bookie.split(":")
+            listing = asyncio.run(_v3_listing(host, int(port), ledger["ledger_id"]))
+            assert listing.kind is AnswerKind.LISTING, (bookie, listing)
+            read_back = entries_read_from_bookie(cluster.uri, ledger["ledger_id"], bookie, 0, ledger["last_entry"])
+            expected = striped_on(ledger, bookie) - (short if (ledger, bookie) == (changed, victim) else set())
+            return expand(listing.groups), read_back, expected
+
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            for job, (listed, read_back, expected) in zip(jobs, pool.map(compare, jobs), strict=True):
+                assert expected, job  # every bookie of these ensembles holds some entries
+                assert listed == read_back == expected, job
+
+        ids = f"{striped['ledger_id']},{changed['ledger_id']}"
+        options = ScanOptions(
+            mode=ScanMode.DEEP, selection=parse_ledger_selection(ids), data_dir=str(tmp_path / "scan")
+        )
+        scanned = ScanRun(spark, load_settings(env=cluster.env), options).run()
+        assert scanned.checked == 2
+        found = {(r["ledger_id"], r["category"], r.get("bookie"), r.get("entry_count")) for r in scanned.violations}
+        # One copy short of WQ with AQ kept: what BookKeeper's Auditor would mark under-replicated too.
+        below = {(changed["ledger_id"], "BELOW_WRITE_QUORUM", None, len(short))}
+        missing = {(changed["ledger_id"], "MISSING_REPLICA", victim, len(short))}
+        assert found == (below | missing if short else set())
     finally:
         services.down()
+
+
+def striped_on(ledger: dict[str, Any], bookie: str) -> set[int]:
+    """The entries the striping puts on ``bookie``, segment by segment (the ledger tool's JSON)."""
+    segments = ledger["segments"]
+    held: set[int] = set()
+    for index, segment in enumerate(segments):
+        last = segments[index + 1]["first_entry"] - 1 if index + 1 < len(segments) else ledger["last_entry"]
+        if bookie in segment["bookies"]:
+            position = segment["bookies"].index(bookie)
+            size, quorum = ledger["ensemble_size"], ledger["write_quorum"]
+            held |= {e for e in range(segment["first_entry"], last + 1) if position in write_set(e, size, quorum)}
+    return held
+
+
+def _written_across_an_ensemble_change(
+    cluster: Cluster, resume: Path, *, entries: int, stop_after: int
+) -> dict[str, Any]:
+    """An E=5 WQ=3 AQ=2 ledger whose writer, after ``stop_after`` entries, finds a bookie of its ensemble stopped
+    (SIGKILL) and replaces it; the bookie is started again once the ledger is closed. The ledger tool's JSON."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "ledger-tool"
+    args = ["create", "--ensemble", "5", "--write-quorum", "3", "--ack-quorum", "2", "--entries", str(entries)]
+    args += ["--pause-after", str(stop_after), "--resume-file", str(resume)]
+    env = cluster.env | {"SCRUTINY_ZOOKEEPER": cluster.zookeeper}
+    with subprocess.Popen([str(script), *args], stdout=subprocess.PIPE, text=True, env=env) as writer:
+        try:
+            assert writer.stdout is not None
+            paused = json.loads(writer.stdout.readline())
+            assert paused["paused_after"] == stop_after, paused
+            metadata = decode_ledger_metadata(_ledger_znode(cluster, paused["ledger_id"]))
+            victim = metadata.segments[0].ensemble[1]
+            stopped = cluster.cli("services", "bookie", "stop", victim)
+            assert stopped.returncode == 0, stopped.stderr
+            resume.touch()
+            out, _ = writer.communicate(timeout=120)
+        finally:
+            if writer.poll() is None:
+                writer.kill()
+    assert writer.returncode == 0
+    (written,) = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert victim in written["segments"][0]["bookies"] and victim not in written["segments"][-1]["bookies"]
+    started = cluster.cli("services", "bookie", "start", victim)
+    assert started.returncode == 0, started.stderr
+    return dict(written)
+
+
+def _env(base: Path, result: UpResult) -> dict[str, str]:
+    """The environment of a command run against the services of ``result`` (state under ``base``)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCRUTINY_")}
+    env |= result.env() | {"SCRUTINY_SERVICES_STATE_DIR": str(base / "services"), "SPARK_LOCAL_IP": "127.0.0.1"}
+    return env | {"PYSPARK_PYTHON": sys.executable, "XDG_STATE_HOME": str(base / "xdg")}
 
 
 async def _entry_headers(host: str, port: int, entries: list[tuple[int, int]]) -> dict[tuple[int, int], Any]:
