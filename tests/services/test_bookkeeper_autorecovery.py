@@ -11,18 +11,24 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+from pyspark.sql import SparkSession
 
 from scrutiny.core.ledger_metadata import decode_ledger_metadata
+from scrutiny.core.ledger_scan import ScanMode, parse_ledger_selection
 from scrutiny.core.zk_paths import ledger_path, underreplication_path
 from scrutiny.core.zk_records import UnderReplicationMark, parse_underreplication_mark
+from scrutiny.services.autorecovery import AutoRecoveryOptions
 from scrutiny.services.bookkeeper import BookieOptions
 from scrutiny.services.bookkeeper_tools import METADATA_ROOT, ledger_tool
 from scrutiny.services.local_stack import EmbeddedServices
 from scrutiny.services.servers import ServiceState
+from scrutiny.settings.loader import load_settings
+from scrutiny.streaming.scan.job import ScanOptions, ScanRun
 
 pytestmark = pytest.mark.integration
 
@@ -63,6 +69,49 @@ def test_a_lost_bookies_ledgers_are_marked_replicated_and_then_healthy(tmp_path:
 
         stopped = _cli(env, "services", "autorecovery", "stop")
         assert stopped.returncode == 0 and services.autorecovery().status().state is ServiceState.STOPPED
+    finally:
+        services.down()
+
+
+def test_a_wiped_bookie_is_found_by_the_auditors_periodic_check_and_the_ledgers_end_healthy(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    """A bookie that comes back empty (a replaced disk) is registered: only the Auditor's periodic check can see what
+    it lost. Scrutiny finds the loss first; the Auditor marks the same ledgers naming that bookie, its
+    ReplicationWorker copies the entries back, and the deep scan then finds every ledger healthy."""
+    services = EmbeddedServices(tmp_path / "services", start_timeout=60.0)
+    try:
+        result = services.up(bookies=4, bookie_options=BookieOptions(flush_interval_ms=1000))
+        uri = services.bookies().metadata_service_uri
+        ledgers = ledger_tool(uri, "create", "--entries", "20", "--count", "4")  # E=3 of 4 bookies
+        held = Counter(b for ledger in ledgers for b in ledger["segments"][0]["bookies"])
+        victim = held.most_common(1)[0][0]
+        affected = {ledger["ledger_id"] for ledger in ledgers if victim in ledger["segments"][0]["bookies"]}
+        settings = load_settings(env=result.env() | {"SCRUTINY_VERDICT_WRITE_CACHE_FLUSH_SECONDS": "1"})
+        ids = parse_ledger_selection(",".join(str(ledger["ledger_id"]) for ledger in ledgers))
+
+        def deep_scan(name: str) -> list[dict[str, Any]]:
+            options = ScanOptions(mode=ScanMode.DEEP, selection=ids, data_dir=str(tmp_path / name))
+            run = ScanRun(spark, settings, options).run()
+            assert run.checked == len(ledgers)
+            return list(run.violations)
+
+        services.bookies().wipe(victim)
+        time.sleep(2.5)  # two flushes: the agents answer from a settled index
+        lost = {(r["ledger_id"], r.get("bookie")) for r in deep_scan("before") if r["category"] == "MISSING_REPLICA"}
+        assert lost == {(ledger_id, victim) for ledger_id in affected}
+
+        services.autorecovery().start(AutoRecoveryOptions(periodic_check_s=2))
+        client = KazooClient(hosts=result.endpoints.zookeeper)
+        client.start(timeout=10)
+        try:
+            marks = _watch_until_replicated(client, affected, victim, deadline_s=150)
+        finally:
+            client.stop()
+            client.close()
+        assert set(marks) == affected, marks  # the Auditor agrees on which ledgers lost copies ...
+        assert all(victim in mark.replicas for mark in marks.values()), marks  # ... and on where
+        assert deep_scan("after") == []
     finally:
         services.down()
 
