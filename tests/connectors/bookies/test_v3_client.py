@@ -25,6 +25,7 @@ from scrutiny.connectors.bookies.fetch import FetchConfig, ListingFetcher
 from scrutiny.connectors.bookies.v3_client import BookieClientConfig, BookieV3Client, BookieV3Pool, client_tls_context
 from scrutiny.connectors.bookies.v3_protocol import encode_frame, listing_request, read_frame
 from scrutiny.core.backoff import Backoff
+from scrutiny.core.entry_header import EntryHeader
 from scrutiny.core.listing_codec import encode_listing
 from scrutiny.core.sequence_groups import SequenceGroup, expand
 from scrutiny.core.striping import expected_groups
@@ -247,6 +248,100 @@ def test_the_effective_status_decides(build: Callable[[pb.Request], bytes], kind
         assert answer.reason.startswith(reason)
         if kind is AnswerKind.LISTING:
             assert_listing(answer, 4)
+
+    run(scenario())
+
+
+def entry_reply(
+    request: pb.Request,
+    outer: pb.StatusCode | None = pb.EOK,
+    inner: pb.StatusCode | None = pb.EOK,
+    *,
+    body: bytes | None = None,
+    entry_shift: int = 0,
+) -> bytes:
+    """An answer to a READ_ENTRY: by default EOK with the entry laid out as a writer sends it (LAC = entry - 1)."""
+    asked = request.readRequest
+    response = pb.Response()
+    response.header.CopyFrom(request.header)
+    if outer is not None:
+        response.status = outer
+    if inner is not None:
+        read = response.readResponse
+        read.status = inner
+        read.ledgerId, read.entryId = asked.ledgerId, asked.entryId + entry_shift
+        if inner == pb.EOK:
+            header = struct.pack(">qqqq", asked.ledgerId, asked.entryId, asked.entryId - 1, 64 * (asked.entryId + 1))
+            read.body = header + b"\x01\x02\x03\x04payload" if body is None else body
+    return encode_frame(response.SerializePartialToString())
+
+
+def answered_as_a_listing(request: pb.Request) -> bytes:
+    """A listing answer under the READ_ENTRY's txnId."""
+    other = pb.Request()
+    other.CopyFrom(request)
+    other.header.operation = pb.GET_LIST_OF_ENTRIES_OF_LEDGER
+    return crafted(other, pb.EOK, pb.EOK)
+
+
+@pytest.mark.parametrize(
+    ("build", "expected"),
+    [
+        (entry_reply, EntryHeader(9, 30, 29, 64 * 31)),
+        (lambda r: entry_reply(r, pb.EOK, pb.ENOENTRY), "status ENOENTRY"),
+        (lambda r: entry_reply(r, pb.ENOLEDGER, None), "status ENOLEDGER"),
+        (lambda r: entry_reply(r, pb.EOK, None), "EOK without a read response"),
+        (lambda r: entry_reply(r, pb.EOK, pb.EOK, entry_shift=1), "EOK for another entry than 9:30"),
+        (
+            lambda r: entry_reply(r, pb.EOK, pb.EOK, body=b"\x00" * 31),
+            "entry 9:30 is 31 bytes, shorter than its header",
+        ),
+        (lambda r: entry_reply(r, pb.EOK, pb.EOK, body=struct.pack(">qqqq", 9, 31, 1, 2)), "entry 9:30 came back with"),
+        (answered_as_a_listing, "response to another operation"),
+        (lambda r: None, "timeout after"),
+    ],
+)
+def test_a_read_entry_gives_the_entrys_header_or_why_not(
+    build: Callable[[pb.Request], bytes | None], expected: EntryHeader | str
+) -> None:
+    seen: list[pb.Request] = []
+
+    def reply(request: pb.Request) -> bytes | None:
+        seen.append(request)
+        if request.header.operation != pb.READ_ENTRY:
+            return None
+        return build(request)
+
+    async def scenario() -> dict[tuple[int, int], EntryHeader | str]:
+        server = await asyncio.start_server(scripted(reply), "127.0.0.1", 0)
+        try:
+            async with BookieV3Client("127.0.0.1", server.sockets[0].getsockname()[1], config=CONFIG) as client:
+                return await client.read_entry_headers([(9, 30), (9, 30)], timeout=0.5)
+        finally:
+            server.close()
+
+    got = run(scenario())
+    assert list(got) == [(9, 30)]  # asked once
+    if isinstance(expected, str):
+        assert isinstance(got[9, 30], str) and got[9, 30].startswith(expected), got
+    else:
+        assert got[9, 30] == expected
+    (request,) = seen  # a plain read: no fencing flag, no master key (it must never stop the writer)
+    assert request.header.operation == pb.READ_ENTRY and request.header.version == pb.VERSION_THREE
+    assert (request.readRequest.ledgerId, request.readRequest.entryId) == (9, 30)
+    assert request.readRequest.ListFields() == [
+        (pb.ReadRequest.DESCRIPTOR.fields_by_name["ledgerId"], 9),
+        (pb.ReadRequest.DESCRIPTOR.fields_by_name["entryId"], 30),
+    ]
+
+
+def test_entry_ids_outside_their_ranges_are_refused() -> None:
+    async def scenario() -> None:
+        async with BookieV3Client("127.0.0.1", 1, config=CONFIG) as client:
+            for pair in ((-1, 0), (0, -1), (2**63, 0)):
+                with pytest.raises(ValueError, match="outside the ids"):
+                    await client.read_entry_headers([pair])
+            assert await client.read_entry_headers([]) == {}
 
     run(scenario())
 
@@ -747,3 +842,40 @@ def test_the_fetcher_speaks_start_tls_with_a_client_certificate(tmp_path: Path) 
         assert_listing(result.answers[11]["bk1:3181"], 11)
 
     run(scenario())
+
+
+def test_the_fetcher_reads_the_highest_entry_past_a_closed_ledgers_end_only() -> None:
+    """Ledger 9 (closed at 19) is listed 0..30: entry 30 is read and its header rides on the answer. Ledger 8 (closed
+    at 40) and ledger 7 (not closed: no end given) are listed alike and read nothing."""
+    reads: list[tuple[int, int]] = []
+
+    def reply(request: pb.Request) -> bytes:
+        if request.header.operation == pb.READ_ENTRY:
+            reads.append((request.readRequest.ledgerId, request.readRequest.entryId))
+            return entry_reply(request)
+        response = pb.Response()
+        response.header.CopyFrom(request.header)
+        response.status = pb.EOK
+        inner = response.getListOfEntriesOfLedgerResponse
+        inner.status, inner.ledgerId = pb.EOK, request.getListOfEntriesOfLedgerRequest.ledgerId
+        inner.availabilityOfEntriesOfLedger = encode_listing([SequenceGroup.run(0, 30)])
+        return encode_frame(response.SerializeToString())
+
+    async def scenario() -> dict[int, dict[str, BookieAnswer]]:
+        server = await asyncio.start_server(scripted(reply), "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        fetcher = ListingFetcher(FetchConfig(protocol="v3", v3_overrides={"bk1:3181": f"127.0.0.1:{port}"}))
+        try:
+            wanted = {7: ["bk1:3181"], 8: ["bk1:3181"], 9: ["bk1:3181"]}
+            result = await asyncio.to_thread(fetcher.fetch, wanted, {}, ends={8: 40, 9: 19})
+        finally:
+            fetcher.close()
+            server.close()
+        assert result.rpcs == 4  # three listings and one read
+        return result.answers
+
+    answers = run(scenario())
+    assert reads == [(9, 30)]
+    assert answers[9]["bk1:3181"].beyond == EntryHeader(9, 30, 29, 64 * 31)
+    assert answers[8]["bk1:3181"].beyond is None and answers[7]["bk1:3181"].beyond is None
+    assert all(a["bk1:3181"].kind is AnswerKind.LISTING for a in answers.values())
