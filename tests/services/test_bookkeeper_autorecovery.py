@@ -20,8 +20,21 @@ from pyspark.sql import SparkSession
 
 from scrutiny.core.ledger_metadata import decode_ledger_metadata
 from scrutiny.core.ledger_scan import ScanMode, parse_ledger_selection
-from scrutiny.core.zk_paths import ledger_path, underreplication_path
-from scrutiny.core.zk_records import UnderReplicationMark, parse_underreplication_mark
+from scrutiny.core.zk_paths import (
+    auditor_election_path,
+    ledger_path,
+    underreplication_locks_path,
+    underreplication_path,
+)
+from scrutiny.core.zk_records import (
+    UnderReplicationMark,
+    format_auditor_vote,
+    format_lock_data,
+    format_underreplication_mark,
+    parse_auditor_vote,
+    parse_lock_data,
+    parse_underreplication_mark,
+)
 from scrutiny.services.autorecovery import AutoRecoveryOptions
 from scrutiny.services.bookkeeper import BookieOptions
 from scrutiny.services.bookkeeper_tools import METADATA_ROOT, ledger_tool
@@ -119,15 +132,21 @@ def test_a_wiped_bookie_is_found_by_the_auditors_periodic_check_and_the_ledgers_
 def _watch_until_replicated(
     client: KazooClient, affected: set[int], victim: str, *, deadline_s: float
 ) -> dict[int, UnderReplicationMark]:
-    """Poll the marks and ledgers until no affected ledger has the victim in an ensemble or a mark; the marks seen."""
+    """Poll the marks and ledgers until no affected ledger has the victim in an ensemble or a mark; the marks seen.
+
+    Every mark, replication lock and auditor vote the real AutoRecovery wrote meanwhile decodes and encodes again
+    byte for byte.
+    """
     marks: dict[int, UnderReplicationMark] = {}
     deadline = time.monotonic() + deadline_s
     while True:
         pending = set()
+        assert _check_votes_and_locks(client) >= 1  # AutoRecovery runs: its auditor has voted
         for ledger_id in affected:
             try:
                 data, _ = client.get(underreplication_path(ledger_id, root=METADATA_ROOT))
                 marks[ledger_id] = parse_underreplication_mark(data)
+                assert format_underreplication_mark(marks[ledger_id]) == data, data
                 pending.add(ledger_id)
             except NoNodeError:
                 pass
@@ -138,6 +157,29 @@ def _watch_until_replicated(
             return marks
         assert time.monotonic() < deadline, f"still under-replicated: {sorted(pending)}, marks seen: {marks}"
         time.sleep(0.05)
+
+
+def _check_votes_and_locks(client: KazooClient) -> int:
+    """The auditor votes and replication locks present now decode to a bookie id and encode back byte for byte; how
+    many votes there were."""
+    votes = 0
+    for parent, parse, encode in (
+        (auditor_election_path(root=METADATA_ROOT), parse_auditor_vote, format_auditor_vote),
+        (underreplication_locks_path(root=METADATA_ROOT), parse_lock_data, format_lock_data),
+    ):
+        try:
+            children = client.get_children(parent)
+        except NoNodeError:
+            continue
+        for child in children:
+            try:
+                data, _ = client.get(f"{parent}/{child}")
+            except NoNodeError:  # released meanwhile
+                continue
+            bookie = parse(data)
+            assert bookie and encode(bookie) == data, (parent, child, data)
+            votes += parse is parse_auditor_vote
+    return votes
 
 
 def _cli(env: dict[str, str], *args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
