@@ -57,24 +57,26 @@ async def read_frame(reader: asyncio.StreamReader, max_frame_bytes: int) -> byte
     return await reader.readexactly(length)
 
 
-def listing_request(txn_id: int, ledger_id: int) -> pb.Request:
-    """A v3 GetListOfEntriesOfLedger request."""
+def _request(txn_id: int, operation: pb.OperationType) -> pb.Request:
+    """A v3 request with its header: version 3, ``operation``, ``txn_id``."""
     request = pb.Request()
     header = request.header
     header.version = pb.VERSION_THREE
-    header.operation = pb.GET_LIST_OF_ENTRIES_OF_LEDGER
+    header.operation = operation
     header.txnId = txn_id
+    return request
+
+
+def listing_request(txn_id: int, ledger_id: int) -> pb.Request:
+    """A v3 GetListOfEntriesOfLedger request."""
+    request = _request(txn_id, pb.GET_LIST_OF_ENTRIES_OF_LEDGER)
     request.getListOfEntriesOfLedgerRequest.ledgerId = ledger_id
     return request
 
 
 def read_entry_request(txn_id: int, ledger_id: int, entry_id: int) -> pb.Request:
     """A plain v3 READ_ENTRY request: no fencing flag and no master key, so it never stops the ledger's writer."""
-    request = pb.Request()
-    header = request.header
-    header.version = pb.VERSION_THREE
-    header.operation = pb.READ_ENTRY
-    header.txnId = txn_id
+    request = _request(txn_id, pb.READ_ENTRY)
     request.readRequest.ledgerId = ledger_id
     request.readRequest.entryId = entry_id
     return request
@@ -110,11 +112,7 @@ def read_entry_header(ledger_id: int, entry_id: int, response: pb.Response) -> E
 
 def start_tls_request(txn_id: int) -> pb.Request:
     """A v3 START_TLS request: header operation START_TLS and an empty StartTLSRequest (field 106)."""
-    request = pb.Request()
-    header = request.header
-    header.version = pb.VERSION_THREE
-    header.operation = pb.START_TLS
-    header.txnId = txn_id
+    request = _request(txn_id, pb.START_TLS)
     request.startTLSRequest.SetInParent()
     return request
 

@@ -34,7 +34,7 @@ configuration go in; a :class:`Verdict` with violations in the closed vocabulary
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import partial
 
@@ -304,7 +304,7 @@ def _verdict(
 def _compacted(answer: BookieAnswer) -> BookieAnswer:
     if answer.kind is not AnswerKind.LISTING or len(answer.groups) < 2:
         return answer
-    return BookieAnswer.listing(merge_consecutive(answer.groups))
+    return replace(answer, groups=tuple(merge_consecutive(answer.groups)))  # its evidence (``beyond``) kept
 
 
 def _irregular(answers: Mapping[str, BookieAnswer], ensemble_size: int) -> list[str]:

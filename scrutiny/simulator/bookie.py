@@ -1,6 +1,7 @@
 """One simulated bookie: the v3 protocol and the bookie agent's gRPC API over the same entry sets.
 
-A :class:`SimBookie` serves GetListOfEntriesOfLedger with a
+A :class:`SimBookie` serves GetListOfEntriesOfLedger and a plain READ_ENTRY (the entry's bytes, its
+header first: :meth:`EntryStore.entry`) with a
 :class:`~scrutiny.simulator.v3_server.BookieV3Server` and ``BookieAgent.GetListings``
 with an :class:`~scrutiny.agent.server.AgentServer` over a :class:`MemoryListingBackend`,
 both on ``127.0.0.1`` (free ports unless told otherwise), both answering from one
@@ -21,6 +22,7 @@ fault                     v3 protocol                                 agent API
 ledger in limbo           ``EUNKNOWNLEDGERSTATE``                     ``UNKNOWN``, reason ``ledger in limbo``
 ========================  ==========================================  ============================================
 
+A v3 READ_ENTRY meets the v3 column's faults exactly as a listing request of its ledger does.
 A ledger the bookie holds nothing of is ENOLEDGER / ``NO_LEDGER``. A stopped bookie listens on
 nothing: :meth:`SimBookie.stop`, then :meth:`SimBookie.start` again (same ports when still free).
 """
@@ -45,12 +47,13 @@ from scrutiny.agent.server import (
     never,
 )
 from scrutiny.connectors.bookies.agent_protocol import AGENT_ENDPOINT_PROTOCOL
+from scrutiny.core.entry_header import EntryHeader, encode_entry_header
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.listing_codec import encode_listing
 from scrutiny.core.sequence_groups import SequenceGroup
 from scrutiny.core.zk_records import BOOKIE_RPC_PROTOCOL, BookieServiceInfo, Endpoint
 from scrutiny.proto import bookkeeper_protocol_pb2 as bk_pb
-from scrutiny.simulator.model import FaultKind, FaultSpec
+from scrutiny.simulator.model import DEFAULT_ENTRY_SIZE, MAX_LENGTH, FaultKind, FaultSpec
 from scrutiny.simulator.v3_server import (
     BookieV3Server,
     Fault,
@@ -75,6 +78,15 @@ Groups = tuple[SequenceGroup, ...]
 Loader = Callable[[int], Groups | None]
 #: Whether a ledger's last write had reached the bookie's index at a time (ms): the write cache's flushes.
 Indexed = Callable[[int, int], bool]
+#: The header the writer put on an entry (ledger id, entry id).
+Headers = Callable[[int, int], EntryHeader]
+#: A simulated entry's digest and payload after its header (their bytes mean nothing; the checker reads the header).
+_DIGEST: Final = b"\x00\x00\x00\x00"
+_PAYLOAD: Final = b"simulated entry"
+
+
+def _in_order(ledger_id: int, entry_id: int) -> EntryHeader:
+    return EntryHeader(ledger_id, entry_id, entry_id - 1, min((entry_id + 1) * DEFAULT_ENTRY_SIZE, MAX_LENGTH))
 
 
 class SimBookieError(ScrutinyError):
@@ -86,13 +98,23 @@ class EntryStore:
 
     With a ``loader`` a ledger not stored yet is asked of the loader once and cached;
     :meth:`invalidate` drops cached ledgers after the loader's source changed. :meth:`put`
-    stores explicitly (a loader is then not asked for that ledger).
+    stores explicitly (a loader is then not asked for that ledger). ``headers`` gives the header
+    the writer put on an entry (:meth:`entry`); by default its last-add-confirmed is the entry
+    before it (a writer acknowledged in order) and its length ``DEFAULT_ENTRY_SIZE`` per entry.
     """
 
-    def __init__(self, loader: Loader | None = None) -> None:
+    def __init__(self, loader: Loader | None = None, headers: Headers | None = None) -> None:
         self._loader = loader
+        self._headers = headers or _in_order
         self._held: dict[int, Groups | None] = {}
         self._lock = threading.Lock()
+
+    def entry(self, ledger_id: int, entry_id: int) -> bytes | None:
+        """The entry's bytes as its writer sent it (header, 4 digest bytes, payload), or None when not held."""
+        groups = self.get(ledger_id)
+        if not groups or not any(g.contains(entry_id) for g in groups):
+            return None
+        return encode_entry_header(self._headers(ledger_id, entry_id)) + _DIGEST + _PAYLOAD
 
     def get(self, ledger_id: int) -> Groups | None:
         """The bookie's entries of the ledger (None: none)."""
@@ -283,7 +305,14 @@ class SimBookie:
 
     async def _start_v3(self) -> BookieV3Server:
         for port in dict.fromkeys((self._v3_port, 0)):
-            server = BookieV3Server(self.store.get, host=self.host, port=port, encoding=self.encoding, seed=self._seed)
+            server = BookieV3Server(
+                self.store.get,
+                host=self.host,
+                port=port,
+                encoding=self.encoding,
+                seed=self._seed,
+                entries=self.store.entry,
+            )
             try:
                 await server.start()
             except OSError as error:

@@ -398,7 +398,7 @@ class SimCluster:
     def _make_bookies(self) -> None:
         encoding = ListingEncoding(self.scenario.cluster.v3_encoding)
         for index, (bookie_id, state) in enumerate(self.state.bookies.items()):
-            store = EntryStore(self._loader(bookie_id))
+            store = EntryStore(self._loader(bookie_id), self.state.entry_header)
             self.bookies[bookie_id] = SimBookie(
                 bookie_id,
                 store,

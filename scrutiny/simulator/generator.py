@@ -18,6 +18,8 @@ nothing         position 0 holds nothing of the ledger                         B
 no_replica      the whole write set of entry 0 lost it                         NO_REPLICA + WQ MISSING_REPLICA
 truncated       3 entries beyond lastEntryId on the last ensemble              ENTRIES_BEYOND (critical)
 beyond          one bookie holds 2 stray entries beyond lastEntryId            ENTRIES_BEYOND (1 row)
+too_low         closed 3 entries too low (``too_low = 3``): one bookie         ENTRIES_BEYOND (critical, 1 row:
+                of the last ensemble kept its stripe of them, the last one     its header proves it)
 placement       an ensemble that fails rack-aware placement                    PLACEMENT_FAIL
 stuck           marked under-replicated twice the grace period ago             UNDER_REPLICATION_STUCK
 marked          freshly marked (and position 0 missing a range)                nothing until the grace ends
@@ -56,6 +58,7 @@ LEDGER_FAULTS: Final = (
     "no_replica",
     "truncated",
     "beyond",
+    "too_low",
     "placement",
     "stuck",
     "marked",
@@ -83,6 +86,7 @@ class FaultMix:
     no_replica: float = 0.0
     truncated: float = 0.0
     beyond: float = 0.0
+    too_low: float = 0.0
     placement: float = 0.0
     stuck: float = 0.0
     marked: float = 0.0
@@ -114,6 +118,7 @@ PRESETS: Final[Mapping[str, FaultMix]] = {
         no_replica=0.001,
         truncated=0.001,
         beyond=0.001,
+        too_low=0.001,
         placement=0.005,
         stuck=0.001,
         marked=0.001,
@@ -128,6 +133,7 @@ PRESETS: Final[Mapping[str, FaultMix]] = {
         no_replica=0.0005,
         truncated=0.0005,
         beyond=0.0005,
+        too_low=0.0005,
         placement=0.003,
         stuck=0.0005,
         marked=0.001,
@@ -396,6 +402,8 @@ def _fault_lines(kind: str, shape: _Shape, index: int) -> list[str]:
         return ["truncated = 3"]
     if kind == "beyond":
         return [f"holdings = [{{ position = {(last + 1) % shape.size}, add = [[{last + 1}, {last + 2}]] }}]"]
+    if kind == "too_low":
+        return ["too_low = 3"]
     if kind == "placement":
         return ['placement = "violate"']
     if kind == "stuck":

@@ -4,8 +4,13 @@ Pure (no I/O). :mod:`scrutiny.simulator.scenario` parses and validates the TOML 
 these types; :mod:`scrutiny.simulator.state` steps them through the schedule. In short a
 scenario names the bookies (racks, read-only / stopped / wiped, faults, ledgers in limbo), the
 ledgers (E/WQ/AQ, state, last entry, segments or "auto" ensembles, custom metadata, what each
-bookie holds when it deviates from its stripe, under-replication marks, truncation, corrupt
-metadata), what the ground truth assumes of the checker, and a schedule of timed changes.
+bookie holds when it deviates from its stripe, under-replication marks, a recovery that closed it
+too low, corrupt metadata), what the ground truth assumes of the checker, and a schedule of timed
+changes.
+
+Every entry a bookie holds starts with the header its writer put on it; its last-add-confirmed
+follows one rule, :func:`entry_lac` (a writer acknowledged in order: entry ``e`` carries ``e - 1``,
+a stray copy after everything the writer had acknowledged carries the last acknowledged entry).
 
 What a bookie holds of a ledger is *described* (segments, the last entry written, per-bookie
 ``missing`` / ``add`` entry ranges), never listed entry by entry. :func:`check_ledger` is the
@@ -189,9 +194,18 @@ class MarkSpec:
 class LedgerSpec:
     """One ledger. ``last_entry`` is lastEntryId for a closed ledger, else the last entry written.
 
-    ``written`` is the last entry the bookies received: ``last_entry`` plus ``truncated`` for a
-    closed ledger (entries beyond the end, as a recovery that truncated acknowledged data leaves
-    them), ``last_entry`` otherwise. ``holdings`` maps bookie ids to their deviations.
+    ``written`` is the last entry the writer sent and had acknowledged: ``last_entry`` plus ``truncated``
+    or ``too_low`` for a closed ledger, ``last_entry`` otherwise. Both describe a recovery that closed
+    the ledger below acknowledged entries (at most one of them is set):
+
+    * ``truncated = K``: every bookie of the last ensemble kept its stripe of ``last_entry + 1 …
+      last_entry + K``;
+    * ``too_low = K``: only :attr:`kept_by` did (the first member of the last ensemble, in ensemble
+      order, in the write set of ``last_entry + K``): it holds its stripe of those entries, the highest
+      among them, and every other bookie holds none of them (:meth:`dropped`). That is what a recovery
+      leaves when the one bookie that still had the entries was down while the others came back empty.
+
+    ``holdings`` maps bookie ids to their deviations, applied on top of all that.
     """
 
     ledger_id: int
@@ -202,6 +216,7 @@ class LedgerSpec:
     last_entry: int
     segments: tuple[SegmentSpec, ...]
     truncated: int = 0
+    too_low: int = 0
     custom: tuple[tuple[str, bytes], ...] = ()
     holdings: Mapping[str, Holding] = field(default_factory=dict)
     corrupt: CorruptKind | None = None
@@ -215,8 +230,24 @@ class LedgerSpec:
 
     @property
     def written(self) -> int:
-        """The last entry held by the bookies (see the class doc)."""
-        return self.last_entry + self.truncated
+        """The last entry the writer sent, all acknowledged (see the class doc)."""
+        return self.last_entry + self.truncated + self.too_low
+
+    @property
+    def kept_by(self) -> str | None:
+        """The one bookie that kept the entries after a ``too_low`` close (None without ``too_low``)."""
+        if not self.too_low:
+            return None
+        size = self.ensemble_size
+        positions = {(self.written + w) % size for w in range(min(self.write_quorum, size))}
+        return self.segments[-1].ensemble[min(positions)]
+
+    def dropped(self, bookie_id: str) -> tuple[Range, ...]:
+        """The entries of its stripe the bookie lost with a ``too_low`` close: all those after the end, unless it
+        is :attr:`kept_by` (none without ``too_low``). Its holding applies on top."""
+        if not self.too_low or bookie_id == self.kept_by:
+            return ()
+        return ((self.last_entry + 1, self.written),)
 
     def holding(self, bookie_id: str) -> Holding:
         """The bookie's deviation from its stripe (none by default)."""
@@ -235,6 +266,22 @@ class LedgerSpec:
             nxt = self.segments[index + 1].first - 1 if index + 1 < len(self.segments) else self.written
             out.append((segment, segment.first, nxt))
         return out
+
+
+def entry_lac(spec: LedgerSpec, entry_id: int) -> int:
+    """The last-add-confirmed the writer put in an entry's header (what a plain READ_ENTRY of it shows).
+
+    The simulated writer is acknowledged in order, each entry before it sends the next: an entry ``e`` it sent (up
+    to ``written``) carries ``e - 1`` (-1 for entry 0), whether the close kept it (``e <= last_entry``) or dropped
+    it (``truncated``, ``too_low``: it was acknowledged all the same). A stray copy beyond ``written`` (a holding's
+    ``add``: never acknowledged) carries the last entry acknowledged then, ``written``; for a ledger closed where
+    its writer stopped that is lastEntryId, which proves nothing.
+
+    So the highest entry a bookie holds after a closed ledger's end proves acknowledged entries (a last-add-confirmed
+    above lastEntryId) exactly when the close dropped some (``truncated`` or ``too_low``) and that entry is above
+    ``last_entry + 1``: ``last_entry + 1`` itself carries lastEntryId, so a close one entry too low proves nothing.
+    """
+    return min(entry_id - 1, spec.written)
 
 
 @dataclass(frozen=True, slots=True)
@@ -523,6 +570,12 @@ def check_ledger(spec: LedgerSpec, bookie_ids: Sequence[str], where: Where) -> N
         raise where.fail("the first segment must start at entry 0")
     if spec.segments[-1].first > spec.last_entry + 1 and spec.closed:
         raise where.fail(f"the last segment starts after last_entry + 1 ({spec.last_entry + 1})")
+    if (spec.truncated or spec.too_low) and not spec.closed:
+        raise where.fail("only a closed ledger can be truncated or closed too low")
+    if spec.truncated and spec.too_low:
+        raise where.fail("give at most one of truncated and too_low")
+    if spec.truncated < 0 or spec.too_low < 0 or spec.written >= MAX_ENTRY:
+        raise where.fail(f"the entries after the end must be within [{spec.last_entry + 1}, {MAX_ENTRY - 1}]")
     if not spec.closed and spec.segments[-1].first > spec.written + 1:
         raise where.fail(f"the last segment starts after the last written entry + 1 ({spec.written + 1})")
     if spec.closed and (spec.last_entry + 1) * spec.entry_size > MAX_LENGTH:

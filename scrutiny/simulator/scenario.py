@@ -463,6 +463,7 @@ _LEDGER_KEYS: Final = (
     "segments",
     "placement",
     "truncated",
+    "too_low",
     "pulsar_topic",
     "custom",
     "corrupt_metadata",
@@ -598,6 +599,7 @@ class _LedgerShape:
     state: LedgerState
     last_entry: int
     truncated: int
+    too_low: int
     placement: AutoPlacement
     corrupt: CorruptKind | None
     entry_size: int
@@ -620,6 +622,13 @@ class _LedgerShape:
         truncated = _int(table.get("truncated", 0), where.at("truncated"), 0, MAX_ENTRY - 1 - max(last, 0))
         if truncated and state is not LedgerState.CLOSED:
             raise where.at("truncated").fail("only a closed ledger can be truncated")
+        too_low = 0
+        if "too_low" in table:
+            too_low = _int(table["too_low"], where.at("too_low"), 1, MAX_ENTRY - 1 - max(last, 0))
+            if state is not LedgerState.CLOSED:
+                raise where.at("too_low").fail("only a closed ledger can be closed too low")
+            if truncated:
+                raise where.at("too_low").fail("give at most one of truncated and too_low")
         corrupt_value = table.get("corrupt_metadata", False)
         corrupt: CorruptKind | None = None
         if corrupt_value is True:
@@ -635,6 +644,7 @@ class _LedgerShape:
             state=state,
             last_entry=last,
             truncated=truncated,
+            too_low=too_low,
             placement=_enum(AutoPlacement, table.get("placement", "satisfy"), where.at("placement")),
             corrupt=corrupt,
             entry_size=_int(table.get("entry_size", DEFAULT_ENTRY_SIZE), where.at("entry_size"), 0, MAX_ENTRY_SIZE),
@@ -666,6 +676,7 @@ class _LedgerShape:
             last_entry=self.last_entry,
             segments=segments,
             truncated=self.truncated,
+            too_low=self.too_low,
             custom=tuple(custom),
             holdings=holdings,
             corrupt=self.corrupt,

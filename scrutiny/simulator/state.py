@@ -16,12 +16,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Final
 
+from scrutiny.core.entry_header import EntryHeader
 from scrutiny.core.ledger_metadata import LedgerState
 from scrutiny.core.placement import PlacementResult
 from scrutiny.core.sequence_groups import SequenceGroup, clip
 from scrutiny.core.striping import expected_groups
 from scrutiny.simulator.model import (
+    DEFAULT_ENTRY_SIZE,
     EVERYTHING,
+    MAX_LENGTH,
     NO_DEVIATION,
     Action,
     AutoPlacement,
@@ -38,6 +41,7 @@ from scrutiny.simulator.model import (
     Where,
     auto_ensemble,
     check_ledger,
+    entry_lac,
     normalize_ranges,
     placement_outcome,
     subtract_ranges,
@@ -72,6 +76,16 @@ class BookieState:
         if fault is None or not fault.applies_to(ledger_id):
             return True
         return fault.kind is FaultKind.SLOW and fault.delay_s < checker.request_timeout_s
+
+    def reads_in_time(self, ledger_id: int, checker: CheckerSpec) -> bool:
+        """Whether a checker gets both a listing and then one entry of the ledger within ``request_timeout_s``: the
+        entry is read after the listing, before the same deadline (a delay counts twice)."""
+        if self.answers_unknown(ledger_id, checker):
+            return False
+        fault = self.fault
+        if fault is None or not fault.applies_to(ledger_id) or fault.kind is not FaultKind.SLOW:
+            return True
+        return 2 * fault.delay_s < checker.request_timeout_s
 
     def answers_unknown(self, ledger_id: int, checker: CheckerSpec) -> bool:
         """Whether a checker with ``checker.request_timeout_s`` gets no usable answer for the ledger."""
@@ -182,7 +196,7 @@ class ClusterState:
         if spec is None:
             return None
         holding = spec.holding(bookie_id)
-        cut = normalize_ranges((*holding.missing, *holding.add))
+        cut = normalize_ranges((*holding.missing, *spec.dropped(bookie_id), *holding.add))
         out: list[SequenceGroup] = []
         for segment, lo, hi in spec.data_spans():
             if bookie_id not in segment.ensemble or hi < lo:
@@ -197,6 +211,15 @@ class ClusterState:
         out.extend(SequenceGroup.run(lo, hi) for lo, hi in holding.add)
         out.sort()
         return tuple(out) if out else None
+
+    def entry_header(self, ledger_id: int, entry_id: int) -> EntryHeader:
+        """The header the writer put on an entry: its last-add-confirmed per
+        :func:`~scrutiny.simulator.model.entry_lac` (the entry before it for every entry the writer sent), the
+        ledger's length ``(entry + 1) × entry_size`` (at most a signed 64-bit length)."""
+        spec = self.ledgers.get(ledger_id)
+        size = DEFAULT_ENTRY_SIZE if spec is None else spec.entry_size
+        lac = entry_id - 1 if spec is None else entry_lac(spec, entry_id)
+        return EntryHeader(ledger_id, entry_id, lac, min((entry_id + 1) * size, MAX_LENGTH))
 
     # ------------------------------------------------------------------- changes
 

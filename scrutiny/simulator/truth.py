@@ -12,9 +12,12 @@ so that it can catch their mistakes. The rules are those of ``docs/verdict.md``:
   bookie) with a known answer, at the level's severity; a marked ledger reports only
   ``NO_REPLICA``, without rows;
 * open and in-recovery ledgers only in the segments an ensemble change sealed;
-* ``ENTRIES_BEYOND_LAST_ENTRY`` per bookie of the last ensemble (critical when any entry after
-  ``lastEntryId`` has AQ copies in its write set; while it is not, the bookies with an unknown answer
-  in the write set of an entry held there are needed too when they could make it critical),
+* ``ENTRIES_BEYOND_LAST_ENTRY`` per bookie of the last ensemble holding entries after ``lastEntryId``
+  (critical when any of them has AQ copies in its write set, or when the highest entry one bookie holds
+  after it carries a last-add-confirmed above it (:func:`~scrutiny.simulator.model.entry_lac`; that
+  bookie's read must come before the deadline too, so a delay counts twice); while it is not, the
+  bookies with an unknown answer in the write set of an entry held there are needed too when they
+  could make it critical),
   placement per checked segment, ``ACK_QUORUM_ONE``, ``BOOKIE_NOT_REGISTERED`` (closed ledgers, once
   per bookie), ``UNDER_REPLICATION_STUCK`` (strictly older than the grace period; a mark without ctime
   counts from when it appeared);
@@ -54,6 +57,7 @@ from scrutiny.simulator.model import (
     LedgerSpec,
     Range,
     Scenario,
+    entry_lac,
     intersect_ranges,
     normalize_ranges,
     subtract_ranges,
@@ -440,7 +444,7 @@ def _beyond(state: ClusterState, spec: LedgerSpec, last_span: _Span) -> tuple[li
         holding = spec.holding(bookie)
         if spec.written <= last and not holding.add:
             continue
-        cut = normalize_ranges((*holding.missing, *holding.add))
+        cut = normalize_ranges((*holding.missing, *spec.dropped(bookie), *holding.add))
         groups: list[SequenceGroup] = []
         if spec.written > last:
             residues = _stripe_residues(index, spec.ensemble_size, spec.write_quorum)
@@ -453,6 +457,13 @@ def _beyond(state: ClusterState, spec: LedgerSpec, last_span: _Span) -> tuple[li
             extra[bookie] = tuple(sorted(groups))
     silent = {b for b in last_span.ensemble if state.bookies[b].answers_unknown(spec.ledger_id, state.checker)}
     acknowledged, deciding = _acknowledged_beyond(spec, last_span.ensemble, extra, silent)
+    # Or the header of the highest entry a bookie holds after the end proves it (the checker reads that entry, after
+    # the listing and before the same deadline).
+    acknowledged = acknowledged or any(
+        entry_lac(spec, max(g.last for g in groups)) > last
+        for bookie, groups in extra.items()
+        if state.bookies[bookie].reads_in_time(spec.ledger_id, state.checker)
+    )
     needed = [] if acknowledged else [b for b in last_span.ensemble if b in deciding]
     severity = Severity.CRITICAL if acknowledged else Severity.WARNING
     found = [

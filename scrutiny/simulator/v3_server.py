@@ -1,9 +1,15 @@
-"""An asyncio TCP server speaking BookKeeper's v3 protocol for GetListOfEntriesOfLedger, with faults.
+"""An asyncio TCP server speaking BookKeeper's v3 protocol for GetListOfEntriesOfLedger and READ_ENTRY, with faults.
 
 It stands in for a bookie (tests now, the simulated cluster later): each request for ledger
 ``L`` is answered from a :data:`ListingSource` — the groups the bookie holds, or None for
 ENOLEDGER; a source that raises gives EIO. Answers use BookKeeper's Java encoding (one group
 per run) unless compact encoding is chosen, globally or per ledger.
+
+With an :data:`EntrySource` it also answers a plain READ_ENTRY: EOK with the entry's bytes when the source
+has them, ENOENTRY when it lacks the entry but holds some of the ledger, ENOLEDGER when it holds none; the
+ReadResponse echoes the ledger and entry ids. The faults of the ledger apply to it exactly as to a listing
+request, on the same path (:class:`WrongLedgerId` echoes another ledger id; :class:`MalformedListing` cuts the
+body shorter than an entry header). Without one, READ_ENTRY is EBADREQ like any other operation.
 
 Faults are switchable at runtime, per ledger or globally (a ledger's own fault wins):
 :class:`Unresponsive`, :class:`Slow`, :class:`ReplyStatus`, :class:`Garbage`,
@@ -49,6 +55,7 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import partial
 from typing import cast
 
 from google.protobuf.message import DecodeError
@@ -61,6 +68,7 @@ from scrutiny.connectors.bookies.v3_protocol import (
     encode_frame,
     read_frame,
 )
+from scrutiny.core.entry_header import HEADER_SIZE
 from scrutiny.core.listing_codec import encode_listing, encode_listing_per_run
 from scrutiny.core.sequence_groups import SequenceGroup
 from scrutiny.proto import bookkeeper_protocol_pb2 as pb
@@ -70,6 +78,8 @@ logger = logging.getLogger(__name__)
 
 #: What a bookie holds of a ledger: its groups, or None when it holds nothing (ENOLEDGER).
 ListingSource = Callable[[int], Sequence[SequenceGroup] | None]
+#: The bytes of one entry (ledger id, entry id) as its writer sent it, or None when the bookie lacks it.
+EntrySource = Callable[[int, int], bytes | None]
 
 
 class ListingEncoding(StrEnum):
@@ -239,6 +249,20 @@ def _start_tls_ok(header: pb.BKPacketHeader) -> bytes:
     return encode_frame(response.SerializeToString())
 
 
+def _read_response(
+    header: pb.BKPacketHeader, code: int, ledger_id: int, entry_id: int, body: bytes | None = None
+) -> bytes:
+    status = cast(pb.StatusCode, code)
+    response = pb.Response()
+    response.header.CopyFrom(header)
+    response.status = status
+    inner = response.readResponse
+    inner.status, inner.ledgerId, inner.entryId = status, ledger_id, entry_id
+    if body is not None:
+        inner.body = body
+    return encode_frame(response.SerializeToString())
+
+
 def _response(header: pb.BKPacketHeader, code: int, ledger_id: int | None, listing: bytes | None = None) -> bytes:
     status = cast(pb.StatusCode, code)
     response = pb.Response()
@@ -254,7 +278,8 @@ def _response(header: pb.BKPacketHeader, code: int, ledger_id: int | None, listi
 
 
 class BookieV3Server:
-    """A fake bookie answering GetListOfEntriesOfLedger from ``source`` (see the module doc).
+    """A fake bookie answering GetListOfEntriesOfLedger from ``source`` and READ_ENTRY from ``entries`` (see the
+    module doc).
 
     ``encoding`` is the default listing encoding; ``shuffle`` holds answers for up to
     ``shuffle_window_s`` (or ``shuffle_batch`` answers) and writes them in random order.
@@ -279,8 +304,10 @@ class BookieV3Server:
         shuffle_batch: int = 4096,
         seed: int | None = None,
         answer_log_size: int = 100_000,
+        entries: EntrySource | None = None,
     ) -> None:
         self.source = source
+        self.entries = entries
         self.host = host
         self._requested_port = port
         if tls_mode not in TLS_MODES:
@@ -449,36 +476,58 @@ class BookieV3Server:
     def _dispatch(self, session: _Session, request: pb.Request) -> bool:
         """Answer (or not) one request; False closes the connection."""
         header = request.header
-        if header.operation != pb.GET_LIST_OF_ENTRIES_OF_LEDGER or not request.HasField(
-            "getListOfEntriesOfLedgerRequest"
-        ):
+        answer: Callable[..., bytes]
+        if header.operation == pb.GET_LIST_OF_ENTRIES_OF_LEDGER and request.HasField("getListOfEntriesOfLedgerRequest"):
+            ledger_id = request.getListOfEntriesOfLedgerRequest.ledgerId
+            answer = partial(self._answer, header, ledger_id)
+            refuse = partial(_response, header, ledger_id=ledger_id)
+        elif header.operation == pb.READ_ENTRY and request.HasField("readRequest") and self.entries is not None:
+            ledger_id, entry_id = request.readRequest.ledgerId, request.readRequest.entryId
+            answer = partial(self._read_answer, header, ledger_id, entry_id)
+            refuse = partial(_read_response, header, ledger_id=ledger_id, entry_id=entry_id)
+        else:
             self.stats.bad_requests += 1
             session.send(None, _response(header, pb.EBADREQ, None))
             return True
-        ledger_id = request.getListOfEntriesOfLedgerRequest.ledgerId
-        fault = self.fault_for(ledger_id)
-        match fault:
+        match self.fault_for(ledger_id):
             case None:
-                session.send(ledger_id, self._answer(header, ledger_id))
+                session.send(ledger_id, answer())
             case Unresponsive():
                 pass
             case Slow(delay_s=delay):
-                session.later(delay, lambda: session.send(ledger_id, self._answer(header, ledger_id)))
+                session.later(delay, lambda: session.send(ledger_id, answer()))
             case ReplyStatus(status=status):
-                session.send(ledger_id, _response(header, status, ledger_id))
+                session.send(ledger_id, refuse(code=status))
             case Garbage(kind=kind):
                 session.send_raw(self._garbage(kind))
-            case Disconnect(partial_frame=partial):
+            case Disconnect(partial_frame=partial_frame):
                 session.send_raw(b"")  # answers already given still go out first
-                if partial:
-                    answer = self._answer(header, ledger_id)
-                    session.send_raw(answer[: max(len(answer) // 2, 1)])
+                if partial_frame:
+                    whole = answer()
+                    session.send_raw(whole[: max(len(whole) // 2, 1)])
                 return False
             case WrongLedgerId():
-                session.send(ledger_id, self._answer(header, ledger_id, echo=ledger_id + 1))
+                session.send(ledger_id, answer(echo=ledger_id + 1))
             case MalformedListing():
-                session.send(ledger_id, self._answer(header, ledger_id, cut=1))
+                session.send(ledger_id, answer(cut=1))
         return True
+
+    def _read_answer(
+        self, header: pb.BKPacketHeader, ledger_id: int, entry_id: int, *, echo: int | None = None, cut: int = 0
+    ) -> bytes:
+        """The normal answer to a READ_ENTRY: EOK and the entry, ENOENTRY, ENOLEDGER, or EIO if a source fails.
+        ``cut`` leaves the body shorter than an entry header."""
+        assert self.entries is not None
+        echoed = ledger_id if echo is None else echo
+        try:
+            body = self.entries(ledger_id, entry_id)
+            if body is None:
+                code = pb.ENOLEDGER if self.source(ledger_id) is None else pb.ENOENTRY
+                return _read_response(header, code, echoed, entry_id)
+        except Exception:
+            logger.exception("entry source failed for entry %d:%d: answering EIO", ledger_id, entry_id)
+            return _read_response(header, pb.EIO, echoed, entry_id)
+        return _read_response(header, pb.EOK, echoed, entry_id, body[: HEADER_SIZE - 1] if cut else body)
 
     def _answer(self, header: pb.BKPacketHeader, ledger_id: int, *, echo: int | None = None, cut: int = 0) -> bytes:
         """The normal answer from the source: EOK and the listing, ENOLEDGER, or EIO if the source fails."""

@@ -244,6 +244,15 @@ def test_one_copy_beyond_the_end_whose_header_proves_acknowledgement_is_critical
         assert beyond.severity is Severity.WARNING and "last-add-confirmed" not in beyond.details
 
 
+def test_the_proof_survives_a_listing_of_several_groups() -> None:
+    # E=3 WQ=2 closed at 0: b0 kept entries 0 and 2 (two groups); entry 2 carries last-add-confirmed 1.
+    md = ledger(0, e=3, wq=2, aq=2)
+    answers = healthy_answers(md)
+    answers["b0:3181"] = replace(BookieAnswer.listing(from_entries([0, 2])), beyond=EntryHeader(1, 2, 1, 300))
+    (beyond,) = [v for v in verdict_of(md, answers).violations if v.category is Category.ENTRIES_BEYOND_LAST_ENTRY]
+    assert beyond.severity is Severity.CRITICAL and "last-add-confirmed 1" in beyond.details
+
+
 def test_a_proof_adds_to_a_finding_the_copies_already_make_critical() -> None:
     md = ledger(49)
     answers = healthy_answers(md, upto=59)

@@ -27,6 +27,7 @@ from scrutiny.connectors.bookies.agent_client import AgentClient
 from scrutiny.connectors.bookies.agent_protocol import AGENT_ENDPOINT_PROTOCOL
 from scrutiny.connectors.bookies.v3_client import BookieClientConfig, BookieV3Client
 from scrutiny.core.backoff import Backoff
+from scrutiny.core.entry_header import EntryHeader
 from scrutiny.core.errors import MetadataFormatError
 from scrutiny.core.ledger_metadata import LedgerState, decode_ledger_metadata
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
@@ -98,6 +99,14 @@ async def v3_answers(address: tuple[str, int], ledgers: Iterable[int], timeout: 
     client = BookieV3Client(*address, config=V3_CONFIG)
     try:
         return await client.get_listings(list(ledgers), timeout=timeout)
+    finally:
+        await client.close()
+
+
+async def entry_headers(address: tuple[str, int], entries: list[tuple[int, int]]) -> dict[tuple[int, int], Any]:
+    client = BookieV3Client(*address, config=V3_CONFIG)
+    try:
+        return await client.read_entry_headers(entries, timeout=2.0)
     finally:
         await client.close()
 
@@ -218,6 +227,14 @@ def test_the_example_cluster_in_zookeeper_and_on_both_apis(zk_client: KazooClien
         limbo_agent = (await agent_answers(cluster.bookies["bookie-6"].agent_address, [12]))[12]
         assert limbo_v3.kind is AnswerKind.UNKNOWN and "EUNKNOWNLEDGERSTATE" in limbo_v3.reason
         assert limbo_agent.kind is AnswerKind.UNKNOWN and "limbo" in limbo_agent.reason
+        # Plain entry reads: ledger 13 was closed at 99 too low; bookie-1 alone kept 100..129.
+        read = await entry_headers(v3_address(cluster, "bookie-1"), [(13, 129), (13, 130), (999, 0)])
+        assert read[13, 129] == EntryHeader(13, 129, 128, 130 * 1024)  # the writer had 128 acknowledged
+        assert (read[13, 130], read[999, 0]) == ("status ENOENTRY", "status ENOLEDGER")
+        assert (await entry_headers(v3_address(cluster, "bookie-2"), [(13, 129)]))[13, 129] == "status ENOENTRY"
+        eio = await entry_headers(v3_address(cluster, "bookie-4"), [(6, 1)])  # the bookie's faults apply too
+        limbo = await entry_headers(v3_address(cluster, "bookie-6"), [(12, 0)])
+        assert (eio[6, 1], limbo[12, 0]) == ("status EIO", "status EUNKNOWNLEDGERSTATE")
 
     cluster_ports: list[tuple[str, int]] = []
 

@@ -62,7 +62,7 @@ def held(state: ClusterState, bookie: str, ledger: int) -> list[int]:
 def test_the_shipped_scenarios_parse() -> None:
     example = load_scenario(SCENARIOS / "example.toml")
     assert example.name == "example"
-    assert len(example.bookies) == 6 and len(example.ledgers) == 12
+    assert len(example.bookies) == 6 and len(example.ledgers) == 13
     by_id = {b.bookie_id: b for b in example.bookies}
     assert by_id["bookie-1"].rack == "/rack-a" and by_id["bookie-4"].rack == "/rack-a"
     assert by_id["bookie-5"].mode is BookieMode.READONLY

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scrutiny.core.entry_header import EntryHeader
 from scrutiny.core.ledger_metadata import build_ledger_metadata
 from scrutiny.core.placement import PlacementConfig, PlacementPolicy
 from scrutiny.core.sequence_groups import SequenceGroup, expand
@@ -244,6 +246,21 @@ holdings = [{{ bookie = "bookie-1", missing = [[0, 59]], add = [[0, 59]] }}, {{ 
     assert set(four) == {("BELOW_ACK_QUORUM", None), ("MISSING_REPLICA", "bookie-2")}
 
 
+def test_one_copy_after_the_end_is_critical_when_its_header_proves_acknowledged_entries() -> None:
+    state = state_of(CLOSED_TOO_LOW)
+    one = found(state, 1)  # bookie-1 alone holds 60..64; entry 64 carries last-add-confirmed 63 > 59
+    assert set(one) == {("ENTRIES_BEYOND_LAST_ENTRY", "bookie-1")}
+    assert one["ENTRIES_BEYOND_LAST_ENTRY", "bookie-1"].severity is Severity.CRITICAL
+    assert entries(one["ENTRIES_BEYOND_LAST_ENTRY", "bookie-1"]) == [60, 61, 62, 63, 64]
+    assert state.entry_header(1, 64) == EntryHeader(1, 64, 63, 65 * 1024)
+    two = found(state, 2)  # entry 60 alone carries 59: it proves nothing after the end, and one copy is below AQ
+    assert two["ENTRIES_BEYOND_LAST_ENTRY", "bookie-1"].severity is Severity.WARNING
+    # A stray copy beyond what the writer sent was never acknowledged past it.
+    strays = state_of(f'[[ledgers]]\nid = 3\n{E123}\nholdings = [{{ bookie = "bookie-1", add = [[60, 65]] }}]\n')
+    assert strays.entry_header(3, 65).last_add_confirmed == 59
+    assert found(strays, 3)["ENTRIES_BEYOND_LAST_ENTRY", "bookie-1"].severity is Severity.WARNING
+
+
 def test_silent_write_set_bookies_of_the_next_entry_are_needed_when_they_decide() -> None:
     state = state_of(HANDCRAFTED["silent writers of the next entry"])
     # Empty closed ledgers: entry 0's write set is the first two bookies (AQ 2).
@@ -382,6 +399,10 @@ def verdict_violations(state: ClusterState, ledger_id: int, now_s: float) -> tup
             continue
         groups = state.held_groups(bookie, ledger_id)
         answers[bookie] = BookieAnswer.no_ledger() if groups is None else BookieAnswer.listing(list(groups))
+        top = max((g.last for g in groups or ()), default=-1)
+        reads = state.bookies[bookie].reads_in_time(ledger_id, state.checker)  # after the listing, same deadline
+        if spec.closed and top > spec.last_entry and reads:  # the fetch reads the highest entry held after the end
+            answers[bookie] = replace(answers[bookie], beyond=state.entry_header(ledger_id, top))
     c = state.checker
     config = VerdictConfig(
         PlacementConfig(
@@ -466,6 +487,23 @@ def touched(state: ClusterState, change: ScheduledChange) -> set[int]:
     return out
 
 
+#: WQ = 3 and one copy left after the end: ledger 1 is proven acknowledged (entry 64 carries 63), ledger 2 is not.
+CLOSED_TOO_LOW = """
+[[ledgers]]
+id = 1
+write_quorum = 3
+ensemble = ["bookie-1", "bookie-2", "bookie-3"]
+truncated = 5
+holdings = [{ position = 1, missing = [[60, 64]] }, { position = 2, missing = [[60, 64]] }]
+[[ledgers]]
+id = 2
+write_quorum = 3
+ensemble = ["bookie-1", "bookie-2", "bookie-3"]
+truncated = 1
+holdings = [{ position = 1, missing = [[60, 60]] }, { position = 2, missing = [[60, 60]] }]
+"""
+
+
 HANDCRAFTED = {
     "healthy": f"[[ledgers]]\nids = [[1, 5]]\n{E123}\n",
     "one range lost (AQ = WQ)": f"""[[ledgers]]\nid = 1\n{E123}
@@ -498,6 +536,7 @@ mode = "readonly"\n[bookies.bookie-6]\nfault = {{ kind = "status", status = "EIO
 [[ledgers]]\nid = 2\nensemble = ["bookie-5", "bookie-6", "bookie-3"]
 holdings = [{{ bookie = "bookie-3", nothing = true }}]\n""",
     "empty closed ledger": f"[[ledgers]]\nid = 1\n{E123}\nlast_entry = -1\ntruncated = 2\n",
+    "closed too low, one copy left": CLOSED_TOO_LOW,
     "silent writers of the next entry": """[bookies.bookie-1]\nfault = "unresponsive"\n[bookies.bookie-2]
 fault = "unresponsive"\n[bookies.bookie-6]\nmode = "stopped"
 [[ledgers]]\nid = 1\nensemble = ["bookie-1", "bookie-2", "bookie-3"]\nlast_entry = -1
@@ -543,6 +582,7 @@ def test_generated_truth_matches_the_fault_plan() -> None:
         "no_replica": {"NO_REPLICA", "MISSING_REPLICA"},
         "truncated": {"ENTRIES_BEYOND_LAST_ENTRY"},
         "beyond": {"ENTRIES_BEYOND_LAST_ENTRY"},
+        "too_low": {"ENTRIES_BEYOND_LAST_ENTRY"},
         "placement": {"PLACEMENT_FAIL"},
         "stuck": {"UNDER_REPLICATION_STUCK"},
         "corrupt": {"METADATA_UNREADABLE"},
@@ -557,6 +597,17 @@ def test_generated_truth_matches_the_fault_plan() -> None:
         assert names == expected[kind], (ledger_id, kind)
         if kind in ("missing", "nothing"):
             assert categories & {Category.BELOW_ACK_QUORUM, Category.BELOW_WRITE_QUORUM}
+    for kind, severity in (
+        ("truncated", Severity.CRITICAL),
+        ("beyond", Severity.WARNING),
+        ("too_low", Severity.CRITICAL),
+    ):
+        rows = [
+            v for v in truth if v.ledger_id in plan.ledgers[kind] and v.category is Category.ENTRIES_BEYOND_LAST_ENTRY
+        ]
+        assert rows and {v.severity for v in rows} == {severity}, kind
+    too_low = [v for v in truth if v.ledger_id in plan.ledgers["too_low"]]
+    assert len(too_low) == len(plan.ledgers["too_low"])  # one bookie kept the entries: one row each
     counts = Counter(v.category for v in truth)
     assert counts[Category.METADATA_UNREADABLE] == len(plan.ledgers["corrupt"]) == 10
     assert counts[Category.NO_REPLICA] == len(plan.ledgers["no_replica"]) == 20

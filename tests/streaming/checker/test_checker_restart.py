@@ -53,7 +53,8 @@ BATCH = 300
 #: BOOKIE_UNRESPONSIVE): each violation is then reported by exactly one check. Without "marked": the
 #: watcher publishes marks after all ledgers, so a capped batch checks a marked ledger before its mark.
 FAULTS = (
-    "missing=0.002,nothing=0.001,no_replica=0.001,truncated=0.001,beyond=0.001,placement=0.003,stuck=0.001,"
+    "missing=0.002,nothing=0.001,no_replica=0.001,truncated=0.001,beyond=0.001,too_low=0.001,placement=0.003,"
+    "stuck=0.001,"
     "corrupt=0.001,aq1=0.01,open=0.02,limbo=0.002,slow=1,readonly=1"
 )
 APPEND_ONLY = ("violations", "ledger_checks")
