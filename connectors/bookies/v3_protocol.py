@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from google.protobuf.message import DecodeError
 
@@ -88,18 +88,10 @@ def read_entry_header(ledger_id: int, entry_id: int, response: pb.Response) -> E
     The effective status is the outer one unless it is EOK, then the inner one; only EOK with the ids echoed and a
     body whose header names the entry asked for gives a header.
     """
-    if response.header.operation != pb.READ_ENTRY:
-        return "response to another operation"
-    if not response.HasField("status"):
-        return "response without a status code BookKeeper defines"
-    inner = response.readResponse if response.HasField("readResponse") else None
-    status = response.status
-    if status == pb.EOK:
-        if inner is None:
-            return "EOK without a read response"
-        if not inner.HasField("status"):
-            return "inner response without a status code BookKeeper defines"
-        status = inner.status
+    effective = _effective_status(response, pb.READ_ENTRY, "readResponse")
+    if isinstance(effective, str):
+        return effective
+    status, inner = effective
     if status != pb.EOK:
         return _status_reason(status)
     if inner is None or (inner.ledgerId, inner.entryId) != (ledger_id, entry_id):
@@ -163,6 +155,30 @@ def _status_reason(status: int) -> str:
     return f"status {status_name(status)}" + (f": {hint}" if hint else "")
 
 
+_INNER_NAMES: Final[dict[str, str]] = {
+    "getListOfEntriesOfLedgerResponse": "GetListOfEntriesOfLedger response",
+    "readResponse": "read response",
+}
+
+
+def _effective_status(response: pb.Response, operation: int, inner_field: str) -> tuple[int, Any] | str:
+    """(effective status, inner message or None) of a response to ``operation``, or why it has none: the outer
+    status unless it is EOK, then the inner message's (which must be there, with a status)."""
+    if response.header.operation != operation:
+        return "response to another operation"
+    if not response.HasField("status"):
+        return "response without a status code BookKeeper defines"
+    inner = getattr(response, inner_field) if response.HasField(inner_field) else None
+    status = response.status
+    if status == pb.EOK:
+        if inner is None:
+            return f"EOK without a {_INNER_NAMES[inner_field]}"
+        if not inner.HasField("status"):
+            return "inner response without a status code BookKeeper defines"
+        status = inner.status
+    return status, inner
+
+
 def check_response(ledger_id: int, response: pb.Response) -> BookieAnswer | bytes:
     """The answer a matched response gives, or the listing bytes still to decode.
 
@@ -170,18 +186,10 @@ def check_response(ledger_id: int, response: pb.Response) -> BookieAnswer | byte
     (with the ledger id echoed and listing bytes present) and ENOLEDGER (with the ledger id
     echoed) are answers; every other case is :meth:`BookieAnswer.unknown`.
     """
-    if response.header.operation != pb.GET_LIST_OF_ENTRIES_OF_LEDGER:
-        return BookieAnswer.unknown("response to another operation")
-    if not response.HasField("status"):
-        return BookieAnswer.unknown("response without a status code BookKeeper defines")
-    inner = response.getListOfEntriesOfLedgerResponse if response.HasField("getListOfEntriesOfLedgerResponse") else None
-    status = response.status
-    if status == pb.EOK:
-        if inner is None:
-            return BookieAnswer.unknown("EOK without a GetListOfEntriesOfLedger response")
-        if not inner.HasField("status"):
-            return BookieAnswer.unknown("inner response without a status code BookKeeper defines")
-        status = inner.status
+    effective = _effective_status(response, pb.GET_LIST_OF_ENTRIES_OF_LEDGER, "getListOfEntriesOfLedgerResponse")
+    if isinstance(effective, str):
+        return BookieAnswer.unknown(effective)
+    status, inner = effective
     if status == pb.EUNKNOWNLEDGERSTATE:
         return BookieAnswer.in_limbo(f"{_status_reason(status)}: the ledger is in limbo on the bookie")
     if status not in (pb.EOK, pb.ENOLEDGER):
@@ -194,7 +202,8 @@ def check_response(ledger_id: int, response: pb.Response) -> BookieAnswer | byte
         return BookieAnswer.no_ledger()
     if not inner.HasField("availabilityOfEntriesOfLedger"):
         return BookieAnswer.unknown("EOK without listing bytes")
-    return inner.availabilityOfEntriesOfLedger
+    listing: bytes = inner.availabilityOfEntriesOfLedger
+    return listing
 
 
 def decode_listing_answer(data: bytes) -> BookieAnswer:

@@ -53,7 +53,7 @@ from scrutiny.core.listing_codec import encode_listing
 from scrutiny.core.sequence_groups import SequenceGroup
 from scrutiny.core.zk_records import BOOKIE_RPC_PROTOCOL, BookieServiceInfo, Endpoint
 from scrutiny.proto import bookkeeper_protocol_pb2 as bk_pb
-from scrutiny.simulator.model import DEFAULT_ENTRY_SIZE, MAX_LENGTH, FaultKind, FaultSpec
+from scrutiny.simulator.model import FaultKind, FaultSpec, entry_header
 from scrutiny.simulator.v3_server import (
     BookieV3Server,
     Fault,
@@ -85,10 +85,6 @@ _DIGEST: Final = b"\x00\x00\x00\x00"
 _PAYLOAD: Final = b"simulated entry"
 
 
-def _in_order(ledger_id: int, entry_id: int) -> EntryHeader:
-    return EntryHeader(ledger_id, entry_id, entry_id - 1, min((entry_id + 1) * DEFAULT_ENTRY_SIZE, MAX_LENGTH))
-
-
 class SimBookieError(ScrutinyError):
     """A simulated bookie that cannot start (no free port, bad state)."""
 
@@ -105,7 +101,7 @@ class EntryStore:
 
     def __init__(self, loader: Loader | None = None, headers: Headers | None = None) -> None:
         self._loader = loader
-        self._headers = headers or _in_order
+        self._headers = headers or entry_header
         self._held: dict[int, Groups | None] = {}
         self._lock = threading.Lock()
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
+from scrutiny.core.entry_header import EntryHeader
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.ledger_metadata import LedgerState
 from scrutiny.core.placement import PlacementPolicy, PlacementResult
@@ -282,6 +283,15 @@ def entry_lac(spec: LedgerSpec, entry_id: int) -> int:
     ``last_entry + 1``: ``last_entry + 1`` itself carries lastEntryId, so a close one entry too low proves nothing.
     """
     return min(entry_id - 1, spec.written)
+
+
+def entry_header(ledger_id: int, entry_id: int, spec: LedgerSpec | None = None) -> EntryHeader:
+    """The header the writer put on an entry of ``spec``'s ledger: last-add-confirmed per :func:`entry_lac`, length
+    ``(entry + 1) × entry_size`` (at most a signed 64-bit length). Without a spec: a writer acknowledged in order,
+    entries of ``DEFAULT_ENTRY_SIZE``."""
+    size = DEFAULT_ENTRY_SIZE if spec is None else spec.entry_size
+    lac = entry_id - 1 if spec is None else entry_lac(spec, entry_id)
+    return EntryHeader(ledger_id, entry_id, lac, min((entry_id + 1) * size, MAX_LENGTH))
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,9 +22,7 @@ from scrutiny.core.placement import PlacementResult
 from scrutiny.core.sequence_groups import SequenceGroup, clip
 from scrutiny.core.striping import expected_groups
 from scrutiny.simulator.model import (
-    DEFAULT_ENTRY_SIZE,
     EVERYTHING,
-    MAX_LENGTH,
     NO_DEVIATION,
     Action,
     AutoPlacement,
@@ -41,7 +39,7 @@ from scrutiny.simulator.model import (
     Where,
     auto_ensemble,
     check_ledger,
-    entry_lac,
+    entry_header,
     normalize_ranges,
     placement_outcome,
     subtract_ranges,
@@ -216,10 +214,7 @@ class ClusterState:
         """The header the writer put on an entry: its last-add-confirmed per
         :func:`~scrutiny.simulator.model.entry_lac` (the entry before it for every entry the writer sent), the
         ledger's length ``(entry + 1) × entry_size`` (at most a signed 64-bit length)."""
-        spec = self.ledgers.get(ledger_id)
-        size = DEFAULT_ENTRY_SIZE if spec is None else spec.entry_size
-        lac = entry_id - 1 if spec is None else entry_lac(spec, entry_id)
-        return EntryHeader(ledger_id, entry_id, lac, min((entry_id + 1) * size, MAX_LENGTH))
+        return entry_header(ledger_id, entry_id, self.ledgers.get(ledger_id))
 
     # ------------------------------------------------------------------- changes
 
