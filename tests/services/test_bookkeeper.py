@@ -40,6 +40,7 @@ from scrutiny.services.local_stack import EmbeddedServices, UpResult
 from scrutiny.services.servers import ServiceState, is_same_process, read_record
 from scrutiny.settings.loader import load_settings
 from scrutiny.streaming.scan.job import ScanOptions, ScanRun
+from tests.support.checker_harness import quick_checker, streaming_job
 
 pytestmark = pytest.mark.integration
 
@@ -355,54 +356,76 @@ def test_sorted_storage_bookies_answer_v3_exactly_as_bookkeeper_reads_them(tmp_p
     """``--storage sorted`` (no agents), six bookies: each bookie's own v3 listing is what BookKeeper's shell reads back
     from it, for an E=3 WQ=2 ledger right after its close and for an E=5 WQ=3 AQ=2 one written across an ensemble
     change (a bookie of its ensemble stopped mid-write, started again after the close); a deep scan finds the first
-    healthy and the second exactly as short as BookKeeper left it."""
+    healthy and the second exactly as short as BookKeeper left it, and so does the streaming job, which ran all along
+    (it saw the ledgers open, the stopped bookie, the close while it was away and its return)."""
     services = EmbeddedServices(tmp_path / "services", start_timeout=60.0)
     try:
         result = services.up(bookies=SORTED_BOOKIES, bookie_options=BookieOptions(storage=BookieStorage.SORTED))
         assert [b.agent for b in result.bookies] == [None] * SORTED_BOOKIES and "BOOKIES_AGENT" not in str(result.env())
         cluster = Cluster(tmp_path / "services", services, result.endpoints.zookeeper, _env(tmp_path, result))
-        (striped,) = ledger_tool(cluster.uri, "create", "--entries", "20")
-        changed = _written_across_an_ensemble_change(cluster, tmp_path / "resume", entries=60, stop_after=STOP_AFTER)
-        # The new segment starts after the last entry the writer had acknowledged when it replaced the bookie: the
-        # paused one, or the one after it when that entry reached its ack quorum before the failure was handled.
-        # Such an entry stays in the first segment without its copy on the stopped bookie.
-        (_, old), (first, new) = [(s["first_entry"], s["bookies"]) for s in changed["segments"]]
-        assert first in (STOP_AFTER, STOP_AFTER + 1), changed
-        (victim,) = set(old) - set(new)
-        short = {e for e in range(STOP_AFTER, first) if old.index(victim) in write_set(e, 5, 3)}
-        jobs = [
-            (ledger, b)
-            for ledger in (striped, changed)
-            for b in sorted({b for s in ledger["segments"] for b in s["bookies"]})
-        ]
+        settings = quick_checker(load_settings(env=cluster.env), "sorted-ledger-events", tmp_path / "stream")
+        with streaming_job(spark, settings) as job:
+            (striped,) = ledger_tool(cluster.uri, "create", "--entries", "20")
+            changed = _written_across_an_ensemble_change(
+                cluster, tmp_path / "resume", entries=60, stop_after=STOP_AFTER
+            )
+            victim, short = _listed_as_bookkeeper_reads_them(cluster, striped, changed)
 
-        def compare(job: tuple[dict[str, Any], str]) -> tuple[set[int], set[int], set[int]]:
-            ledger, bookie = job
-            host, port = bookie.split(":")
-            listing = asyncio.run(_v3_listing(host, int(port), ledger["ledger_id"]))
-            assert listing.kind is AnswerKind.LISTING, (bookie, listing)
-            read_back = entries_read_from_bookie(cluster.uri, ledger["ledger_id"], bookie, 0, ledger["last_entry"])
-            expected = striped_on(ledger, bookie) - (short if (ledger, bookie) == (changed, victim) else set())
-            return expand(listing.groups), read_back, expected
+            ids = f"{striped['ledger_id']},{changed['ledger_id']}"
+            options = ScanOptions(
+                mode=ScanMode.DEEP, selection=parse_ledger_selection(ids), data_dir=str(tmp_path / "scan")
+            )
+            scanned = ScanRun(spark, load_settings(env=cluster.env), options).run()
+            assert scanned.checked == 2
+            found = {(r["ledger_id"], r["category"], r.get("bookie"), r.get("entry_count")) for r in scanned.violations}
+            # One copy short of WQ with AQ kept: what BookKeeper's Auditor would mark under-replicated too.
+            below = {(changed["ledger_id"], "BELOW_WRITE_QUORUM", None, len(short))}
+            missing = {(changed["ledger_id"], "MISSING_REPLICA", victim, len(short))}
+            assert found == (below | missing if short else set())
 
-        with ThreadPoolExecutor(max_workers=3) as pool:
-            for job, (listed, read_back, expected) in zip(jobs, pool.map(compare, jobs), strict=True):
-                assert expected, job  # every bookie of these ensembles holds some entries
-                assert listed == read_back == expected, job
-
-        ids = f"{striped['ledger_id']},{changed['ledger_id']}"
-        options = ScanOptions(
-            mode=ScanMode.DEEP, selection=parse_ledger_selection(ids), data_dir=str(tmp_path / "scan")
-        )
-        scanned = ScanRun(spark, load_settings(env=cluster.env), options).run()
-        assert scanned.checked == 2
-        found = {(r["ledger_id"], r["category"], r.get("bookie"), r.get("entry_count")) for r in scanned.violations}
-        # One copy short of WQ with AQ kept: what BookKeeper's Auditor would mark under-replicated too.
-        below = {(changed["ledger_id"], "BELOW_WRITE_QUORUM", None, len(short))}
-        missing = {(changed["ledger_id"], "MISSING_REPLICA", victim, len(short))}
-        assert found == (below | missing if short else set())
+            expected = {finding[:3] for finding in found}
+            ledgers = {striped["ledger_id"], changed["ledger_id"]}
+            job.wait(lambda: ledgers <= {r["ledger_id"] for r in job.table("ledger_checks")}, 120, "both checked")
+            job.wait(lambda: job.open_ids() == expected, 120, f"the streaming job's findings to be {expected}")
+            rows = [r for r in job.table("open_violations") if r["resolved_at"] is None]
+            assert {(r["ledger_id"], r["category"], r["bookie"], r["entry_count"]) for r in rows} == found
     finally:
         services.down()
+
+
+def _listed_as_bookkeeper_reads_them(
+    cluster: Cluster, striped: dict[str, Any], changed: dict[str, Any]
+) -> tuple[str, set[int]]:
+    """Each bookie's v3 listing of both ledgers is what BookKeeper's shell reads back from it and what the striping
+    puts there, less the entries the ensemble change left short on the stopped bookie; that bookie and those entries.
+    """
+    # The new segment starts after the last entry the writer had acknowledged when it replaced the bookie: the
+    # paused one, or the one after it when that entry reached its ack quorum before the failure was handled.
+    # Such an entry stays in the first segment without its copy on the stopped bookie.
+    (_, old), (first, new) = [(s["first_entry"], s["bookies"]) for s in changed["segments"]]
+    assert first in (STOP_AFTER, STOP_AFTER + 1), changed
+    (victim,) = set(old) - set(new)
+    short = {e for e in range(STOP_AFTER, first) if old.index(victim) in write_set(e, 5, 3)}
+    jobs = [
+        (ledger, b)
+        for ledger in (striped, changed)
+        for b in sorted({b for s in ledger["segments"] for b in s["bookies"]})
+    ]
+
+    def compare(job: tuple[dict[str, Any], str]) -> tuple[set[int], set[int], set[int]]:
+        ledger, bookie = job
+        host, port = bookie.split(":")
+        listing = asyncio.run(_v3_listing(host, int(port), ledger["ledger_id"]))
+        assert listing.kind is AnswerKind.LISTING, (bookie, listing)
+        read_back = entries_read_from_bookie(cluster.uri, ledger["ledger_id"], bookie, 0, ledger["last_entry"])
+        expected = striped_on(ledger, bookie) - (short if (ledger, bookie) == (changed, victim) else set())
+        return expand(listing.groups), read_back, expected
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        for job, (listed, read_back, expected) in zip(jobs, pool.map(compare, jobs), strict=True):
+            assert expected, job  # every bookie of these ensembles holds some entries
+            assert listed == read_back == expected, job
+    return victim, short
 
 
 def striped_on(ledger: dict[str, Any], bookie: str) -> set[int]:

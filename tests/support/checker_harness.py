@@ -2,7 +2,8 @@
 
 :func:`running_checker` yields a :class:`Harness` whose cluster runs in its own event-loop thread,
 whose watcher publishes to a fresh topic and whose checker writes Delta tables under a temporary
-directory; everything is stopped afterwards, whatever happens.
+directory; everything is stopped afterwards, whatever happens. :func:`streaming_job` runs the watcher and the
+checker alone, on whatever cluster the settings name (real bookies, for instance).
 """
 
 from __future__ import annotations
@@ -42,17 +43,11 @@ FIRST_BATCH_S = 180.0
 
 
 @dataclass
-class Harness:
-    """What a test drives and reads."""
+class StreamingJob:
+    """The running checker and the tables it writes: what a test reads and waits for."""
 
     settings: Settings
-    cluster: SimCluster
     checker: RunningChecker
-    loop: asyncio.AbstractEventLoop
-
-    def run(self, coroutine: Coroutine[Any, Any, None]) -> None:
-        """Run a coroutine on the cluster's loop (e.g. ``cluster.stop()``)."""
-        asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=60)
 
     def table(self, name: str) -> list[dict[str, Any]]:
         """A table's rows (empty before the table exists)."""
@@ -94,9 +89,26 @@ class Harness:
         self.wait(lambda: bool(self.table("checker_runs")), FIRST_BATCH_S, "the first batch")
 
 
+@dataclass
+class Harness(StreamingJob):
+    """What a test drives and reads on a simulated cluster."""
+
+    cluster: SimCluster
+    loop: asyncio.AbstractEventLoop
+
+    def run(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        """Run a coroutine on the cluster's loop (e.g. ``cluster.stop()``)."""
+        asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=60)
+
+
 def harness_settings(base: Settings, scenario: Scenario, chroot: str, topic: str, tmp: Path) -> Settings:
     """The test servers (ZooKeeper confined to ``chroot``), a fresh topic and directory, quick retries."""
     settings = embedded_settings(base, scenario, base.zookeeper.connect + chroot, base.kafka.bootstrap_servers)
+    return quick_checker(settings, topic, tmp)
+
+
+def quick_checker(settings: Settings, topic: str, tmp: Path) -> Settings:
+    """``settings`` with a fresh topic and directory, quick triggers and retries: what the end-to-end tests run."""
     return replace(
         settings,
         kafka=replace(settings.kafka, topic=topic, partitions=2),
@@ -178,7 +190,7 @@ def running_checker(
 ) -> Iterator[Harness]:
     """Cluster (running its schedule unless told not to), watcher (unless told not to) and checker, stopped on exit."""
     with simulated_cluster(zk_client, settings, scenario, schedule=schedule, watch=watch) as simulated:
-        harness = Harness(settings, simulated.cluster, start_checker(spark, settings), simulated.loop)
+        harness = Harness(settings, start_checker(spark, settings), simulated.cluster, simulated.loop)
         try:
             yield harness
         finally:
@@ -193,3 +205,15 @@ def wait_for_idle_spark(spark: SparkSession, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while tracker.getActiveJobsIds() and time.monotonic() < deadline:
         time.sleep(0.2)
+
+
+@contextmanager
+def streaming_job(spark: SparkSession, settings: Settings) -> Iterator[StreamingJob]:
+    """The watcher (a thread) and the checker on ``settings``' cluster, whatever it is; both stopped on exit."""
+    with running_watcher(settings):
+        job = StreamingJob(settings, start_checker(spark, settings))
+        try:
+            yield job
+        finally:
+            job.checker.stop()
+            wait_for_idle_spark(spark)

@@ -60,7 +60,7 @@ def test_a_critical_finding_of_a_ledger_changed_or_deleted_since_its_event_is_no
         move = Event(cluster.elapsed_s(), Action.CHANGE_ENSEMBLE, 0, ledger=1, first=0, ensemble=replaced)
         for change in (move, Event(cluster.elapsed_s(), Action.DELETE, 1, ledger=2)):
             asyncio.run_coroutine_threadsafe(cluster.apply(change), loop).result(timeout=60)
-        harness = Harness(settings, cluster, start_checker(spark, settings), loop)
+        harness = Harness(settings, start_checker(spark, settings), cluster, loop)
         try:
             harness.wait(lambda: (3, "NO_REPLICA", None) in harness.open_ids(), 120, "ledger 3's loss")
             published = sum(1 for _ in read_topic(consumer_kwargs(settings.kafka), topic))
