@@ -8,9 +8,9 @@ configuration go in; a :class:`Verdict` with violations in the closed vocabulary
 * an answer is a listing, an explicit negative (the bookie holds nothing of the ledger) or
   unknown; unknown is never counted as missing: a bookie with an unknown answer is counted as
   holding everything, so a violation is reported only when it holds whatever that bookie
-  turns out to hold, and the bookie is listed in ``retry_bookies`` (so are the unknown bookies
-  of the write sets of entries held beyond ``lastEntryId`` when they could make
-  ``ENTRIES_BEYOND_LAST_ENTRY`` critical);
+  turns out to hold, and the bookie is listed in ``retry_bookies`` (so is every unknown bookie
+  that could hold entries after the ``lastEntryId`` of a closed ledger, until
+  ``ENTRIES_BEYOND_LAST_ENTRY`` is critical: one copy's header can prove the entries acknowledged);
 * entries held beyond ``lastEntryId``: critical when any of them has AQ copies in its write set
   (acknowledged, very probably, and lost to readers: a recovery closed the ledger too low), or when
   the header of one of them (``BookieAnswer.beyond``) carries a last-add-confirmed above ``lastEntryId``
@@ -453,9 +453,10 @@ def _entries_beyond(
     finding is critical when any entry after lastEntryId has at least AQ copies in its write set: it
     was very probably acknowledged to the writer, and no reader will ever see it (a recovery closed the
     ledger too low; it needs only WQ - AQ + 1 bookies without ``lastEntryId + 1`` to do so, so that
-    entry itself may well have fewer). While it is not critical, also returns the bookies with an unknown
-    answer that could make it so (in the write set of ``lastEntryId + 1`` or of an entry held beyond the
-    end, with fewer than AQ known copies, AQ or more with them): they are retried.
+    entry itself may well have fewer), or when an entry's header proves it. While it is not critical, also
+    returns the bookies of those segments with an unknown answer: any of them could hold a copy whose header
+    proves it (real BookKeeper closed a ledger empty over 30 acknowledged entries that only the one bookie
+    away during the recovery still held). They are retried.
     """
     if last_entry >= MAX_ENTRY_ID:
         return [], []
@@ -476,7 +477,7 @@ def _entries_beyond(
     if not beyond and not silent:
         return [], []  # nothing after the end, and nobody who could hold it: the common case, at no cost
     try:
-        quorum = _QuorumBeyond(metadata, following, beyond, silent, modulus)
+        quorum = _QuorumBeyond(metadata, following, beyond, modulus)
     except EntrySetTooComplexError:
         quorum = None
     proof = _acknowledgement_proof(last_entry, {b: answers[b].beyond for b in beyond})
@@ -507,8 +508,12 @@ def _entries_beyond(
         )
         for bookie, groups in beyond.items()
     ]
-    deciding = [] if proof or quorum is None or quorum.acknowledged is not None else quorum.deciding
-    return violations, [b for b in first_segment if b in deciding]
+    if proof or (quorum is not None and quorum.acknowledged is not None):
+        return violations, []  # critical already: no answer can change it
+    # Until it is, every silent bookie of those segments is needed: a single copy it holds of an entry after the end
+    # carries a header that can prove the entries before it acknowledged (a recovery that reached too few bookies
+    # closes a ledger below the entries only the silent ones hold, with one copy each as often as not).
+    return violations, [b for b in first_segment if b in silent]
 
 
 def _acknowledgement_proof(last_entry: int, headers: Mapping[str, EntryHeader | None]) -> str:
@@ -529,7 +534,7 @@ def _acknowledgement_proof(last_entry: int, headers: Mapping[str, EntryHeader | 
 
 
 class _QuorumBeyond:
-    """Which entries after the end have AQ copies in their write set, and which unknown bookies could decide it.
+    """Which entries after the end have AQ copies in their write set.
 
     Counted segment by segment over ``[following, the last entry held]``, with the pieces and the bit-sliced counts
     of the replica check: never entry by entry.
@@ -540,19 +545,15 @@ class _QuorumBeyond:
         metadata: LedgerMetadata,
         following: int,
         beyond: Mapping[str, list[SequenceGroup]],
-        silent: set[str],
         modulus: int,
     ) -> None:
         self.acknowledged: EntrySet | None = None
-        self.deciding: set[str] = set()
         size, wq, aq = metadata.ensemble_size, metadata.write_quorum, metadata.ack_quorum
         expected = [expected_residues(i, size, wq, modulus) for i in range(size)]
-        # The entries that can make a finding: those somebody holds, and lastEntryId + 1 (a recovery that reached
-        # too few bookies closes a ledger at or before the entries only the silent ones hold).
-        anyone = [SequenceGroup.run(following, following), *(g for groups in beyond.values() for g in groups)]
-        top = max(g.last for g in anyone)
+        held_beyond = [g for groups in beyond.values() for g in groups]
+        top = max((g.last for g in held_beyond), default=following)
         firsts = [s.first_entry_id for s in metadata.segments]
-        budget = new_budget(len(anyone))
+        budget = new_budget(len(held_beyond) + 1)
         everything = full_mask(modulus)
         found: list[Piece] = []
         for index, segment in enumerate(metadata.segments):
@@ -561,37 +562,23 @@ class _QuorumBeyond:
             if lo > hi:
                 continue
             held = [pieces_of(beyond.get(b, ()), modulus, lo, hi, budget) for b in segment.ensemble]
-            unknown = [b in silent for b in segment.ensemble]
-            # Copies in the write set: known ones, and known ones plus those of the unknown bookies (holding all).
-            known, maybe = ResidueCounts(), ResidueCounts()
-            for is_unknown, expect in zip(unknown, expected, strict=True):
-                if is_unknown:
-                    maybe.add(expect)
+            # Copies in the write set, of the bookies with a known answer.
+            known = ResidueCounts()
             copies = [0] * size
-            acked = possible = candidates = reachable = 0
+            acked = 0
             since = lo
-            for start, _, changed in sweep_changes([*held, pieces_of(anyone, modulus, lo, hi, budget)], lo, hi):
+            for start, _, changed in sweep_changes(held, lo, hi):
                 if not changed:
                     continue
                 _stretch(since, start - 1, acked, modulus, found)
-                reachable |= possible & window_mask(since, start - 1, modulus) if start > since else 0
                 for position, mask in changed.items():
-                    if position == size:
-                        candidates = mask
-                        continue
                     now = mask & expected[position]
-                    for counts in (known,) if unknown[position] else (known, maybe):
-                        counts.remove(copies[position])
-                        counts.add(now)
+                    known.remove(copies[position])
+                    known.add(now)
                     copies[position] = now
                 acked = known.at_least(aq, everything)
-                possible = maybe.at_least(aq, everything) & candidates
                 since = start
             _stretch(since, hi, acked, modulus, found)
-            reachable |= possible & window_mask(since, hi, modulus)
-            self.deciding |= {
-                b for b, u, e in zip(segment.ensemble, unknown, expected, strict=True) if u and reachable & e
-            }
         if found:
             self.acknowledged = EntrySet.of(to_groups(found, modulus, budget))
 

@@ -15,9 +15,8 @@ so that it can catch their mistakes. The rules are those of ``docs/verdict.md``:
 * ``ENTRIES_BEYOND_LAST_ENTRY`` per bookie of the last ensemble holding entries after ``lastEntryId``
   (critical when any of them has AQ copies in its write set, or when the highest entry one bookie holds
   after it carries a last-add-confirmed above it (:func:`~scrutiny.simulator.model.entry_lac`; that
-  bookie's read must come before the deadline too, so a delay counts twice); while it is not, the
-  bookies with an unknown answer in the write set of an entry held there are needed too when they
-  could make it critical),
+  bookie's read must come before the deadline too, so a delay counts twice); while it is not, every
+  bookie of that ensemble with an unknown answer is needed too: one copy's header could make it critical),
   placement per checked segment, ``ACK_QUORUM_ONE``, ``BOOKIE_NOT_REGISTERED`` (closed ledgers, once
   per bookie), ``UNDER_REPLICATION_STUCK`` (strictly older than the grace period; a mark without ctime
   counts from when it appeared);
@@ -456,7 +455,7 @@ def _beyond(state: ClusterState, spec: LedgerSpec, last_span: _Span) -> tuple[li
         if groups:
             extra[bookie] = tuple(sorted(groups))
     silent = {b for b in last_span.ensemble if state.bookies[b].answers_unknown(spec.ledger_id, state.checker)}
-    acknowledged, deciding = _acknowledged_beyond(spec, last_span.ensemble, extra, silent)
+    acknowledged = _acknowledged_beyond(spec, last_span.ensemble, extra)
     # Or the header of the highest entry a bookie holds after the end proves it (the checker reads that entry, after
     # the listing and before the same deadline).
     acknowledged = acknowledged or any(
@@ -464,7 +463,8 @@ def _beyond(state: ClusterState, spec: LedgerSpec, last_span: _Span) -> tuple[li
         for bookie, groups in extra.items()
         if state.bookies[bookie].reads_in_time(spec.ledger_id, state.checker)
     )
-    needed = [] if acknowledged else [b for b in last_span.ensemble if b in deciding]
+    # Until it is critical, every silent bookie is needed: one copy it holds may carry a header that proves it.
+    needed = [] if acknowledged else [b for b in last_span.ensemble if b in silent]
     severity = Severity.CRITICAL if acknowledged else Severity.WARNING
     found = [
         TruthViolation(spec.ledger_id, Category.ENTRIES_BEYOND_LAST_ENTRY, severity, bookie, last_span.first, groups)
@@ -474,26 +474,20 @@ def _beyond(state: ClusterState, spec: LedgerSpec, last_span: _Span) -> tuple[li
 
 
 def _acknowledged_beyond(
-    spec: LedgerSpec, ensemble: Sequence[str], extra: Mapping[str, tuple[SequenceGroup, ...]], silent: set[str]
-) -> tuple[bool, set[str]]:
-    """Whether an entry held after lastEntryId has AQ copies in its write set; else the silent bookies that could
-    give one (or ``lastEntryId + 1``) AQ copies. Between the groups' bounds everything repeats every E entries,
-    so E entries of each stretch say it all."""
-    following = SequenceGroup(spec.last_entry + 1, spec.last_entry + 1, 1, 0)  # a candidate held or not
-    candidates = [following, *(g for gs in extra.values() for g in gs)]
+    spec: LedgerSpec, ensemble: Sequence[str], extra: Mapping[str, tuple[SequenceGroup, ...]]
+) -> bool:
+    """Whether an entry held after lastEntryId has AQ copies in its write set. Between the groups' bounds
+    everything repeats every E entries, so E entries of each stretch say it all."""
+    candidates = [g for gs in extra.values() for g in gs]
     bounds = sorted({b for g in candidates for b in (g.first_start, g.last_start + g.size)})
-    acknowledged, deciding = False, set[str]()
     for lo, hi in itertools.pairwise(bounds):
         for entry in range(lo, min(hi, lo + spec.ensemble_size)):
             if not _contains(candidates, entry):
                 continue
             members = [ensemble[(entry + w) % spec.ensemble_size] for w in range(spec.write_quorum)]
-            holders = sum(1 for b in members if _contains(extra.get(b, ()), entry))
-            unknown = {b for b in members if b in silent}
-            acknowledged = acknowledged or holders >= spec.ack_quorum
-            if holders < spec.ack_quorum <= holders + len(unknown):
-                deciding |= unknown
-    return acknowledged, deciding
+            if sum(1 for b in members if _contains(extra.get(b, ()), entry)) >= spec.ack_quorum:
+                return True
+    return False
 
 
 def _metadata_truth(state: ClusterState, spec: LedgerSpec, checked: Sequence[_Span]) -> list[TruthViolation]:

@@ -300,12 +300,25 @@ def test_unknown_write_set_bookie_of_the_next_entry_is_retried_beside_a_warning(
     assert "b2:3181" in verdict.retry_bookies
 
 
-def test_silent_bookies_that_cannot_change_the_beyond_finding_are_not_retried() -> None:
-    # Empty closed ledger, AQ=2: one silent bookie of entry 0's write set cannot make AQ copies of it.
+def test_one_silent_bookie_of_a_ledger_closed_empty_is_retried() -> None:
+    # Empty closed ledger, AQ=2, the others holding nothing: the silent one cannot make AQ copies of any entry, but
+    # what it holds may carry headers that prove entries acknowledged. Real BookKeeper closed a ledger empty over 30
+    # acknowledged entries that only the bookie away during the recovery still held.
     md = ledger(-1)
     answers = {b: BookieAnswer.no_ledger() for b in BOOKIES if b != "b0:3181"}
     verdict = verdict_of(md, answers)
-    assert verdict.verdict is VerdictKind.HEALTHY and verdict.retry_bookies == ()
+    assert verdict.verdict is VerdictKind.UNKNOWN and verdict.retry_bookies == ("b0:3181",)
+    # Once it answers with entries and the header of the last one, the ledger is closed too low, provably.
+    answers["b0:3181"] = replace(BookieAnswer.listing([SequenceGroup.run(0, 29)]), beyond=EntryHeader(1, 29, 28, 1920))
+    (beyond,) = verdict_of(md, answers).violations
+    assert (beyond.category, beyond.severity, beyond.bookie) == (
+        Category.ENTRIES_BEYOND_LAST_ENTRY,
+        Severity.CRITICAL,
+        "b0:3181",
+    )
+
+
+def test_silent_bookies_that_cannot_change_the_beyond_finding_are_not_retried() -> None:
     # Already critical (AQ=1 holder of entry 0): the silent one cannot change it either.
     md = ledger(-1, aq=1)
     answers = {b: BookieAnswer.no_ledger() for b in BOOKIES}

@@ -81,18 +81,14 @@ def _beyond(metadata: LedgerMetadata, held: Mapping[str, Holdings], result: Refe
             extra = {e for e in holding or () if e > metadata.last_entry_id}
             if extra and bookie not in result.beyond:
                 result.beyond[bookie] = extra
-    # Critical when any entry after the end has AQ copies in its write set; while it is not, the unknown bookies of
-    # the write sets of lastEntryId + 1 and of the held entries whose answers could make it so are needed.
+    # Critical when any entry after the end has AQ copies in its write set. While it is not, every unknown bookie of
+    # those segments is needed: one copy it holds of an entry after the end may carry a header proving it acknowledged.
     firsts = [s.first_entry_id for s in metadata.segments]
-    deciding: set[str] = set()
     for entry in sorted({following, *(e for extra in result.beyond.values() for e in extra)}):
         segment = metadata.segments[max((i for i, first in enumerate(firsts) if first <= entry), default=0)]
         members = [segment.ensemble[(entry + w) % metadata.ensemble_size] for w in range(metadata.write_quorum)]
         holders = sum(1 for b in members if entry in (held.get(b) or ()))
-        silent = {b for b in members if held.get(b) is None}
         if holders >= metadata.ack_quorum:
             result.beyond_critical = True
-        elif holders + len(silent) >= metadata.ack_quorum:
-            deciding |= silent
     if not result.beyond_critical:
-        result.retry |= deciding
+        result.retry |= {b for segment in metadata.segments[start:] for b in segment.ensemble if held.get(b) is None}
