@@ -589,3 +589,23 @@ TWO_GROUPS = f"[[ledgers]]\nid = 1\n{E123}\nwrite_quorum = 2\nlast_entry = 0\nto
 @example(state_of(TWO_GROUPS))
 def test_the_truth_after_the_end_agrees_with_the_verdict(state: ClusterState) -> None:
     assert_agree(state, 0.0)
+
+
+def test_a_ledger_closed_too_low_while_its_keeper_is_away_waits_for_it() -> None:
+    """What real BookKeeper does: the recovery closes the ledger too low because the bookie that kept the entries is
+    away. While it stays away the ledger needs it (nothing else can tell); once back, its copies' headers prove the
+    close too low."""
+    body = f"[[ledgers]]\nid = 1\n{E123}\nlast_entry = -1\ntoo_low = 30\n"
+    away = state_of('[bookies.bookie-1]\nmode = "stopped"\n' + body)
+    assert away.ledgers[1].kept_by == "bookie-1"
+    truth = {(v.category, v.bookie) for v in ledger_truth(away, 1, 0.0)}
+    assert truth == {(Category.BOOKIE_NOT_REGISTERED, "bookie-1")}
+    assert_agree(away, 0.0)
+    back = state_of(body)
+    (beyond,) = ledger_truth(back, 1, 0.0)
+    assert (beyond.category, beyond.severity, beyond.bookie) == (
+        Category.ENTRIES_BEYOND_LAST_ENTRY,
+        Severity.CRITICAL,
+        "bookie-1",
+    )
+    assert assert_agree(back, 0.0) == 1
