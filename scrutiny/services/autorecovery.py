@@ -10,6 +10,9 @@ ZooKeeper. Its check intervals are BookKeeper's settings of the same meaning (0 
 * ``auditorReplicasCheckInterval``: each closed ledger's replicas counted (default off);
 * ``lostBookieRecoveryDelay``: how long a bookie may be gone before its ledgers are marked (default 0).
 
+With a metrics port it serves its stats as Prometheus text (the replicas check reports what it finds there and in
+its log, without marking anything).
+
 It has no port: it runs when its process lives and an auditor has been elected
 (``<root>/underreplication/auditorelection`` holds a vote).
 """
@@ -24,7 +27,13 @@ from pathlib import Path
 from scrutiny.core.zk_paths import auditor_election_path
 from scrutiny.paths import BOOKKEEPER_LOGGING
 from scrutiny.services.bookkeeper import LocalBookies
-from scrutiny.services.bookkeeper_tools import METADATA_ROOT, bookkeeper_classpath, jvm_options, metadata_service_uri
+from scrutiny.services.bookkeeper_tools import (
+    METADATA_ROOT,
+    bookkeeper_classpath,
+    jvm_options,
+    metadata_service_uri,
+    stats_config,
+)
 from scrutiny.services.servers import (
     AUTORECOVERY,
     LOG_FILE,
@@ -50,15 +59,23 @@ _POLL_S = 0.2
 
 @dataclass(frozen=True, slots=True)
 class AutoRecoveryOptions:
-    """The Auditor's check intervals and the lost-bookie delay, in seconds (0: that check is off)."""
+    """The Auditor's check intervals and the lost-bookie delay, in seconds (0: that check is off), and the loopback
+    port of its metrics (0: none)."""
 
     periodic_check_s: int = 604_800
     bookie_check_s: int = 86_400
     replicas_check_s: int = 0
     lost_bookie_recovery_delay_s: int = 0
+    metrics_port: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("periodic_check_s", "bookie_check_s", "replicas_check_s", "lost_bookie_recovery_delay_s"):
+        for name in (
+            "periodic_check_s",
+            "bookie_check_s",
+            "replicas_check_s",
+            "lost_bookie_recovery_delay_s",
+            "metrics_port",
+        ):
             if getattr(self, name) < 0:
                 raise ServicesError(f"autorecovery option {name} must not be negative")
 
@@ -75,7 +92,7 @@ class AutoRecoveryOptions:
             "advertisedAddress": "127.0.0.1",
             "allowLoopback": "true",
             "httpServerEnabled": "false",
-            "statsProviderClass": "org.apache.bookkeeper.stats.NullStatsProvider",
+            **stats_config(self.metrics_port),
         }
         return "".join(f"{key}={value}\n" for key, value in lines.items())
 

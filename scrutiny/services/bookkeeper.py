@@ -50,6 +50,7 @@ from scrutiny.services.bookkeeper_tools import (
     bookkeeper_shell,
     jvm_options,
     metadata_service_uri,
+    stats_config,
 )
 from scrutiny.services.servers import (
     BOOKIE,
@@ -131,6 +132,8 @@ class BookieIdentity:
     port: int
     agent_port: int
     options: BookieOptions
+    #: Where the bookie serves its metrics (Prometheus text on ``/metrics``); 0 for none.
+    metrics_port: int = 0
 
     @property
     def id(self) -> str:
@@ -159,6 +162,7 @@ class BookieStatus:
     agent: str | None
     agent_state: ServiceState | None
     agent_pid: int | None
+    metrics: str | None = None
 
     def to_json(self) -> dict[str, object]:
         """The bookie's entry in ``services status --format json``."""
@@ -175,13 +179,15 @@ class BookieStatus:
             "agent": self.agent,
             "agent_state": None if self.agent_state is None else str(self.agent_state),
             "agent_pid": self.agent_pid,
+            "metrics": self.metrics,
         }
 
     def describe(self) -> str:
         """One human line, as ``services status`` prints it."""
         agent = f" agent={self.agent} ({self.agent_state})" if self.agent else ""
         pid = f" pid={self.pid}" if self.pid else ""
-        return f"bookie {self.id} {self.state}{pid} storage={self.storage}{agent} log={self.log_file}"
+        metrics = f" metrics=http://{self.metrics}/metrics" if self.metrics else ""
+        return f"bookie {self.id} {self.state}{pid} storage={self.storage}{agent}{metrics} log={self.log_file}"
 
 
 def bookie_config(identity: BookieIdentity, directory: Path, zookeeper: str) -> str:
@@ -201,7 +207,7 @@ def bookie_config(identity: BookieIdentity, directory: Path, zookeeper: str) -> 
         "flushInterval": str(options.flush_interval_ms),
         "zkTimeout": str(ZK_SESSION_TIMEOUT_MS),
         "httpServerEnabled": "false",
-        "statsProviderClass": "org.apache.bookkeeper.stats.NullStatsProvider",
+        **stats_config(identity.metrics_port),
         # A development machine: no fsync per journal write, small preallocation, nearly full disks accepted.
         "journalSyncData": "false",
         "journalPreAllocSizeMB": "1",
@@ -221,6 +227,7 @@ def _read_identity(directory: Path) -> BookieIdentity | None:
             name=directory.name,
             port=int(document["port"]),
             agent_port=int(document["agent_port"]),
+            metrics_port=int(document.get("metrics_port", 0)),
             options=BookieOptions(
                 storage=BookieStorage(options["storage"]),
                 write_cache_mb=int(options["write_cache_mb"]),
@@ -235,7 +242,12 @@ def _read_identity(directory: Path) -> BookieIdentity | None:
 
 
 def _write_identity(directory: Path, identity: BookieIdentity) -> None:
-    document = {"port": identity.port, "agent_port": identity.agent_port, "options": asdict(identity.options)}
+    document = {
+        "port": identity.port,
+        "agent_port": identity.agent_port,
+        "metrics_port": identity.metrics_port,
+        "options": asdict(identity.options),
+    }
     (directory / IDENTITY_FILE).write_text(json.dumps(document, indent=2) + "\n")
 
 
@@ -308,6 +320,7 @@ class LocalBookies:
             agent=f"{LOOPBACK}:{identity.agent_port}" if identity.has_agent else None,
             agent_state=agent_state,
             agent_pid=agent_pid,
+            metrics=f"{LOOPBACK}:{identity.metrics_port}" if identity.metrics_port else None,
         )
 
     # --- bringing up -----------------------------------------------------------------------------
@@ -355,13 +368,14 @@ class LocalBookies:
         progress(f"bookies: initialised a BookKeeper cluster at {METADATA_ROOT}")
 
     def _make(self, name: str, options: BookieOptions) -> BookieIdentity:
-        taken = {p for i in self.identities() for p in (i.port, i.agent_port) if p}
+        taken = {p for i in self.identities() for p in (i.port, i.agent_port, i.metrics_port) if p}
         needs_agent = options.storage is BookieStorage.DB
         while True:
-            port, agent_port = free_port(), free_port() if needs_agent else 0
-            if port not in taken and agent_port not in taken | {port}:
+            port, agent_port, metrics_port = free_port(), free_port() if needs_agent else 0, free_port()
+            mine = [p for p in (port, agent_port, metrics_port) if p]
+            if not taken & set(mine) and len(set(mine)) == len(mine):
                 break
-        identity = BookieIdentity(name=name, port=port, agent_port=agent_port, options=options)
+        identity = BookieIdentity(name, port, agent_port, options, metrics_port)
         directory = self.directory / name
         (directory / "journal").mkdir(parents=True, exist_ok=True)
         (directory / "ledgers").mkdir(parents=True, exist_ok=True)

@@ -33,6 +33,7 @@ __all__ = [
     "jvm_options",
     "ledger_tool",
     "metadata_service_uri",
+    "stats_config",
 ]
 
 #: BookKeeper's default metadata root, where ``initnewcluster`` puts the cluster.
@@ -54,6 +55,17 @@ class LedgerToolError(ServicesError):
 def metadata_service_uri(zookeeper: str, root: str = METADATA_ROOT) -> str:
     """BookKeeper's ``metadataServiceUri`` for a ZooKeeper connect string (hosts joined by ``;``)."""
     return f"zk+hierarchical://{zookeeper.replace(',', ';')}{root}"
+
+
+def stats_config(port: int) -> dict[str, str]:
+    """A BookKeeper JVM's stats settings: its metrics as Prometheus text on ``127.0.0.1:port/metrics``, or none (0)."""
+    if not port:
+        return {"statsProviderClass": "org.apache.bookkeeper.stats.NullStatsProvider"}
+    return {
+        "statsProviderClass": "org.apache.bookkeeper.stats.prometheus.PrometheusMetricsProvider",
+        "prometheusStatsHttpAddress": "127.0.0.1",
+        "prometheusStatsHttpPort": str(port),
+    }
 
 
 def jvm_options(logging_config: Path) -> list[str]:

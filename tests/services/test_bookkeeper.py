@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -199,6 +200,9 @@ def test_status_lists_the_bookies_and_stop_start_keep_their_identity(cluster: Cl
     first = bookies[0]
     assert Path(first["journal_dir"]).is_dir() and Path(first["ledger_dir"]).is_dir()
     assert first["id"] == f"127.0.0.1:{first['port']}" and first["pid"] > 0
+    for bookie in bookies:  # each serves BookKeeper's metrics, its request counters among them
+        with urllib.request.urlopen(f"http://{bookie['metrics']}/metrics", timeout=10) as answer:
+            assert "bookkeeper_server_ADD_ENTRY_REQUEST_count" in answer.read().decode()
 
     done = cluster.cli("services", "bookie", "stop", first["id"])
     assert done.returncode == 0, done.stderr

@@ -12,6 +12,9 @@ from scrutiny.services.servers import ServicesError
 
 pytestmark = pytest.mark.unit
 
+NULL_STATS = "org.apache.bookkeeper.stats.NullStatsProvider"
+PROMETHEUS = "org.apache.bookkeeper.stats.prometheus.PrometheusMetricsProvider"
+
 
 def settings_of(text: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in text.splitlines())
@@ -29,6 +32,14 @@ def test_a_bookie_gets_its_storage_cache_and_flush_interval() -> None:
         bookie_config(BookieIdentity("bookie-1", 1, 0, BookieOptions(storage=BookieStorage.SORTED)), Path("/s"), "h:1")
     )
     assert sorted_conf["ledgerStorageClass"] == "org.apache.bookkeeper.bookie.SortedLedgerStorage"
+    assert conf["statsProviderClass"] == sorted_conf["statsProviderClass"] == NULL_STATS  # no metrics port
+
+
+def test_a_bookie_with_a_metrics_port_serves_prometheus_on_loopback() -> None:
+    identity = BookieIdentity("bookie-1", 4181, 4185, BookieOptions(), metrics_port=4190)
+    conf = settings_of(bookie_config(identity, Path("/s/b1"), "127.0.0.1:2181"))
+    assert conf["statsProviderClass"] == PROMETHEUS
+    assert (conf["prometheusStatsHttpAddress"], conf["prometheusStatsHttpPort"]) == ("127.0.0.1", "4190")
 
 
 @pytest.mark.parametrize("bad", [{"write_cache_mb": 0}, {"flush_interval_ms": 0}, {"heap_mb": -1}])
@@ -44,5 +55,8 @@ def test_autorecovery_flags_are_bookkeepers_settings() -> None:
     conf = settings_of(options.config("127.0.0.1:2181"))
     assert conf["auditorPeriodicCheckInterval"] == "60" and conf["auditorPeriodicBookieCheckInterval"] == "2"
     assert conf["auditorReplicasCheckInterval"] == "0" and conf["lostBookieRecoveryDelay"] == "5"
+    assert conf["statsProviderClass"] == NULL_STATS
+    watched = settings_of(AutoRecoveryOptions(metrics_port=4191).config("127.0.0.1:2181"))
+    assert (watched["statsProviderClass"], watched["prometheusStatsHttpPort"]) == (PROMETHEUS, "4191")
     with pytest.raises(ServicesError, match="must not be negative"):
         AutoRecoveryOptions(bookie_check_s=-1)
