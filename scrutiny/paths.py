@@ -31,5 +31,7 @@ JVM_DIR: Final = PROJECT_ROOT / ".jvm"
 SPARK_JARS: Final = JVM_DIR / "spark"
 #: Apache BookKeeper's server, shell and client (``jvm/bookkeeper/pom.xml``).
 BOOKKEEPER_JARS: Final = JVM_DIR / "bookkeeper"
+#: Apache Pulsar's broker, run beside the real local bookies (``jvm/pulsar/pom.xml``).
+PULSAR_JARS: Final = JVM_DIR / "pulsar"
 #: The ledger tool, run from source with :data:`BOOKKEEPER_JARS`.
 LEDGER_TOOL_SOURCE: Final = PROJECT_ROOT / "jvm" / "bookkeeper" / "LedgerTool.java"

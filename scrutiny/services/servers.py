@@ -51,6 +51,8 @@ BOOKIE = "bookie"
 BOOKIE_AGENT = "bookie-agent"
 #: Record name of BookKeeper's AutoRecovery beside them (``scrutiny.services.autorecovery``): it has no port.
 AUTORECOVERY = "autorecovery"
+#: Record name of a Pulsar broker beside them (``scrutiny.services.pulsar``).
+PULSAR = "pulsar"
 #: The environment variable that points every command at each service.
 ENV_NAMES = {ZOOKEEPER: "SCRUTINY_ZOOKEEPER", KAFKA: "SCRUTINY_KAFKA"}
 STATE_FILE = "state.json"
@@ -474,6 +476,7 @@ PROBES: dict[str, Callable[[str, int, float], bool]] = {
     BOOKIE: accepts_connections,
     BOOKIE_AGENT: accepts_connections,
     AUTORECOVERY: lambda _host, _port, _timeout: True,  # no port: its process living is all there is to probe
+    PULSAR: accepts_connections,
 }
 
 

@@ -35,9 +35,6 @@ STATE_RECORD = "state"
 #: The record kind of a change of a ledger's last verified check (:func:`verified_records`).
 VERIFIED_RECORD = "verified"
 
-#: The custom-metadata key under which Pulsar names a ledger's topic.
-PULSAR_TOPIC_KEY = "pulsar/managed-ledger"
-
 Record = dict[str, object]
 
 
@@ -184,7 +181,6 @@ def _context(metadata: LedgerMetadata | None, version: int) -> Record:
     if metadata is None:
         return {"metadata_version": version if version >= 0 else None}
     segments = [{"first_entry": s.first_entry_id, "bookies": list(s.ensemble)} for s in metadata.segments]
-    topic = dict(metadata.custom_metadata).get(PULSAR_TOPIC_KEY)
     return {
         "metadata_version": version,
         "ensemble": json.dumps(segments, separators=(",", ":")),
@@ -192,5 +188,5 @@ def _context(metadata: LedgerMetadata | None, version: int) -> Record:
         "write_quorum": metadata.write_quorum,
         "ack_quorum": metadata.ack_quorum,
         "ledger_state": metadata.state.value,
-        "pulsar_topic": topic.decode("utf-8", "replace") if topic is not None else None,
+        "pulsar_topic": metadata.pulsar_topic,
     }
