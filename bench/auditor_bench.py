@@ -46,13 +46,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kazoo.client import KazooClient
 from kazoo.recipe.cache import TreeCache, TreeEvent
 from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
 
+from scrutiny.core.errors import PathError
+from scrutiny.core.zk_paths import ledger_id_from_underreplication_path, underreplication_ledgers_path
 from scrutiny.core.zk_records import parse_underreplication_mark
 from scrutiny.services.autorecovery import AutoRecoveryOptions
 from scrutiny.services.bookkeeper import BookieOptions, BookieStorage, LocalBookies
@@ -227,14 +229,13 @@ INJECT: dict[str, Callable[[EmbeddedServices, list[dict[str, Any]]], Fault]] = {
 # ------------------------------------------------------------------------------------------------------ contenders
 
 
-class Observer:
+class Observer(Protocol):
     """What one contender has found so far: ``(ledger, bookie or "")`` -> the earliest wall time, and how."""
 
-    def findings(self) -> dict[tuple[int, str], tuple[float, str]]:
-        raise NotImplementedError
+    def findings(self) -> dict[tuple[int, str], tuple[float, str]]: ...
 
 
-class ScrutinyFindings(Observer):
+class ScrutinyFindings:
     def __init__(self, job: StreamingJob) -> None:
         self.job = job
 
@@ -251,7 +252,7 @@ class ScrutinyFindings(Observer):
         return ledgers <= {row["ledger_id"] for row in self.job.table("ledger_checks")}
 
 
-class AuditorFindings(Observer):
+class AuditorFindings:
     """The Auditor's under-replication marks (ledger -> the znode's creation time, naming no bookie: a mark is about
     the ledger), each recorded as it appears (BookKeeper's ReplicationWorker deletes a mark as soon as it has copied
     the ledger, often within a poll's interval), and its replicas check's counters (ledger -1 with the moment they
@@ -262,17 +263,21 @@ class AuditorFindings(Observer):
         self.reported: float | None = None
         self.marks: dict[int, float] = {}
         self._lock = threading.Lock()
-        self.cache = TreeCache(client, f"{METADATA_ROOT}/underreplication/ledgers")
+        self.cache = TreeCache(client, underreplication_ledgers_path(root=METADATA_ROOT))
         self.cache.listen(self._event)
         self.cache.start()
 
     def _event(self, event: TreeEvent) -> None:
         node = event.event_data
-        if event.event_type != TreeEvent.NODE_ADDED or node is None or "/urL" not in node.path:
+        if event.event_type != TreeEvent.NODE_ADDED or node is None:
             return
+        try:
+            ledger_id = ledger_id_from_underreplication_path(node.path, root=METADATA_ROOT)
+        except PathError:
+            return  # one of the levels above the marks
         parse_underreplication_mark(node.data)  # a mark the product reads as such
         with self._lock:
-            self.marks.setdefault(int(node.path.rpartition("/urL")[2]), node.stat.ctime / 1000.0)
+            self.marks.setdefault(ledger_id, node.stat.ctime / 1000.0)
 
     def findings(self) -> dict[tuple[int, str], tuple[float, str]]:
         with self._lock:

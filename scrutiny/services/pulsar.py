@@ -27,32 +27,23 @@ from pathlib import Path
 from typing import Any
 
 from scrutiny.paths import BOOKKEEPER_LOGGING, PULSAR_JARS
-from scrutiny.services.bookkeeper_tools import metadata_service_uri
+from scrutiny.services.bookkeeper_tools import jvm_options, metadata_service_uri
 from scrutiny.services.servers import (
     LOOPBACK,
     PULSAR,
-    STATE_FILE,
     RunningServer,
     ServicesError,
     free_port,
     java_binary,
     spawn_server,
-    stop_process,
 )
 
 __all__ = ["LocalPulsar", "PulsarOptions", "managed_ledger_name", "message_position"]
 
 STANDALONE_MAIN = "org.apache.pulsar.PulsarStandaloneStarter"
 CONFIG_FILE = "broker.conf"
-#: What Pulsar's start script gives the broker's JVM on Java 17.
-_OPENS = (
-    "java.base/java.io",
-    "java.base/java.util.zip",
-    "java.base/java.nio",
-    "java.base/jdk.internal.misc",
-    "java.base/sun.net",
-    "java.management/sun.management",
-)
+#: What Pulsar's start script opens on Java 17 beyond what every BookKeeper JVM here gets (``jvm_options``).
+_MORE_OPENS = ("java.base/sun.net", "java.management/sun.management")
 _POLL_S = 0.25
 _HTTP_TIMEOUT_S = 30.0
 
@@ -124,21 +115,20 @@ class LocalPulsar:
         """Start the broker; return once ``public/default`` exists, with the seconds it took."""
         if not (PULSAR_JARS / "pulsar-broker.jar").is_file():
             raise ServicesError(f"Pulsar's jars are not in {PULSAR_JARS}: run scripts/setup")
+        options = options or PulsarOptions()
         self.directory.mkdir(parents=True, exist_ok=True)
         broker_port, self.web_port = free_port(), free_port()
         config = self.directory / CONFIG_FILE
-        config.write_text((options or PulsarOptions()).config(self.zookeeper, broker_port, self.web_port))
-        heap = (options or PulsarOptions()).heap_mb
-        opens = [part for module in _OPENS for part in ("--add-opens", f"{module}=ALL-UNNAMED")]
+        config.write_text(options.config(self.zookeeper, broker_port, self.web_port))
+        opens = [part for module in _MORE_OPENS for part in ("--add-opens", f"{module}=ALL-UNNAMED")]
         command = [
             java_binary(),
-            f"-Xmx{heap}m",
+            f"-Xmx{options.heap_mb}m",
             "-XX:MaxDirectMemorySize=256m",
             "-XX:+UseSerialGC",
             "-XX:TieredStopAtLevel=1",  # a short-lived broker: quicker to start, smaller
-            "-Djava.net.preferIPv4Stack=true",
             "-Djute.maxbuffer=10485760",
-            f"-Dlog4j2.configurationFile=file:{BOOKKEEPER_LOGGING}",
+            *jvm_options(BOOKKEEPER_LOGGING),
             *opens,
             "-cp",
             str(PULSAR_JARS / "*"),
@@ -163,9 +153,7 @@ class LocalPulsar:
     def stop(self, timeout: float = 30.0) -> None:
         """Stop the broker (SIGTERM closes its ledgers; SIGKILL after ``timeout``)."""
         if self.server is not None:
-            stop_process(self.server.record, timeout)
-            with contextlib.suppress(FileNotFoundError):
-                (self.directory / STATE_FILE).unlink()
+            self.server.stop(timeout)
             self.server = None
 
     def _wait_ready(self) -> None:

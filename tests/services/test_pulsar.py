@@ -18,6 +18,7 @@ import pytest
 from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
 
+from scrutiny.connectors.zookeeper.tree import TreeLayout, read_cluster
 from scrutiny.core.ledger_metadata import LedgerMetadata, LedgerState, decode_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.striping import write_set
 from scrutiny.services.bookkeeper import BookieOptions
@@ -84,30 +85,20 @@ def test_every_ledger_pulsar_writes_is_checked_and_findings_name_its_topic(tmp_p
 
 
 def _pulsar_ledgers(zookeeper: str) -> Iterator[tuple[int, LedgerMetadata]]:
-    """Every ledger under the cluster's root whose custom metadata says Pulsar made it; each decodes and encodes
-    again byte for byte."""
+    """Every ledger of the cluster (read as the watcher reads it) whose custom metadata says Pulsar made it; each
+    decodes and encodes again byte for byte."""
     client = KazooClient(hosts=zookeeper)
     client.start(timeout=10)
     try:
-        yield from _walk(client, METADATA_ROOT)
+        ledgers = read_cluster(client, TreeLayout(root=METADATA_ROOT)).ledgers
     finally:
         client.stop()
         client.close()
-
-
-def _walk(client: KazooClient, path: str) -> Iterator[tuple[int, LedgerMetadata]]:
-    for child in client.get_children(path):
-        if path == METADATA_ROOT and not child.isdigit() and len(child) != 2:
-            continue  # cookies, available, underreplication, LAYOUT, INSTANCEID, idgen, ...
-        full = f"{path}/{child}"
-        if child.startswith("L"):
-            data, _ = client.get(full)
-            metadata = decode_ledger_metadata(data)
-            assert encode_ledger_metadata_v3(metadata) == data, full
-            if dict(metadata.custom_metadata).get("application") == b"pulsar":
-                yield int(child[1:]), metadata
-        else:
-            yield from _walk(client, full)
+    for ledger_id, node in ledgers.items():
+        metadata = decode_ledger_metadata(node.data)
+        assert encode_ledger_metadata_v3(metadata) == node.data, ledger_id
+        if dict(metadata.custom_metadata).get("application") == b"pulsar":
+            yield ledger_id, metadata
 
 
 def _holds_entries(metadata: LedgerMetadata, bookie: str) -> bool:
