@@ -76,6 +76,7 @@ from scrutiny.connectors.tables.schemas import (
     violation_rows,
 )
 from scrutiny.core.errors import ConfigError
+from scrutiny.streaming.uncommitted_log import clear_uncommitted_log
 
 __all__ = [
     "CheckerTables",
@@ -189,6 +190,8 @@ def ensure_table(spark: SparkSession, data_dir: str | Path, name: str) -> bool:
     if DeltaTable.isDeltaTable(spark, uri):
         _check_schema(name, DeltaTable.forPath(spark, uri).toDF().schema, expected)
         return False
+    if clear_uncommitted_log(spark, uri):
+        log.warning("table %s: removed the log of a creation that never committed (a crash while creating it)", name)
     builder = (
         DeltaTable.createIfNotExists(spark)
         .location(uri)

@@ -47,6 +47,7 @@ from scrutiny.core.repair_plan import RepairAction, RepairOutcome
 from scrutiny.core.sequence_groups import EntrySet, from_entries
 from scrutiny.paths import PROJECT_ROOT
 from scrutiny.streaming.delta_writer import TXN_APP_ID_CONF, CheckerTables, WriteOutcome, append_rows, ensure_table
+from scrutiny.streaming.uncommitted_log import clear_uncommitted_log
 
 ROOT = PROJECT_ROOT
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -192,6 +193,31 @@ def test_an_empty_batch_creates_all_tables_and_commits_only_its_run(tables: Chec
         assert tables.committed_batch(name) == (0 if name == CHECKER_RUNS else None)
     run = read_table(tables.data_dir, CHECKER_RUNS).to_pylist()[0]
     assert run["duration_ms"] == 1500 and run["events"] == 3 and run["lag_records"] is None
+
+
+def test_a_creation_killed_before_its_first_commit_is_created_again(
+    tables: CheckerTables, caplog: pytest.LogCaptureFixture
+) -> None:
+    # What a SIGKILL between Delta's making of the log folders and its first commit leaves (seen on a killed checker):
+    # Delta's catalog takes such a path for a table that exists, and every batch failed with DELTA_TABLE_NOT_FOUND.
+    half_made = Path(tables.uri(VIOLATIONS)) / "_delta_log"
+    (half_made / "_staged_commits").mkdir(parents=True)
+    (half_made / ".00000000000000000000.json.0a1b.tmp").write_text("{}")
+    (half_made / "..00000000000000000000.json.0a1b.tmp.crc").write_bytes(b"crc")
+    with caplog.at_level(logging.WARNING, "scrutiny.streaming.delta_writer"):
+        write(tables, 0, batch_rows(0))
+    assert "never committed" in caplog.text
+    assert batch_counts(Path(tables.data_dir), VIOLATIONS) == {0: 1}
+    assert read_table(tables.data_dir, VIOLATIONS).schema.equals(TABLE_SCHEMAS[VIOLATIONS])
+
+
+def test_a_log_with_any_commit_is_never_cleared(spark: SparkSession, tmp_path: Path) -> None:
+    ensure_table(spark, tmp_path, VIOLATIONS)
+    log_dir = tmp_path / VIOLATIONS / "_delta_log"
+    committed = sorted(p.name for p in log_dir.iterdir())
+    (log_dir / ".00000000000000000001.json.0a1b.tmp").write_text("{}")  # a write in flight, or one killed
+    assert clear_uncommitted_log(spark, str((tmp_path / VIOLATIONS).resolve())) is False
+    assert set(committed) < {p.name for p in log_dir.iterdir()}
 
 
 def test_history_tables_are_append_only_and_free_of_deletion_vectors(tables: CheckerTables) -> None:
