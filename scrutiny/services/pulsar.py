@@ -126,7 +126,6 @@ class LocalPulsar:
             f"-Xmx{options.heap_mb}m",
             "-XX:MaxDirectMemorySize=256m",
             "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",  # a short-lived broker: quicker to start, smaller
             "-Djute.maxbuffer=10485760",
             *jvm_options(BOOKKEEPER_LOGGING),
             *opens,

@@ -68,6 +68,7 @@ ZOOKEEPER_JVM_OPTIONS = (
     "-Xms64m",
     "-Xmx2g",
     "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",  # a development server: the client compiler alone starts it in less CPU time
     "-Dzookeeper.admin.enableServer=false",
     "-Dzookeeper.4lw.commands.whitelist=*",
     "-Dorg.slf4j.simpleLogger.showDateTime=true",
