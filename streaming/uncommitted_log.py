@@ -9,7 +9,9 @@ after such a crash would fail its first batch every time.
 Nothing in such a log was ever committed (no reader could have seen it), so removing it loses nothing. Only hidden
 files (Delta's temporaries and Hadoop's checksums of them) and empty folders are removed, one by one; a log holding any
 other file is left as it is. The file system is Spark's own (Hadoop's, with the session's settings), so this works
-wherever the table does.
+wherever the table does. Another process creating the same table at that moment loses its temporary file and its
+create fails (its batch is run again); a commit that lands meanwhile makes the removal of the folder fail instead, so
+nothing committed is ever removed.
 """
 
 from __future__ import annotations
