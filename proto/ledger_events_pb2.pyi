@@ -25,6 +25,7 @@ class EventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SNAPSHOT_END: _ClassVar[EventKind]
     LEDGER_RECHECK: _ClassVar[EventKind]
     BOOKIE_LOST: _ClassVar[EventKind]
+    AUTORECOVERY_HEALTH: _ClassVar[EventKind]
 
 class RecheckReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -56,6 +57,7 @@ SNAPSHOT_BEGIN: EventKind
 SNAPSHOT_END: EventKind
 LEDGER_RECHECK: EventKind
 BOOKIE_LOST: EventKind
+AUTORECOVERY_HEALTH: EventKind
 RECHECK_REASON_UNSPECIFIED: RecheckReason
 BOOKIE_LOST_RECHECK: RecheckReason
 BOOKIE_RETURNED: RecheckReason
@@ -75,6 +77,26 @@ class BookieLost(_message.Message):
     ledgers: int
     entries: int
     def __init__(self, unregistered_ms: _Optional[int] = ..., ledgers: _Optional[int] = ..., entries: _Optional[int] = ...) -> None: ...
+
+class AutoRecovery(_message.Message):
+    __slots__ = ("disabled", "disabled_since_ms", "disabled_critical", "auditor", "has_auditor", "no_auditor_since_ms", "no_auditor", "auditor_unsettled")
+    DISABLED_FIELD_NUMBER: _ClassVar[int]
+    DISABLED_SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    DISABLED_CRITICAL_FIELD_NUMBER: _ClassVar[int]
+    AUDITOR_FIELD_NUMBER: _ClassVar[int]
+    HAS_AUDITOR_FIELD_NUMBER: _ClassVar[int]
+    NO_AUDITOR_SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    NO_AUDITOR_FIELD_NUMBER: _ClassVar[int]
+    AUDITOR_UNSETTLED_FIELD_NUMBER: _ClassVar[int]
+    disabled: bool
+    disabled_since_ms: int
+    disabled_critical: bool
+    auditor: str
+    has_auditor: bool
+    no_auditor_since_ms: int
+    no_auditor: bool
+    auditor_unsettled: bool
+    def __init__(self, disabled: _Optional[bool] = ..., disabled_since_ms: _Optional[int] = ..., disabled_critical: _Optional[bool] = ..., auditor: _Optional[str] = ..., has_auditor: _Optional[bool] = ..., no_auditor_since_ms: _Optional[int] = ..., no_auditor: _Optional[bool] = ..., auditor_unsettled: _Optional[bool] = ...) -> None: ...
 
 class ZnodeStat(_message.Message):
     __slots__ = ("version", "czxid", "mzxid", "ctime_ms", "mtime_ms")
@@ -117,7 +139,7 @@ class SnapshotInfo(_message.Message):
     def __init__(self, ledgers: _Optional[int] = ..., under_replicated: _Optional[int] = ..., bookies: _Optional[int] = ..., duration_ms: _Optional[int] = ...) -> None: ...
 
 class LedgerEvent(_message.Message):
-    __slots__ = ("kind", "origin", "ledger_id", "stat", "metadata", "decode_error", "under_replication", "bookie_id", "bookie_info", "racks", "snapshot", "observed_ms", "watcher_id", "epoch", "sequence", "ledgers_root", "recheck", "lost")
+    __slots__ = ("kind", "origin", "ledger_id", "stat", "metadata", "decode_error", "under_replication", "bookie_id", "bookie_info", "racks", "snapshot", "observed_ms", "watcher_id", "epoch", "sequence", "ledgers_root", "recheck", "lost", "autorecovery")
     KIND_FIELD_NUMBER: _ClassVar[int]
     ORIGIN_FIELD_NUMBER: _ClassVar[int]
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -136,6 +158,7 @@ class LedgerEvent(_message.Message):
     LEDGERS_ROOT_FIELD_NUMBER: _ClassVar[int]
     RECHECK_FIELD_NUMBER: _ClassVar[int]
     LOST_FIELD_NUMBER: _ClassVar[int]
+    AUTORECOVERY_FIELD_NUMBER: _ClassVar[int]
     kind: EventKind
     origin: Origin
     ledger_id: int
@@ -154,4 +177,5 @@ class LedgerEvent(_message.Message):
     ledgers_root: str
     recheck: RecheckReason
     lost: BookieLost
-    def __init__(self, kind: _Optional[_Union[EventKind, str]] = ..., origin: _Optional[_Union[Origin, str]] = ..., ledger_id: _Optional[int] = ..., stat: _Optional[_Union[ZnodeStat, _Mapping]] = ..., metadata: _Optional[bytes] = ..., decode_error: _Optional[str] = ..., under_replication: _Optional[_Union[UnderReplication, _Mapping]] = ..., bookie_id: _Optional[str] = ..., bookie_info: _Optional[bytes] = ..., racks: _Optional[bytes] = ..., snapshot: _Optional[_Union[SnapshotInfo, _Mapping]] = ..., observed_ms: _Optional[int] = ..., watcher_id: _Optional[str] = ..., epoch: _Optional[int] = ..., sequence: _Optional[int] = ..., ledgers_root: _Optional[str] = ..., recheck: _Optional[_Union[RecheckReason, str]] = ..., lost: _Optional[_Union[BookieLost, _Mapping]] = ...) -> None: ...
+    autorecovery: AutoRecovery
+    def __init__(self, kind: _Optional[_Union[EventKind, str]] = ..., origin: _Optional[_Union[Origin, str]] = ..., ledger_id: _Optional[int] = ..., stat: _Optional[_Union[ZnodeStat, _Mapping]] = ..., metadata: _Optional[bytes] = ..., decode_error: _Optional[str] = ..., under_replication: _Optional[_Union[UnderReplication, _Mapping]] = ..., bookie_id: _Optional[str] = ..., bookie_info: _Optional[bytes] = ..., racks: _Optional[bytes] = ..., snapshot: _Optional[_Union[SnapshotInfo, _Mapping]] = ..., observed_ms: _Optional[int] = ..., watcher_id: _Optional[str] = ..., epoch: _Optional[int] = ..., sequence: _Optional[int] = ..., ledgers_root: _Optional[str] = ..., recheck: _Optional[_Union[RecheckReason, str]] = ..., lost: _Optional[_Union[BookieLost, _Mapping]] = ..., autorecovery: _Optional[_Union[AutoRecovery, _Mapping]] = ...) -> None: ...

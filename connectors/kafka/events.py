@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from scrutiny.core.autorecovery_health import AutoRecoveryHealth
 from scrutiny.core.errors import FormatError, ScrutinyError
 from scrutiny.core.metadata_redaction import RedactedMetadata, redacted_metadata
 from scrutiny.core.metadata_view import ChangeKind, MetadataChange, Node
@@ -134,6 +135,40 @@ def bookie_lost_event(
     event.lost.ledgers = ledgers
     event.lost.entries = entries
     return event
+
+
+def autorecovery_event(
+    health: AutoRecoveryHealth, origin: int, publisher: Publisher, *, observed_ms: int
+) -> pb.LedgerEvent:
+    """An AUTORECOVERY_HEALTH (cluster-wide): the watcher's judgement of BookKeeper's auto-recovery."""
+    event = _base(pb.EventKind.AUTORECOVERY_HEALTH, origin, publisher, observed_ms)
+    carried = event.autorecovery
+    if health.disabled_since_ms is not None:
+        carried.disabled = True
+        carried.disabled_since_ms = health.disabled_since_ms
+        carried.disabled_critical = health.disabled_critical
+    if health.auditor is not None:
+        carried.has_auditor = True
+        carried.auditor = health.auditor
+    if health.no_auditor_since_ms is not None:
+        carried.no_auditor_since_ms = health.no_auditor_since_ms
+    carried.no_auditor = health.no_auditor
+    carried.auditor_unsettled = health.auditor_unsettled
+    return event
+
+
+def autorecovery_health(event: pb.LedgerEvent) -> AutoRecoveryHealth:
+    """The judgement an AUTORECOVERY_HEALTH event carries (the inverse of :func:`autorecovery_event`)."""
+    carried = event.autorecovery
+    no_vote = not carried.has_auditor
+    return AutoRecoveryHealth(
+        disabled_since_ms=carried.disabled_since_ms if carried.disabled else None,
+        disabled_critical=carried.disabled and carried.disabled_critical,
+        auditor=None if no_vote else carried.auditor,
+        no_auditor_since_ms=carried.no_auditor_since_ms if no_vote else None,
+        no_auditor=no_vote and carried.no_auditor,
+        auditor_unsettled=no_vote and carried.auditor_unsettled,
+    )
 
 
 def marker_event(kind: int, origin: int, publisher: Publisher, *, observed_ms: int) -> pb.LedgerEvent:

@@ -45,9 +45,10 @@ from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
 from scrutiny.connectors.zookeeper.tree import read_optional, read_registrations
 from scrutiny.core.errors import ConfigError, FormatError, PathError, ScrutinyError
 from scrutiny.core.metadata_redaction import redacted_metadata
+from scrutiny.core.replication_locks import ReplicationLock
 from scrutiny.core.verdict import ClusterView
-from scrutiny.core.zk_paths import LedgerManager, check_root, layout_path, ledger_path
-from scrutiny.core.zk_records import parse_layout, parse_pulsar_racks
+from scrutiny.core.zk_paths import LedgerManager, check_root, layout_path, ledger_path, underreplication_lock_path
+from scrutiny.core.zk_records import parse_layout, parse_lock_data, parse_pulsar_racks
 
 logger = logging.getLogger(__name__)
 
@@ -196,8 +197,27 @@ class CachedClusterReader:
         read = self._read_ledgers(ledger_ids, lambda client, path: client.get_async(path))
         return {ledger: _znode(bytes(data), stat) for ledger, (data, stat) in read.items()}
 
-    def _read_ledgers(self, ledger_ids: Collection[int], request: Callable[[KazooClient, str], Any]) -> dict[int, Any]:
-        """``request`` for each ledger's znode, all at once after one sync: the answers of those that exist."""
+    def replication_locks(self, ledger_ids: Collection[int]) -> dict[int, ReplicationLock]:
+        """The replication workers' locks held now on those of ``ledger_ids`` (``underreplication/locks/urL%010d``),
+        read after a ``sync``: who holds each and since when. ClusterCacheError when ZooKeeper cannot answer them
+        all."""
+        root = self.ledgers_root
+        read = self._read_ledgers(
+            ledger_ids,
+            lambda client, path: client.get_async(path),
+            path_of=lambda ledger, _: underreplication_lock_path(ledger, root=root),
+        )
+        return {ledger: ReplicationLock(_lock_holder(bytes(data)), stat.ctime) for ledger, (data, stat) in read.items()}
+
+    def _read_ledgers(
+        self,
+        ledger_ids: Collection[int],
+        request: Callable[[KazooClient, str], Any],
+        *,
+        path_of: Callable[[int, LedgerManager], str] | None = None,
+    ) -> dict[int, Any]:
+        """``request`` for each ledger's znode (or the node ``path_of`` names), all at once after one sync: the answers
+        of those that exist."""
         if not ledger_ids:
             return {}
         try:
@@ -205,10 +225,9 @@ class CachedClusterReader:
                 client = self._connected_client()
             client.sync(self.ledgers_root)
             manager = self._ledger_manager(client)
-            pending = {
-                ledger: request(client, ledger_path(ledger, manager=manager, root=self.ledgers_root))
-                for ledger in ledger_ids
-            }
+            root = self.ledgers_root
+            where = path_of or (lambda ledger, manager: ledger_path(ledger, manager=manager, root=root))
+            pending = {ledger: request(client, where(ledger, manager)) for ledger in ledger_ids}
             deadline = time.monotonic() + self.connect_timeout_s
             answers = {}
             for ledger, result in pending.items():
@@ -264,6 +283,14 @@ class CachedClusterReader:
         registrations: dict[str, bytes | None] = {**readonly, **writable}
         view = ClusterView(racks=racks, writable=frozenset(writable), readonly=frozenset(readonly))
         return ClusterSnapshot(view, registrations, int(time.time() * 1000), racks_problem)
+
+
+def _lock_holder(data: bytes) -> str | None:
+    """The bookie id a replication lock names (None: none, or text that does not parse)."""
+    try:
+        return parse_lock_data(data)
+    except FormatError:
+        return None
 
 
 def _znode(data: bytes, stat: Any) -> LedgerZnode:

@@ -19,18 +19,26 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import EXCEPTIONS, NoNodeError
 
 from scrutiny.connectors.zookeeper.requests import MultiRead
-from scrutiny.core.errors import PathError
+from scrutiny.core.autorecovery_health import AutoRecoveryObservation
+from scrutiny.core.errors import FormatError, PathError
 from scrutiny.core.metadata_view import MetadataView, Node, NodeStat
+from scrutiny.core.replication_locks import ReplicationLock
 from scrutiny.core.zk_paths import (
     LedgerManager,
+    auditor_election_path,
+    auditor_vote_sequence,
     available_path,
     cookies_path,
     is_ledger_tree_child,
     ledger_id_from_path,
+    ledger_id_from_underreplication_lock_path,
     ledger_id_from_underreplication_path,
     readonly_path,
+    underreplication_disable_path,
     underreplication_ledgers_path,
+    underreplication_locks_path,
 )
+from scrutiny.core.zk_records import parse_auditor_vote, parse_lock_data
 
 T = TypeVar("T")
 Progress = Callable[[str, int], None]
@@ -177,6 +185,60 @@ def read_cookies(client: KazooClient, root: str) -> dict[str, int]:
         return {}
     found = read_nodes(client, [f"{parent}/{name}" for name in names])
     return {path.rsplit("/", 1)[1]: node.stat.mzxid for path, node in found.items()}
+
+
+def read_autorecovery(client: KazooClient, root: str) -> AutoRecoveryObservation:
+    """Auto-recovery as ZooKeeper shows it: the ``disable`` node's creation time, and the elected auditor (the bookie
+    id of the lowest vote; "" for a vote whose text names none or does not parse: a vote exists all the same)."""
+    stat = client.exists(underreplication_disable_path(root=root))
+    parent = auditor_election_path(root=root)
+    try:
+        names = client.get_children(parent)
+    except NoNodeError:
+        names = []
+    votes = sorted((auditor_vote_sequence(n), n) for n in names if _is_vote(n))
+    auditor = None
+    for _, name in votes:
+        data = read_optional(client, f"{parent}/{name}")
+        if data is None:
+            continue  # its voter went away meanwhile: the next vote is the auditor's
+        try:
+            auditor = parse_auditor_vote(data) or ""
+        except FormatError:
+            auditor = ""
+        break
+    return AutoRecoveryObservation(None if stat is None else int(stat.ctime), auditor)
+
+
+def read_locks(client: KazooClient, root: str) -> dict[int, ReplicationLock]:
+    """The replication workers' locks held now (``underreplication/locks/urL%010d``): ledger id -> who holds it and
+    since when (nodes of other names are left out)."""
+    parent = underreplication_locks_path(root=root)
+    try:
+        names = client.get_children(parent)
+    except NoNodeError:
+        return {}
+    found = read_nodes(client, [f"{parent}/{name}" for name in names])
+    locks = {}
+    for path, node in found.items():
+        try:
+            ledger_id = ledger_id_from_underreplication_lock_path(path, root=root)
+        except (PathError, FormatError):
+            continue
+        try:
+            holder = parse_lock_data(node.data)
+        except FormatError:
+            holder = None
+        locks[ledger_id] = ReplicationLock(holder, node.stat.ctime_ms)
+    return locks
+
+
+def _is_vote(name: str) -> bool:
+    try:
+        auditor_vote_sequence(name)
+    except PathError:
+        return False
+    return True
 
 
 def read_optional(client: KazooClient, path: str) -> bytes | None:

@@ -155,7 +155,8 @@ class HealthSummary:
     warnings: tuple[str, ...] = ()
     #: Ledgers with at least one finding that means data loss (:func:`~scrutiny.core.vocabulary.is_data_loss`).
     data_loss_ledgers: int = 0
-    #: Cluster-level findings (``BOOKIE_LOST``), worst first: counted, but of no ledger.
+    #: Cluster-level findings (``BOOKIE_LOST``, ``AUTORECOVERY_DISABLED``, ``NO_AUDITOR``), worst first: counted, but of
+    #: no ledger.
     cluster: tuple[OpenViolation, ...] = ()
 
     @property

@@ -39,6 +39,7 @@ from scrutiny.core.ledger_tracker import (
     stalled_recovery,
     violation_key,
 )
+from scrutiny.core.replication_locks import ReplicationLock, with_lock
 from scrutiny.core.verdict import BookieAnswer, ClusterView, VerdictKind, Violation, compute_verdict
 from scrutiny.core.vocabulary import Category
 from scrutiny.core.zk_paths import MAX_LEDGER_ID
@@ -154,6 +155,8 @@ class ScanItem:
     written_ms: int | None = None
     #: Why the node's own bytes do not decode (empty when they do): ``METADATA_UNREADABLE`` reports it.
     decode_error: str = ""
+    #: The replication worker's lock on the marked ledger (None: not locked), named in ``UNDER_REPLICATION_STUCK``.
+    lock: ReplicationLock | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,7 +299,9 @@ def _marked(
         return marked, []
     step = on_timer(marked, now_ms=now_ms)
     assert step.state is not None
-    return step.state, [step.outcome]
+    grace_ms = config.verdict.under_replication_grace_ms
+    found = tuple(with_lock(v, item.lock, now_ms=now_ms, grace_ms=grace_ms) for v in step.outcome.found)
+    return step.state, [replace(step.outcome, found=found)]
 
 
 def _stalled(item: ScanItem, metadata: LedgerMetadata, *, now_ms: int, config: TrackerConfig) -> tuple[Violation, ...]:

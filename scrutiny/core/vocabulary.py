@@ -8,7 +8,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Final
 
-#: The ``ledger_id`` of cluster-level findings (``BOOKIE_LOST``): they concern no one ledger.
+#: The ``ledger_id`` of cluster-level findings (``BOOKIE_LOST``, ``AUTORECOVERY_DISABLED``, ``NO_AUDITOR``): they
+#: concern no one ledger.
 CLUSTER_LEDGER_ID: Final = -1
 
 
@@ -49,11 +50,14 @@ class Category(StrEnum):
     RECOVERY_STALLED = "RECOVERY_STALLED"
     OPEN_LEDGER_STALLED = "OPEN_LEDGER_STALLED"
     LEDGER_IN_LIMBO = "LEDGER_IN_LIMBO"
+    AUTORECOVERY_DISABLED = "AUTORECOVERY_DISABLED"
+    NO_AUDITOR = "NO_AUDITOR"
 
 
 #: The severity of each category whose severity does not depend on the evidence.
 #: ``MISSING_REPLICA`` takes the ledger's worst replica severity and
-#: ``ENTRIES_BEYOND_LAST_ENTRY`` depends on whether an entry after the end has AQ copies in its write set.
+#: ``ENTRIES_BEYOND_LAST_ENTRY`` depends on whether an entry after the end has AQ copies in its write set;
+#: ``AUTORECOVERY_DISABLED`` is a warning that turns critical once auto-recovery has been off past its grace.
 FIXED_SEVERITY: dict[Category, Severity] = {
     Category.NO_REPLICA: Severity.CRITICAL,
     Category.BELOW_ACK_QUORUM: Severity.CRITICAL,
@@ -71,6 +75,7 @@ FIXED_SEVERITY: dict[Category, Severity] = {
     Category.RECOVERY_STALLED: Severity.CRITICAL,
     Category.OPEN_LEDGER_STALLED: Severity.WARNING,
     Category.LEDGER_IN_LIMBO: Severity.WARNING,
+    Category.NO_AUDITOR: Severity.WARNING,
 }
 
 

@@ -119,7 +119,8 @@ class BookieHealth:
 
 @dataclass(frozen=True, slots=True)
 class ClusterFinding:
-    """An open finding of the cluster rather than of a ledger (``BOOKIE_LOST``: ledger id -1 in the tables)."""
+    """An open finding of the cluster rather than of a ledger (``BOOKIE_LOST``, ``AUTORECOVERY_DISABLED``,
+    ``NO_AUDITOR``: ledger id -1 in the tables)."""
 
     category: str
     severity: str

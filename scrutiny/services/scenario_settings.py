@@ -18,7 +18,8 @@ ASSUMED_SECTIONS = ("placement", "verdict", "watcher", "checker")
 
 def scenario_checker_settings(base: Settings, scenario: Scenario) -> Settings:
     """``base`` with the settings the scenario's ground truth assumes (placement policy, mark grace, when a stopped
-    bookie is lost and how long its ledgers may stay unmarked)."""
+    bookie is lost and how long its ledgers may stay unmarked, when disabled auto-recovery is critical, whether an
+    auditor is expected and how long it may be missing)."""
     spec = scenario.checker
     placement = replace(
         base.placement,
@@ -30,7 +31,12 @@ def scenario_checker_settings(base: Settings, scenario: Scenario) -> Settings:
         default_rack=spec.default_rack,
     )
     watcher = replace(
-        base.watcher, lost_bookie_recovery_delay_seconds=0, bookie_lost_grace_seconds=round(spec.bookie_lost_after_s)
+        base.watcher,
+        lost_bookie_recovery_delay_seconds=0,
+        bookie_lost_grace_seconds=round(spec.bookie_lost_after_s),
+        autorecovery_disabled_critical_seconds=round(spec.autorecovery_disabled_critical_s),
+        auditor_expected=spec.auditor_expected,
+        no_auditor_grace_seconds=round(spec.no_auditor_grace_s),
     )
     return replace(
         base,

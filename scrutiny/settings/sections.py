@@ -85,6 +85,9 @@ class WatcherSection:
     bookie_lost_grace_seconds: int = 300
     snapshot_workers: int = 1
     snapshot_workers_min_ledgers: int = 20_000
+    autorecovery_disabled_critical_seconds: int = 3600
+    auditor_expected: bool = True
+    no_auditor_grace_seconds: int = 300
 
     def __post_init__(self) -> None:
         for key in ("tick_interval_seconds", "delivery_timeout_seconds"):
@@ -99,6 +102,8 @@ class WatcherSection:
             "bookie_lost_grace_seconds",
             "snapshot_workers",
             "snapshot_workers_min_ledgers",
+            "autorecovery_disabled_critical_seconds",
+            "no_auditor_grace_seconds",
         ):
             if getattr(self, key) < 0:
                 raise ConfigError(f"watcher.{key} must be 0 or more, not {getattr(self, key)!r}")

@@ -12,6 +12,10 @@ ZooKeeper (a started kazoo client, chrooted or not):
   at its real hierarchical path in BookKeeper's v3 bytes (or corrupt bytes where the scenario says
   so), under-replication marks in BookKeeper's text format, Pulsar's rack map at ``racks_path``
   (``/bookies``, at the client's root, not under the ledgers root);
+* BookKeeper's auto-recovery as its own processes leave it: ``<root>/underreplication/disable`` (empty) while it is
+  disabled, and while an auditor is elected its vote, an ephemeral sequential
+  ``<root>/underreplication/auditorelection/V_<sequence>`` holding ``AuditorVoteFormat`` as protobuf text
+  (``bookieId: "<the first bookie>"``), on the cluster's session like the registrations;
 * the schedule's changes at their times (seconds after :attr:`SimCluster.started_at_ms`), each
   carried out in ZooKeeper and on the bookies.
 
@@ -43,6 +47,8 @@ from scrutiny.connectors.zookeeper.tree import pipelined
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.ledger_metadata import build_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.zk_paths import (
+    AUDITOR_VOTE_PREFIX,
+    auditor_election_path,
     available_bookie_path,
     available_path,
     cookie_path,
@@ -52,6 +58,7 @@ from scrutiny.core.zk_paths import (
     ledger_path,
     readonly_bookie_path,
     readonly_path,
+    underreplication_disable_path,
     underreplication_ledgers_path,
     underreplication_locks_path,
     underreplication_path,
@@ -60,6 +67,7 @@ from scrutiny.core.zk_records import (
     Cookie,
     Layout,
     UnderReplicationMark,
+    format_auditor_vote,
     format_bookie_service_info,
     format_cookie,
     format_layout,
@@ -255,6 +263,8 @@ class SimCluster:
         self._t0_mono = 0.0
         self._known_dirs: set[str] = set()
         self._registered: dict[str, str] = {}
+        #: The path of the auditor's vote while it has one (ZooKeeper picks its sequence).
+        self._vote_path: str | None = None
         self._ctime_ms = 0
         #: When each ledger's metadata was last written (ms): its last write, for the write cache's flushes.
         self._written_ms: dict[int, int] = {}
@@ -277,6 +287,7 @@ class SimCluster:
             self.started_at_ms = int(self._clock() * 1000)
             self._t0_mono = time.monotonic()
             await asyncio.to_thread(self._write_marks, list(self.state.ledgers.values()))
+            await asyncio.to_thread(self._write_autorecovery)
             for bookie_id in self.bookies:
                 await asyncio.to_thread(self._register, bookie_id)
         except BaseException:
@@ -320,8 +331,10 @@ class SimCluster:
             log.warning("ZooKeeper did not answer within %g s: did not %s", timeout_s, what)
 
     def _unregister_all(self) -> None:
+        """Every bookie's registration and the auditor's vote: the processes that made them stop."""
         for bookie_id in list(self._registered):
             self._unregister(bookie_id)
+        self._withdraw_vote()
 
     async def __aenter__(self) -> SimCluster:
         await self.start()
@@ -532,6 +545,10 @@ class SimCluster:
                     client.delete(path)
         for ledger_id in sorted(change.marks - change.deleted):
             self._write_mark(ledger_id)
+        if change.autorecovery:
+            self._write_disable()
+        if change.auditor:
+            self._write_vote()
 
     def _write_mark(self, ledger_id: int) -> None:
         assert self.started_at_ms is not None
@@ -545,6 +562,37 @@ class SimCluster:
             self._pipeline.create_tree([(path, data)], self._known_dirs)
         else:
             self.client.set(path, data)
+
+    def _write_autorecovery(self) -> None:
+        """Auto-recovery as the scenario starts it (at t = 0): the disable node and the auditor's vote."""
+        self._write_disable()
+        self._write_vote()
+
+    def _write_disable(self) -> None:
+        """Create ``<root>/underreplication/disable`` (empty, as BookKeeper's shell does) while auto-recovery is
+        disabled, delete it otherwise."""
+        path = underreplication_disable_path(root=self.root)
+        if self.state.disabled_since_s is None:
+            with contextlib.suppress(NoNodeError):
+                self.client.delete(path)
+        else:
+            with contextlib.suppress(NodeExistsError):
+                self.client.create(path, b"", makepath=True)
+
+    def _write_vote(self) -> None:
+        """The auditor's vote while one is elected (a new sequence each time it starts), none otherwise."""
+        if self.state.no_auditor_since_s is not None:
+            self._withdraw_vote()
+        elif self._vote_path is None:
+            prefix = f"{auditor_election_path(root=self.root)}/{AUDITOR_VOTE_PREFIX}"
+            data = format_auditor_vote(self.state.auditor_voter)
+            self._vote_path = self.client.create(prefix, data, ephemeral=True, sequence=True, makepath=True)
+
+    def _withdraw_vote(self) -> None:
+        path, self._vote_path = self._vote_path, None
+        if path is not None:
+            with contextlib.suppress(NoNodeError):
+                self.client.delete(path)
 
     def _remove_everything(self) -> None:
         """Delete what was written: the ledger and mark nodes by their known paths, then the rest of the tree."""

@@ -5,8 +5,8 @@ these types; :mod:`scrutiny.simulator.state` steps them through the schedule. In
 scenario names the bookies (racks, read-only / stopped / wiped, faults, ledgers in limbo), the
 ledgers (E/WQ/AQ, state, last entry, segments or "auto" ensembles, custom metadata, what each
 bookie holds when it deviates from its stripe, under-replication marks, a recovery that closed it
-too low, corrupt metadata), what the ground truth assumes of the checker, and a schedule of timed
-changes.
+too low, corrupt metadata), BookKeeper's auto-recovery (disabled or not, an auditor elected or not), what the
+ground truth assumes of the checker, and a schedule of timed changes.
 
 Every entry a bookie holds starts with the header its writer put on it; its last-add-confirmed
 follows one rule, :func:`entry_lac` (a writer acknowledged in order: entry ``e`` carries ``e - 1``,
@@ -109,6 +109,10 @@ class Action(StrEnum):
     DELETE = "delete"
     CREATE = "create"
     REPAIR = "repair"
+    DISABLE_AUTORECOVERY = "disable_autorecovery"
+    ENABLE_AUTORECOVERY = "enable_autorecovery"
+    STOP_AUDITOR = "stop_auditor"
+    START_AUDITOR = "start_auditor"
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +311,10 @@ class ClusterSpec:
     #: only at the first flush (every this many seconds from the bookies' start) after its last write; until
     #: then an agent answers NO_LEDGER, as real ones do (measured on BookKeeper 4.17). 0: no write cache.
     write_cache_flush_s: float = 0.0
+    #: BookKeeper's auto-recovery is disabled from the start (``<root>/underreplication/disable`` made at t = 0).
+    autorecovery_disabled: bool = False
+    #: An auditor is elected from the start (its vote under ``<root>/underreplication/auditorelection``).
+    auditor: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,6 +335,12 @@ class CheckerSpec:
     under_replication_mark_grace_s: float = 300.0
     #: A ledger in recovery (from the start) this long: ``RECOVERY_STALLED``.
     recovery_stalled_grace_s: float = 600.0
+    #: Auto-recovery disabled strictly longer than this: ``AUTORECOVERY_DISABLED`` turns critical.
+    autorecovery_disabled_critical_s: float = 3600.0
+    #: No auditor vote strictly longer than this, while one is expected: ``NO_AUDITOR``.
+    no_auditor_grace_s: float = 300.0
+    #: Whether the cluster runs BookKeeper's AutoRecovery, so that an auditor must be elected.
+    auditor_expected: bool = True
 
     def as_json_dict(self) -> dict[str, object]:
         """The assumptions, for the truth file."""
@@ -342,6 +356,9 @@ class CheckerSpec:
             "bookie_lost_after_s": self.bookie_lost_after_s,
             "under_replication_mark_grace_s": self.under_replication_mark_grace_s,
             "recovery_stalled_grace_s": self.recovery_stalled_grace_s,
+            "autorecovery_disabled_critical_s": self.autorecovery_disabled_critical_s,
+            "no_auditor_grace_s": self.no_auditor_grace_s,
+            "auditor_expected": self.auditor_expected,
         }
 
 

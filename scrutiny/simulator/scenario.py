@@ -254,6 +254,8 @@ _CLUSTER_KEYS: Final = (
     "instance_id",
     "v3_encoding",
     "write_cache_flush_seconds",
+    "autorecovery_disabled",
+    "auditor",
     "bookies",
     "racks",
     "readonly",
@@ -292,6 +294,8 @@ def _parse_cluster(doc: Mapping[str, Any], seed: int) -> tuple[ClusterSpec, list
         instance_id=instance,
         v3_encoding=encoding,
         write_cache_flush_s=float(flush),
+        autorecovery_disabled=_bool(table.get("autorecovery_disabled", False), where.at("autorecovery_disabled")),
+        auditor=_bool(table.get("auditor", True), where.at("auditor")),
     )
     return spec, ids, table
 
@@ -445,6 +449,14 @@ def _parse_checker(doc: Mapping[str, Any]) -> CheckerSpec:
             table.get("recovery_stalled_grace_s", defaults.recovery_stalled_grace_s),
             where.at("recovery_stalled_grace_s"),
         ),
+        autorecovery_disabled_critical_s=_number(
+            table.get("autorecovery_disabled_critical_s", defaults.autorecovery_disabled_critical_s),
+            where.at("autorecovery_disabled_critical_s"),
+        ),
+        no_auditor_grace_s=_number(
+            table.get("no_auditor_grace_s", defaults.no_auditor_grace_s), where.at("no_auditor_grace_s")
+        ),
+        auditor_expected=_bool(table.get("auditor_expected", defaults.auditor_expected), where.at("auditor_expected")),
     )
     return spec
 
@@ -780,6 +792,8 @@ def _mark_replicas(value: object, segments: Sequence[SegmentSpec], where: Where)
 
 # --------------------------------------------------------------------------- parsing: schedule
 
+#: The fields each action takes, its target (required) first; the auto-recovery changes concern the whole cluster and
+#: take none.
 _EVENT_FIELDS: Final[dict[Action, tuple[str, ...]]] = {
     Action.CLOSE: ("ledger", "last_entry"),
     Action.APPEND: ("ledger", "last_entry"),
@@ -797,6 +811,10 @@ _EVENT_FIELDS: Final[dict[Action, tuple[str, ...]]] = {
     Action.DELETE: ("ledger",),
     Action.CREATE: ("ledger",),
     Action.REPAIR: ("ledger", "bookie"),
+    Action.DISABLE_AUTORECOVERY: (),
+    Action.ENABLE_AUTORECOVERY: (),
+    Action.STOP_AUDITOR: (),
+    Action.START_AUDITOR: (),
 }
 _REQUIRED_FIELDS: Final[dict[Action, tuple[str, ...]]] = {
     Action.APPEND: ("last_entry",),
@@ -823,7 +841,7 @@ def _parse_event(raw: object, index: int, context: _LedgerContext) -> Event:
             raise where.fail(f"required: {key}")
     action = _enum(Action, table["action"], where.at("action"))
     _check_keys(table, ("at", "action", *_EVENT_FIELDS[action]), where)
-    for key in (*_REQUIRED_FIELDS.get(action, ()), _EVENT_FIELDS[action][0]):
+    for key in (*_REQUIRED_FIELDS.get(action, ()), *_EVENT_FIELDS[action][:1]):
         if key not in table:
             raise where.fail(f"{action.value} needs {key}")
     event = Event(at_s=_number(table["at"], where.at("at")), action=action, index=index)

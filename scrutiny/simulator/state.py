@@ -6,7 +6,8 @@ what every change means. What a bookie holds of a ledger is *described* (segment
 written, per-bookie ``missing`` / ``add`` entry ranges), never listed entry by entry:
 :meth:`ClusterState.held_groups` turns the description into sequence groups for the simulated
 bookies, and :mod:`scrutiny.simulator.truth` reads the same description with arithmetic of
-its own.
+its own. BookKeeper's auto-recovery is cluster-wide: whether it is disabled and whether an auditor is elected, each
+with the time it last changed (:attr:`ClusterState.disabled_since_s`, :attr:`ClusterState.no_auditor_since_s`).
 """
 
 from __future__ import annotations
@@ -108,6 +109,8 @@ class ScheduledChange:
     wiped: set[str] = field(default_factory=set)
     registration: set[str] = field(default_factory=set)  # re-register (mode changed)
     faults: set[str] = field(default_factory=set)
+    autorecovery: bool = False  # the disable node to create or delete (per the state)
+    auditor: bool = False  # the auditor's vote to create or delete (per the state)
 
     def touch(self, bookies: Iterable[str], ledger_id: int) -> None:
         """Record that these bookies' holdings of the ledger changed."""
@@ -126,6 +129,10 @@ class ClusterState:
         self.bookies = bookies
         self.ledgers = ledgers
         self.now_s = now_s
+        #: Since when auto-recovery has been disabled (its ``disable`` node exists; None: enabled).
+        self.disabled_since_s: float | None = 0.0 if scenario.cluster.autorecovery_disabled else None
+        #: Since when no auditor has been elected (no vote exists; None: one is).
+        self.no_auditor_since_s: float | None = None if scenario.cluster.auditor else 0.0
         self._auto_rng = random.Random(f"schedule:{scenario.seed}")
         self._index: dict[str, set[int]] = {}
         self._placement: dict[tuple[tuple[str, ...], int], PlacementResult] = {}
@@ -153,6 +160,11 @@ class ClusterState:
             if bookie.wiped:
                 state._lose_everything(bookie.bookie_id)
         return state
+
+    @property
+    def auditor_voter(self) -> str:
+        """The bookie id an elected auditor votes with: the scenario's first bookie."""
+        return self.scenario.bookies[0].bookie_id
 
     def racks(self) -> dict[str, str]:
         """Bookie id -> rack for bookies with one."""
@@ -416,6 +428,34 @@ class ClusterState:
             change.marks.add(spec.ledger_id)
         change.touch(spec.bookies(), spec.ledger_id)
 
+    def _disable_autorecovery(self, event: Event, change: ScheduledChange, where: Where) -> None:
+        """An operator disables auto-recovery (``bookkeeper shell autorecovery -disable``): the disable node."""
+        if self.disabled_since_s is not None:
+            raise where.fail(f"auto-recovery is already disabled (since {self.disabled_since_s} s)")
+        self.disabled_since_s = event.at_s
+        change.autorecovery = True
+
+    def _enable_autorecovery(self, event: Event, change: ScheduledChange, where: Where) -> None:
+        """An operator enables it again: the disable node is deleted."""
+        if self.disabled_since_s is None:
+            raise where.fail("auto-recovery is not disabled")
+        self.disabled_since_s = None
+        change.autorecovery = True
+
+    def _stop_auditor(self, event: Event, change: ScheduledChange, where: Where) -> None:
+        """The auditor's process ends: its vote goes with its session."""
+        if self.no_auditor_since_s is not None:
+            raise where.fail(f"no auditor is running (none since {self.no_auditor_since_s} s)")
+        self.no_auditor_since_s = event.at_s
+        change.auditor = True
+
+    def _start_auditor(self, event: Event, change: ScheduledChange, where: Where) -> None:
+        """An AutoRecovery process starts and is elected: a new vote."""
+        if self.no_auditor_since_s is None:
+            raise where.fail("an auditor is already running")
+        self.no_auditor_since_s = None
+        change.auditor = True
+
 
 _HANDLERS: Final = {
     Action.CLOSE: ClusterState._close,
@@ -434,4 +474,8 @@ _HANDLERS: Final = {
     Action.DELETE: ClusterState._delete,
     Action.CREATE: ClusterState._create,
     Action.REPAIR: ClusterState._repair,
+    Action.DISABLE_AUTORECOVERY: ClusterState._disable_autorecovery,
+    Action.ENABLE_AUTORECOVERY: ClusterState._enable_autorecovery,
+    Action.STOP_AUDITOR: ClusterState._stop_auditor,
+    Action.START_AUDITOR: ClusterState._start_auditor,
 }

@@ -31,7 +31,11 @@ so that it can catch their mistakes. The rules are those of ``docs/verdict.md``:
   lost and in the ensemble makes it so again, at once when the grace is over);
 * ``RECOVERY_STALLED`` for a ledger ``IN_RECOVERY`` (in recovery since the start) strictly longer than
   ``recovery_stalled_grace_s``; ``OPEN_LEDGER_STALLED`` for an open ledger whose current ensemble has fewer than AQ
-  registered bookies, one of the others lost.
+  registered bookies, one of the others lost;
+* BookKeeper's auto-recovery (cluster-level, ledger id -1, no bookie): ``AUTORECOVERY_DISABLED`` while the
+  ``disable`` node exists, a warning, critical once it was made strictly more than
+  ``autorecovery_disabled_critical_s`` ago; ``NO_AUDITOR`` (a warning) when an auditor is expected
+  (``auditor_expected``) and no vote has existed for strictly longer than ``no_auditor_grace_s``, until one exists.
 
 The file format written by :func:`truth_document` is documented in ``docs/simulator.md``.
 """
@@ -557,9 +561,42 @@ def bookie_truth(state: ClusterState, now_s: float) -> list[TruthViolation]:
     return out
 
 
+def _critical_after(state: ClusterState) -> float | None:
+    """From when on (strictly after) disabled auto-recovery is critical (None: it is enabled)."""
+    since = state.disabled_since_s
+    return None if since is None else since + state.checker.autorecovery_disabled_critical_s
+
+
+def _no_auditor_after(state: ClusterState) -> float | None:
+    """From when on (strictly after) the lack of an auditor is ``NO_AUDITOR`` (None: one is elected, or none is
+    expected)."""
+    since = state.no_auditor_since_s
+    if since is None or not state.checker.auditor_expected:
+        return None
+    return since + state.checker.no_auditor_grace_s
+
+
+def autorecovery_truth(state: ClusterState, now_s: float) -> list[TruthViolation]:
+    """The violations of BookKeeper's auto-recovery at ``now_s``: ``AUTORECOVERY_DISABLED``, ``NO_AUDITOR``."""
+    out = []
+    critical = _critical_after(state)
+    if critical is not None:
+        severity = Severity.CRITICAL if now_s > critical else Severity.WARNING
+        out.append(TruthViolation(CLUSTER_LEDGER_ID, Category.AUTORECOVERY_DISABLED, severity))
+    no_auditor = _no_auditor_after(state)
+    if no_auditor is not None and now_s > no_auditor:
+        out.append(TruthViolation(CLUSTER_LEDGER_ID, Category.NO_AUDITOR, Severity.WARNING))
+    return out
+
+
+def cluster_level_truth(state: ClusterState, now_s: float) -> list[TruthViolation]:
+    """The cluster-level violations at ``now_s`` (lost bookies, auto-recovery), sorted."""
+    return sorted(bookie_truth(state, now_s) + autorecovery_truth(state, now_s), key=TruthViolation.sort_key)
+
+
 def cluster_truth(state: ClusterState, now_s: float) -> list[TruthViolation]:
     """Every violation of every ledger at ``now_s`` (the cluster-level ones first), sorted."""
-    out: list[TruthViolation] = bookie_truth(state, now_s)
+    out: list[TruthViolation] = cluster_level_truth(state, now_s)
     for ledger_id in sorted(state.ledgers):
         out += ledger_truth(state, ledger_id, now_s)
     return out
@@ -567,7 +604,8 @@ def cluster_truth(state: ClusterState, now_s: float) -> list[TruthViolation]:
 
 def truth_timeline(scenario: Scenario, *, horizon_s: float | None = None) -> list[TruthState]:
     """The truth at the start and after every scheduled change and every grace period's end (a mark's, a stopped
-    bookie's loss, a lost bookie's ledgers' deadline).
+    bookie's loss, a lost bookie's ledgers' deadline, disabled auto-recovery turning critical, the lack of an auditor
+    becoming ``NO_AUDITOR``).
 
     Several changes at the same time make one state. Grace points beyond ``horizon_s`` are left out; scheduled
     changes always count. Only ledgers a change touches are judged again, so long schedules on large clusters stay
@@ -575,13 +613,14 @@ def truth_timeline(scenario: Scenario, *, horizon_s: float | None = None) -> lis
     """
     state = ClusterState.from_scenario(scenario)
     per_ledger = {lid: ledger_truth(state, lid, 0.0) for lid in state.ledgers}
-    per_ledger[CLUSTER_LEDGER_ID] = bookie_truth(state, 0.0)
+    per_ledger[CLUSTER_LEDGER_ID] = cluster_level_truth(state, 0.0)
     timeline = [TruthState(0.0, ("start",), _flatten(per_ledger))]
     waiting: list[tuple[float, int, str]] = []
     for lid, spec in state.ledgers.items():
         _wait_for_grace(waiting, state, lid, spec, 0.0)
     for bookie in state.bookies:
         _wait_for_loss(waiting, state, bookie, 0.0)
+    _wait_for_autorecovery(waiting, state, 0.0)
     events = list(scenario.schedule)
     position = 0
     while position < len(events) or waiting:
@@ -594,7 +633,7 @@ def truth_timeline(scenario: Scenario, *, horizon_s: float | None = None) -> lis
             _, lid, why = heapq.heappop(waiting)
             before = per_ledger.get(lid)
             if lid == CLUSTER_LEDGER_ID:
-                per_ledger[lid] = bookie_truth(state, next_grace + GRACE_STEP_S)
+                per_ledger[lid] = cluster_level_truth(state, next_grace + GRACE_STEP_S)
             elif lid in state.ledgers:
                 per_ledger[lid] = ledger_truth(state, lid, next_grace + GRACE_STEP_S)
             if per_ledger.get(lid) != before:
@@ -603,21 +642,25 @@ def truth_timeline(scenario: Scenario, *, horizon_s: float | None = None) -> lis
         assert next_event is not None
         causes: list[str] = []
         touched: set[int] = set()
+        autorecovery = False
         while position < len(events) and events[position].at_s == next_event:
             event = events[position]
             change = state.apply(event)
             touched |= _touched(state, change)
             for bookie in change.stopped:
                 _wait_for_loss(waiting, state, bookie, next_event)
+            autorecovery |= change.autorecovery or change.auditor
             causes.append(event.describe())
             position += 1
+        if autorecovery:
+            _wait_for_autorecovery(waiting, state, next_event)
         for lid in touched:
             if lid in state.ledgers:
                 per_ledger[lid] = ledger_truth(state, lid, next_event)
                 _wait_for_grace(waiting, state, lid, state.ledgers[lid], next_event)
             else:
                 per_ledger.pop(lid, None)
-        per_ledger[CLUSTER_LEDGER_ID] = bookie_truth(state, next_event)
+        per_ledger[CLUSTER_LEDGER_ID] = cluster_level_truth(state, next_event)
         timeline.append(TruthState(next_event, tuple(causes), _flatten(per_ledger)))
     return timeline
 
@@ -648,6 +691,17 @@ def _wait_for_loss(waiting: list[tuple[float, int, str]], state: ClusterState, b
     if deadline >= now:
         for lid in sorted(state.ledgers_of(bookie)):
             heapq.heappush(waiting, (deadline, lid, f"ledger {lid}'s deadline after bookie {bookie}'s loss"))
+
+
+def _wait_for_autorecovery(waiting: list[tuple[float, int, str]], state: ClusterState, now: float) -> None:
+    """When disabled auto-recovery turns critical, and when the lack of an auditor becomes ``NO_AUDITOR`` (a change
+    before either makes it a moment when nothing changes)."""
+    critical = _critical_after(state)
+    if critical is not None and critical >= now:
+        heapq.heappush(waiting, (critical, CLUSTER_LEDGER_ID, "auto-recovery disabled past its grace"))
+    no_auditor = _no_auditor_after(state)
+    if no_auditor is not None and no_auditor >= now:
+        heapq.heappush(waiting, (no_auditor, CLUSTER_LEDGER_ID, "no auditor past its grace"))
 
 
 def _touched(state: ClusterState, change: ScheduledChange) -> set[int]:

@@ -13,7 +13,10 @@ watcher:
    (origin LIVE), and sends a TICK to every partition every ``tick_interval_s``;
 4. follows every bookie's registration and cookie: a bookie lost, back after a loss, formatted again or restarted
    has its ledgers searched for (in slices, between the other work) and published as LEDGER_RECHECK events, a
-   bookie lost a BOOKIE_LOST event too.
+   bookie lost a BOOKIE_LOST event too;
+5. judges BookKeeper's own auto-recovery (the ``disable`` node, the auditor's election:
+   :mod:`scrutiny.core.autorecovery_health`) and publishes an AUTORECOVERY_HEALTH event whenever that judgement
+   changes and after every walk.
 
 It stops publishing as soon as its ZooKeeper connection is suspended (it may be losing its
 leadership), also while it waits for Kafka, adds the watches again and resyncs on every reconnect,
@@ -47,6 +50,7 @@ from kazoo.protocol.states import KazooState, KeeperState, WatchedEvent
 
 from scrutiny.connectors.kafka.events import (
     Publisher,
+    autorecovery_event,
     bookie_lost_event,
     event_for_change,
     ledger_data,
@@ -57,6 +61,7 @@ from scrutiny.connectors.kafka.publisher import EventPublisher, PublishError
 from scrutiny.connectors.zookeeper.client import start_quietly
 from scrutiny.connectors.zookeeper.tree import (
     TreeLayout,
+    read_autorecovery,
     read_cluster,
     read_cookies,
     read_nodes,
@@ -64,16 +69,19 @@ from scrutiny.connectors.zookeeper.tree import (
     read_registrations,
 )
 from scrutiny.connectors.zookeeper.watch import PersistentWatchClient
+from scrutiny.core.autorecovery_health import AutoRecoveryHealth, AutoRecoveryObservation, AutoRecoveryRules, judge
 from scrutiny.core.backoff import Backoff
 from scrutiny.core.bookie_lifecycle import LifecycleEvent, LifecycleKind, Statuses, observe
 from scrutiny.core.errors import FormatError, PathError, ScrutinyError
 from scrutiny.core.metadata_view import KnownState, MetadataChange, Node, node_stat_lag
 from scrutiny.core.zk_paths import (
+    auditor_election_path,
     available_path,
     cookies_path,
     layout_path,
     ledger_id_from_path,
     ledger_id_from_underreplication_path,
+    underreplication_disable_path,
     underreplication_ledgers_path,
 )
 from scrutiny.core.zk_records import parse_layout
@@ -98,6 +106,8 @@ class WatcherConfig:
     batch: int = 2000
     #: A bookie unregistered this long is lost (BOOKIE_LOST and its ledgers checked again).
     bookie_lost_after_ms: int = 300_000
+    #: The graces of AUTORECOVERY_DISABLED and NO_AUDITOR.
+    autorecovery: AutoRecoveryRules = AutoRecoveryRules()
     #: Who decodes and redacts the ledgers' metadata of a large walk (worker processes beside the publishing).
     redaction: RedactionPool = RedactionPool()
 
@@ -160,6 +170,9 @@ class Watcher:
         self._bookies: Statuses | None = None  # each bookie's life (scrutiny.core.bookie_lifecycle)
         self._cookies: dict[str, int] | None = None  # bookie -> its cookie's mzxid (None: to be read)
         self._searches: deque[tuple[LifecycleEvent, LedgerSearch]] = deque()  # ledgers of bookies to check again
+        self._autorecovery: AutoRecoveryObservation | None = None  # None: to be read
+        self._no_vote_since_ms: int | None = None  # when this watcher first saw no auditor vote
+        self._health_published: AutoRecoveryHealth | None = None  # None: to be published
 
     # ------------------------------------------------------------------ the outer loop
 
@@ -241,6 +254,7 @@ class Watcher:
                     self._resync(layout, publisher)
                     walk = False
                 self._bookie_lifecycle(layout)
+                self._autorecovery_health(layout, publisher)
                 self._search_bookie_ledgers(publisher)
                 wait_s = 0.0 if self._searches else max(0.0, min(next_tick - time.monotonic(), 0.5))
                 item = self._inbox.take(wait_s, batch=self.config.batch)
@@ -329,6 +343,7 @@ class Watcher:
         origin = pb.Origin.SNAPSHOT if self.known is None else pb.Origin.RESYNC
         view = read_cluster(self.zk, layout, progress=self._progress)
         self._cookies = None
+        self._autorecovery = self._health_published = None  # read and published again after the walk
         known = self.known or KnownState()
         changes = known.changes_to(view)
         me = self._me()
@@ -395,6 +410,9 @@ class Watcher:
         elif kind == "cookies":
             self._cookies = None  # read again before the bookies' next observation
             return []
+        elif kind == "autorecovery":
+            self._autorecovery = None  # read again before the next judgement
+            return []
         else:
             return self.known.bookies(*read_registrations(self.zk, layout.root))
         return [change] if change is not None else []
@@ -421,6 +439,29 @@ class Watcher:
         ids = sorted(view.ledgers) if happened else []  # one sorted list for the searches this observation starts
         self._searches.extend((event, LedgerSearch(ids, event.bookie)) for event in happened)
         self._bookies = statuses
+
+    # ------------------------------------------------------------------ auto-recovery
+
+    def _autorecovery_health(self, layout: TreeLayout, publisher: EventPublisher) -> None:
+        """Judge auto-recovery (read again after a notification or a walk) and publish the judgement when it changed."""
+        if self.known is None:
+            return
+        if self._autorecovery is None:
+            self._autorecovery = read_autorecovery(self.zk, layout.root)
+        now_ms = self._now()["observed_ms"]
+        if self._autorecovery.auditor is not None:
+            self._no_vote_since_ms = None
+        elif self._no_vote_since_ms is None:
+            self._no_vote_since_ms = now_ms
+        rules = self.config.autorecovery
+        health = judge(self._autorecovery, absent_since_ms=self._no_vote_since_ms, now_ms=now_ms, rules=rules)
+        if health == self._health_published:
+            return
+        self._publish(publisher, autorecovery_event(health, pb.Origin.LIVE, self._me(), observed_ms=now_ms))
+        self._flush(publisher)
+        level = logging.WARNING if health.disabled_since_ms is not None or health.no_auditor else logging.INFO
+        log.log(level, "auto-recovery: %s", _health_text(health))
+        self._health_published = health
 
     def _search_bookie_ledgers(self, publisher: EventPublisher) -> None:
         """Search on for the ledgers of the bookies of lifecycle events (for at most ``SEARCH_SLICE_S``): each one
@@ -565,6 +606,15 @@ SEARCH_STEP = 2000
 HELD_BACK_LOG_S = 10.0
 
 
+def _health_text(health: AutoRecoveryHealth) -> str:
+    """The judgement in the log's words."""
+    disabled = "enabled" if health.disabled_since_ms is None else "DISABLED"
+    if health.disabled_critical:
+        disabled += " past its grace"
+    auditor = f"auditor {health.auditor or '(unnamed)'}" if health.auditor is not None else "no auditor elected"
+    return f"{disabled}, {auditor}{' past its grace' if health.no_auditor else ''}"
+
+
 def _lock_sequence(node: str | None) -> int:
     """The sequence number ZooKeeper gave the election node: the leadership epoch."""
     match = re.search(r"(\d+)$", node or "")
@@ -574,13 +624,14 @@ def _lock_sequence(node: str | None) -> int:
 def _classify(layout: TreeLayout, paths: list[str]) -> dict[tuple[str, int], str]:
     """What each notified path concerns, keyed (kind, ledger id), in order of last notification.
 
-    Kinds: "ledger", "mark", "bookies" (any registration change), "cookies" (any cookie change) and "racks"; other
-    nodes (directories, locks) are left out.
+    Kinds: "ledger", "mark", "bookies" (any registration change), "cookies" (any cookie change), "racks" and
+    "autorecovery" (the ``disable`` node, the auditor's votes); other nodes (directories, locks) are left out.
     """
     out: dict[tuple[str, int], str] = {}
     marks_root = underreplication_ledgers_path(root=layout.root) + "/"
     available = available_path(root=layout.root)
     cookies = cookies_path(root=layout.root)
+    disable, election = underreplication_disable_path(root=layout.root), auditor_election_path(root=layout.root)
     for path in paths:
         key: tuple[str, int] | None
         if path == layout.racks_path:
@@ -589,6 +640,8 @@ def _classify(layout: TreeLayout, paths: list[str]) -> dict[tuple[str, int], str
             key = ("bookies", 0)
         elif path == cookies or path.startswith(cookies + "/"):
             key = ("cookies", 0)
+        elif path in (disable, election) or path.startswith(election + "/"):
+            key = ("autorecovery", 0)
         elif path.startswith(marks_root):
             key = _keyed("mark", path, lambda p: ledger_id_from_underreplication_path(p, root=layout.root))
         else:

@@ -12,6 +12,7 @@ from scrutiny.connectors.kafka.publisher import EventPublisher, TopicConfig
 from scrutiny.connectors.zookeeper.client import build_zookeeper_client, zookeeper_target
 from scrutiny.connectors.zookeeper.tree import TreeLayout
 from scrutiny.connectors.zookeeper.watch import PersistentWatchClient
+from scrutiny.core.autorecovery_health import AutoRecoveryRules
 from scrutiny.settings.loader import Settings
 from scrutiny.watcher.daemon import Watcher, WatcherConfig
 from scrutiny.watcher.metrics import WatcherMetrics
@@ -37,6 +38,11 @@ def watcher_from_settings(settings: Settings, watcher_id: str, metrics: WatcherM
         watcher_id=watcher_id,
         tick_interval_s=float(settings.watcher.tick_interval_seconds),
         bookie_lost_after_ms=settings.watcher.bookie_lost_after_ms,
+        autorecovery=AutoRecoveryRules(
+            disabled_critical_ms=settings.watcher.autorecovery_disabled_critical_seconds * 1000,
+            auditor_expected=settings.watcher.auditor_expected,
+            no_auditor_grace_ms=settings.watcher.no_auditor_grace_seconds * 1000,
+        ),
         redaction=RedactionPool(settings.watcher.snapshot_workers, settings.watcher.snapshot_workers_min_ledgers),
     )
     return Watcher(

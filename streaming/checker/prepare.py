@@ -4,8 +4,9 @@ Runs on the executors (``mapInArrow``) once per Kafka partition range per micro-
 ledger it keeps its events in offset order; for the last metadata event (or LEDGER_RECHECK, but one after a bookie's
 restart, which the processor weighs first) of a ledger that needs a check (closed, or with sealed segments) it asks
 the ensemble's bookies, all ledgers of the batch at once, batched per bookie. Cluster-wide events refresh the cluster
-view; the bookie events that open or resolve a ``BOOKIE_LOST`` (BOOKIE_LOST itself, and a registration) are passed
-on under :data:`CLUSTER_LEDGER`, the rest (racks, ticks, markers) are not; a tick's part is to make the micro-batch
+view; the events that open or resolve a cluster-level finding (BOOKIE_LOST itself and a registration, which open and
+resolve ``BOOKIE_LOST``; AUTORECOVERY_HEALTH) are passed on under :data:`CLUSTER_LEDGER`, the rest (racks, ticks,
+markers) are not; a tick's part is to make the micro-batch
 run so timers fire.
 
 No record of the topic can stop the job: a record the checker cannot use (no value, bytes that
@@ -53,9 +54,10 @@ PREPARED_SCHEMA = pa.schema(
 PREPARED_DDL = "ledger_id long, offset long, event binary, answers binary"
 #: The events whose metadata is checked (a recheck carries the ledger's metadata as last published).
 _CHECKED = (pb.EventKind.LEDGER_CREATED, pb.EventKind.LEDGER_CHANGED, pb.EventKind.LEDGER_RECHECK)
-#: The cluster-wide events the processor needs: they open and resolve ``BOOKIE_LOST``.
-BOOKIE_KINDS = frozenset(
+#: The cluster-wide events the processor needs: they open and resolve the cluster-level findings.
+CLUSTER_FINDING_KINDS = frozenset(
     {
+        pb.EventKind.AUTORECOVERY_HEALTH,
         pb.EventKind.BOOKIE_LOST,
         pb.EventKind.BOOKIE_REGISTERED,
         pb.EventKind.BOOKIE_READONLY,
@@ -183,7 +185,7 @@ def ledger_rows(batches: Iterator[pa.RecordBatch], ledgers_root: str) -> ReadEve
                 read.rows.append(EventRow(event.ledger_id, offset, value, event))
             elif event.kind != pb.EventKind.TICK:
                 read.cluster_events += 1
-                if event.kind in BOOKIE_KINDS:
+                if event.kind in CLUSTER_FINDING_KINDS:
                     read.rows.append(EventRow(CLUSTER_LEDGER, offset, value, event))
     read.rows.sort(key=lambda r: r.offset)
     return read

@@ -14,9 +14,9 @@ still have findings open or a timer set (:meth:`LedgerProcessor._forget_deleted`
 deleted like on a deletion event. Ledgers with findings open also have a timer of their own for this
 (``TrackerConfig.confirm_interval_ms``), so a bucket whose every ledger was deleted unseen is cleaned too.
 
-Cluster-level findings (``BOOKIE_LOST``) live under their own key,
-:data:`~scrutiny.streaming.checker.records.CLUSTER_LEDGER` (-1), whose rows are the bookie events the fetch stage
-passes on (:meth:`LedgerProcessor._bookie_events`).
+Cluster-level findings (``BOOKIE_LOST``, ``AUTORECOVERY_DISABLED``, ``NO_AUDITOR``) live under their own key,
+:data:`~scrutiny.streaming.checker.records.CLUSTER_LEDGER` (-1), whose rows are the cluster events the fetch stage
+passes on (:meth:`LedgerProcessor._cluster_events`).
 
 Times: every record carries the real time of its step (the wall clock when the verdict was reached, after its
 bookies answered), never the micro-batch's start.
@@ -50,8 +50,9 @@ from pyspark.sql.streaming.stateful_processor import (
     ValueState,
 )
 
-from scrutiny.connectors.kafka.events import waits_only
+from scrutiny.connectors.kafka.events import autorecovery_health, waits_only
 from scrutiny.connectors.zookeeper.cluster_cache import LedgerZnode
+from scrutiny.core.autorecovery_health import on_autorecovery_health
 from scrutiny.core.bookie_findings import on_bookie_lost, on_bookie_registered
 from scrutiny.core.bookie_lifecycle import LifecycleKind
 from scrutiny.core.errors import ScrutinyError
@@ -70,7 +71,9 @@ from scrutiny.core.ledger_tracker import (
     with_confirmation,
     with_reverify,
 )
+from scrutiny.core.replication_locks import lock_details
 from scrutiny.core.verdict import BookieAnswer, ClusterView
+from scrutiny.core.vocabulary import Category
 from scrutiny.core.zk_records import UnderReplicationMark
 from scrutiny.proto import ledger_events_pb2 as pb
 from scrutiny.streaming.checker.answer_codec import decode_answers
@@ -149,7 +152,7 @@ class LedgerProcessor(StatefulProcessor):
             yield from self._rows(made([row["event"] for row in ordered], now_ms=now_ms, source=self.config.source))
             return
         if int(key[0]) == CLUSTER_LEDGER:
-            yield from self._rows(self._bookie_events(ordered, now_ms))
+            yield from self._rows(self._cluster_events(ordered, now_ms))
             return
         by_ledger: dict[int, list[tuple[Any, pb.LedgerEvent]]] = {}
         walked = False  # a snapshot or resync names every ledger that exists
@@ -168,7 +171,7 @@ class LedgerProcessor(StatefulProcessor):
                 continue
             self._put(states, ledger_id, state, now_ms)
             records += found
-        records = self._confirm_critical(before, states, records, now_ms)
+        records = self._confirm_critical(before, states, self._name_locks(records, now_ms), now_ms)
         if walked:
             unnamed = [lid for lid, state in states.items() if lid not in by_ledger and state.watched()]
             records += self._forget_deleted(states, unnamed, now_ms)
@@ -223,7 +226,7 @@ class LedgerProcessor(StatefulProcessor):
                 ledger_id, before[ledger_id], step.state, now_ms=judged_ms, source=self.config.source
             )
             self._put(states, ledger_id, step.state, judged_ms)
-        records = self._confirm_critical(before, states, records, judged_ms)
+        records = self._confirm_critical(before, states, self._name_locks(records, judged_ms), judged_ms)
         records += self._save(bucket, before, states, now_ms)
         yield from self._rows(records)
 
@@ -249,10 +252,11 @@ class LedgerProcessor(StatefulProcessor):
 
     # ------------------------------------------------------------------ applying events
 
-    def _bookie_events(self, rows: list[Any], now_ms: int) -> list[Record]:
-        """The bookie events of the batch: ``BOOKIE_LOST`` opened and resolved in the cluster-level state
-        (:mod:`scrutiny.core.bookie_findings`). Every partition has a copy of each: taken once, in the order the
-        watcher published them (epoch, then sequence), since offsets of different partitions do not compare."""
+    def _cluster_events(self, rows: list[Any], now_ms: int) -> list[Record]:
+        """The cluster events of the batch: ``BOOKIE_LOST`` (:mod:`scrutiny.core.bookie_findings`) and the
+        auto-recovery findings (:mod:`scrutiny.core.autorecovery_health`) opened and resolved in the cluster-level
+        state. Every partition has a copy of each: taken once, in the order the watcher published them (epoch, then
+        sequence), since offsets of different partitions do not compare."""
         events = {}
         for row in rows:
             event = pb.LedgerEvent.FromString(row["event"])
@@ -262,9 +266,9 @@ class LedgerProcessor(StatefulProcessor):
         records: list[Record] = []
         for _, event in sorted(events.items(), key=lambda item: item[0]):
             try:
-                step = _bookie_step(state, event)
+                step = _cluster_step(state, event)
             except Exception:
-                log.exception("bookie %s: event not applied; the cluster-level state is kept", event.bookie_id)
+                log.exception("%s: event not applied; the cluster-level state is kept", pb.EventKind.Name(event.kind))
                 continue
             records += outcome_records(CLUSTER_LEDGER, step.outcome, now_ms=now_ms, source=self.config.source)
             state = step.state
@@ -366,6 +370,25 @@ class LedgerProcessor(StatefulProcessor):
             config=self.config.tracker,
         )
         return done, outcome_records(ledger_id, done.outcome, now_ms=now_ms, source=self.config.source)
+
+    def _name_locks(self, records: list[Record], now_ms: int) -> list[Record]:
+        """``UNDER_REPLICATION_STUCK`` findings among ``records`` with their ledgers' replication locks named in the
+        details (one sync, all at once: :mod:`scrutiny.core.replication_locks`); as found when ZooKeeper cannot say."""
+        stuck = {int(str(r["ledger_id"])) for r in records if _is_stuck(r)}
+        if not stuck:
+            return records
+        try:
+            locks = self.config.cluster_reader().replication_locks(sorted(stuck))
+        except ScrutinyError as error:
+            log.warning("cannot read the replication locks of %d stuck mark(s) (%s)", len(stuck), error)
+            return records
+        grace_ms = self.config.tracker.verdict.under_replication_grace_ms
+
+        def named(record: Record) -> Record:
+            said = lock_details(locks.get(int(str(record["ledger_id"]))), now_ms=now_ms, grace_ms=grace_ms)
+            return {**record, "details": f"{record.get('details') or ''}; {said}"}
+
+        return [named(r) if _is_stuck(r) else r for r in records]
 
     def _confirm_critical(
         self, before: dict[int, TrackedLedger], states: dict[int, TrackedLedger], records: list[Record], now_ms: int
@@ -544,14 +567,20 @@ class LedgerProcessor(StatefulProcessor):
             yield Row(record=kind, ledger_id=ledger_id, at=at, payload=payload)
 
 
-def _bookie_step(state: TrackedLedger | None, event: pb.LedgerEvent) -> Step:
-    """A BOOKIE_LOST, or a registration, applied to the cluster-level findings."""
+def _cluster_step(state: TrackedLedger | None, event: pb.LedgerEvent) -> Step:
+    """A BOOKIE_LOST, a registration or an AUTORECOVERY_HEALTH applied to the cluster-level findings."""
+    if event.kind == pb.EventKind.AUTORECOVERY_HEALTH:
+        return on_autorecovery_health(state, autorecovery_health(event))
     if event.kind == pb.EventKind.BOOKIE_LOST:
         lost = event.lost
         return on_bookie_lost(
             state, event.bookie_id, unregistered_ms=lost.unregistered_ms, ledgers=lost.ledgers, entries=lost.entries
         )
     return on_bookie_registered(state, event.bookie_id)
+
+
+def _is_stuck(record: Record) -> bool:
+    return record.get("record") == "violation" and record.get("category") == Category.UNDER_REPLICATION_STUCK.value
 
 
 #: The records a step makes of its judgement of one version (what a version found stale must not write).

@@ -19,7 +19,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -31,7 +31,7 @@ from pyspark.sql import SparkSession
 from scrutiny.connectors.tables.delta import TableError
 from scrutiny.connectors.tables.schemas import OPEN_VIOLATIONS, RunRecord, output_table
 from scrutiny.connectors.zookeeper.client import close_zookeeper_client, start_zookeeper_client, zookeeper_target
-from scrutiny.connectors.zookeeper.tree import TreeLayout, read_cluster
+from scrutiny.connectors.zookeeper.tree import TreeLayout, read_cluster, read_locks
 from scrutiny.core.errors import FormatError, ScrutinyError
 from scrutiny.core.ledger_scan import (
     LedgerSelection,
@@ -44,6 +44,7 @@ from scrutiny.core.ledger_scan import (
 from scrutiny.core.ledger_tracker import ViolationKey
 from scrutiny.core.metadata_redaction import redacted_metadata
 from scrutiny.core.metadata_view import MetadataView
+from scrutiny.core.replication_locks import ReplicationLock
 from scrutiny.core.verdict import ClusterView
 from scrutiny.core.zk_records import parse_pulsar_racks, parse_underreplication_mark
 from scrutiny.settings.loader import Settings
@@ -310,14 +311,20 @@ def read_snapshot(
     client = start_zookeeper_client(settings.zookeeper, timeout_s=options.connect_timeout_s)
     try:
         observed = read_cluster(client, layout, progress=lambda phase, count: progress(phase, count, None))
+        locks = read_locks(client, layout.root) if observed.marks else {}
     finally:
         close_zookeeper_client(client)
-    snapshot = _select(observed, options, prior)
+    snapshot = _select(observed, options, prior, locks)
     snapshot.read_seconds = time.monotonic() - clock
     return snapshot
 
 
-def _select(observed: MetadataView, options: ScanOptions, prior: dict[int, list[ViolationKey]]) -> ScanSnapshot:
+def _select(
+    observed: MetadataView,
+    options: ScanOptions,
+    prior: dict[int, list[ViolationKey]],
+    locks: Mapping[int, ReplicationLock] | None = None,
+) -> ScanSnapshot:
     warnings: list[str] = []
     marks = {}
     unreadable_marks = 0
@@ -348,6 +355,7 @@ def _select(observed: MetadataView, options: ScanOptions, prior: dict[int, list[
                 keys,
                 node.stat.mtime_ms,
                 redacted.decode_error,
+                (locks or {}).get(ledger_id) if ledger_id in marks else None,
             )
         )
     every_ledger = options.selection.everything and options.bookie is None
@@ -382,6 +390,8 @@ def input_table(items: list[ScanItem]) -> pa.Table:
             "open_keys": [encode_keys(list(i.open_keys)) for i in items],
             "written_ms": [i.written_ms for i in items],
             "decode_error": [i.decode_error or None for i in items],
+            "lock_bookie": [None if i.lock is None else i.lock.bookie for i in items],
+            "lock_since_ms": [None if i.lock is None else i.lock.since_ms for i in items],
         },
         schema=INPUT_SCHEMA,
     )

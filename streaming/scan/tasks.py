@@ -31,6 +31,7 @@ from scrutiny.core.ledger_scan import (
     scan_retried,
 )
 from scrutiny.core.ledger_tracker import TrackedLedger, TrackerConfig, ViolationKey
+from scrutiny.core.replication_locks import ReplicationLock
 from scrutiny.core.verdict import BookieAnswer, ClusterView
 from scrutiny.core.zk_records import UnderReplicationMark
 from scrutiny.streaming.checker.records import Record, narrow, outcome_records, stats_records
@@ -50,6 +51,8 @@ INPUT_SCHEMA = pa.schema(
         pa.field("open_keys", pa.string()),
         pa.field("written_ms", pa.int64()),
         pa.field("decode_error", pa.string()),
+        pa.field("lock_bookie", pa.string()),
+        pa.field("lock_since_ms", pa.int64()),
     ]
 )
 OUTPUT_SCHEMA = pa.schema(
@@ -171,6 +174,8 @@ def input_items(batch: pa.RecordBatch) -> Iterator[ScanItem]:
         replicas = columns["mark_replicas"][index]
         mark = None if replicas is None else UnderReplicationMark(tuple(replicas), columns["mark_ctime"][index])
         keys_text = columns["open_keys"][index]
+        lock_since = columns["lock_since_ms"][index]
+        lock = None if lock_since is None else ReplicationLock(columns["lock_bookie"][index], lock_since)
         yield ScanItem(
             ledger_id=ledger_id,
             version=columns["version"][index],
@@ -179,6 +184,7 @@ def input_items(batch: pa.RecordBatch) -> Iterator[ScanItem]:
             open_keys=decode_keys(keys_text),
             written_ms=columns["written_ms"][index],
             decode_error=columns["decode_error"][index] or "",
+            lock=lock,
         )
 
 

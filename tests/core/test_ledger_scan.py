@@ -23,6 +23,7 @@ from scrutiny.core.ledger_scan import (
 )
 from scrutiny.core.ledger_tracker import RecheckPolicy, TrackerConfig
 from scrutiny.core.placement import PlacementConfig, PlacementPolicy
+from scrutiny.core.replication_locks import ReplicationLock
 from scrutiny.core.sequence_groups import from_entries
 from scrutiny.core.verdict import BookieAnswer, ClusterView, VerdictConfig, VerdictKind
 from scrutiny.core.zk_paths import MAX_LEDGER_ID
@@ -164,6 +165,23 @@ def test_a_mark_older_than_the_grace_is_stuck_a_young_one_is_not(scan: str) -> N
     assert found(unknown_age) == [] and resolved(unknown_age) == [stuck]
     still = run(UnderReplicationMark(("b2:3181",), NOW - 120_000), open_keys=(stuck,))
     assert found(still) == [("UNDER_REPLICATION_STUCK", None)] and resolved(still) == []
+
+
+@pytest.mark.parametrize("scan", ["fast", "deep"])
+def test_a_stuck_mark_names_its_replication_lock(scan: str) -> None:
+    def details(lock: ReplicationLock | None) -> str:
+        it = item(mark=UnderReplicationMark(("b2:3181",), NOW - 120_000), lock=lock)
+        if scan == "fast":
+            step = scan_fast(it, now_ms=NOW, cluster=CLUSTER, config=CONFIG)
+        else:
+            step = scan_deep(it, healthy(), now_ms=NOW, cluster=CLUSTER, config=CONFIG)
+        [stuck] = [v for outcome in step.outcomes for v in outcome.found]
+        return stuck.details
+
+    assert details(None).endswith("; not locked: no replication worker is working on it")
+    held = details(ReplicationLock("b3:3181", NOW - 120_000))
+    assert "; locked by the replication worker on b3:3181 since " in held and "held longer than the grace" in held
+    assert "held longer" not in details(ReplicationLock(None, NOW - 1_000))
 
 
 def test_open_ledgers_without_sealed_segments_are_skipped() -> None:

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The categories whose severity depends on the evidence.
-VARIABLE = {Category.MISSING_REPLICA, Category.ENTRIES_BEYOND_LAST_ENTRY}
+VARIABLE = {Category.MISSING_REPLICA, Category.ENTRIES_BEYOND_LAST_ENTRY, Category.AUTORECOVERY_DISABLED}
 
 
 def test_every_category_has_a_severity_rule() -> None:

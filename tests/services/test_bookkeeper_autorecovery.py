@@ -18,6 +18,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from pyspark.sql import SparkSession
 
+from scrutiny.connectors.zookeeper.tree import read_autorecovery
+from scrutiny.core.autorecovery_health import AutoRecoveryObservation
 from scrutiny.core.ledger_metadata import decode_ledger_metadata
 from scrutiny.core.ledger_scan import ScanMode, parse_ledger_selection
 from scrutiny.core.zk_paths import (
@@ -37,7 +39,7 @@ from scrutiny.core.zk_records import (
 )
 from scrutiny.services.autorecovery import AutoRecoveryOptions
 from scrutiny.services.bookkeeper import BookieOptions
-from scrutiny.services.bookkeeper_tools import METADATA_ROOT, ledger_tool
+from scrutiny.services.bookkeeper_tools import METADATA_ROOT, bookkeeper_shell, ledger_tool
 from scrutiny.services.local_stack import EmbeddedServices
 from scrutiny.services.servers import ServiceState
 from scrutiny.settings.loader import load_settings
@@ -79,9 +81,17 @@ def test_a_lost_bookies_ledgers_are_marked_replicated_and_then_healthy(tmp_path:
         summary = json.loads(scan.stdout)
         assert scan.returncode == 0 and summary["status"] == "HEALTHY", scan.stdout[-3000:] + scan.stderr[-2000:]
         assert summary["ledgers_checked"] == len(ledgers)
+        _autorecovery_switched_off_and_on_by_bookkeepers_shell(result.endpoints.zookeeper, uri, victim)
 
         stopped = _cli(env, "services", "autorecovery", "stop")
         assert stopped.returncode == 0 and services.autorecovery().status().state is ServiceState.STOPPED
+        client = KazooClient(hosts=result.endpoints.zookeeper)
+        client.start(timeout=10)
+        try:  # its session closed with it: no vote left, no auditor
+            assert read_autorecovery(client, METADATA_ROOT) == AutoRecoveryObservation()
+        finally:
+            client.stop()
+            client.close()
     finally:
         services.down()
 
@@ -127,6 +137,28 @@ def test_a_wiped_bookie_is_found_by_the_auditors_periodic_check_and_the_ledgers_
         assert deep_scan("after") == []
     finally:
         services.down()
+
+
+def _autorecovery_switched_off_and_on_by_bookkeepers_shell(zookeeper: str, uri: str, lost: str) -> None:
+    """What the watcher reads of the real AutoRecovery: its auditor's vote names a live bookie; BookKeeper's own shell
+    (``autorecovery -disable`` / ``-enable``) makes and removes the ``disable`` node, dated by its creation."""
+    client = KazooClient(hosts=zookeeper)
+    client.start(timeout=10)
+    try:
+        elected = read_autorecovery(client, METADATA_ROOT)
+        assert elected.disabled_since_ms is None and elected.auditor not in (None, "", lost), elected
+        before_ms = int(time.time() * 1000)
+        done = bookkeeper_shell(uri, "autorecovery", "-disable")
+        assert done.returncode == 0, done.stderr[-2000:]
+        disabled = read_autorecovery(client, METADATA_ROOT)
+        assert disabled.auditor == elected.auditor and disabled.disabled_since_ms is not None
+        assert before_ms - 2000 <= disabled.disabled_since_ms <= int(time.time() * 1000) + 2000, disabled
+        done = bookkeeper_shell(uri, "autorecovery", "-enable")
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert read_autorecovery(client, METADATA_ROOT) == elected
+    finally:
+        client.stop()
+        client.close()
 
 
 def _watch_until_replicated(

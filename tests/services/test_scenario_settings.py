@@ -52,3 +52,39 @@ def test_simulate_names_them(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", str(SCENARIOS_DIR / "demo.toml"), "--dry-run"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["checker_environment"] == {"SCRUTINY_PLACEMENT_POLICY": "rackaware"}
+
+
+def test_the_autorecovery_assumptions_are_the_watchers_settings() -> None:
+    scenario = load_scenario(SCENARIOS_DIR / "example.toml")
+    base = load_settings(env={})
+    healthy = scenario_checker_settings(base, scenario).watcher  # the scenario's defaults are the settings' defaults
+    assert (
+        healthy.autorecovery_disabled_critical_seconds,
+        healthy.auditor_expected,
+        healthy.no_auditor_grace_seconds,
+    ) == (
+        3600,
+        True,
+        300,
+    )
+    spec = replace(
+        scenario.checker, autorecovery_disabled_critical_s=120.0, no_auditor_grace_s=44.6, auditor_expected=False
+    )
+    changed = replace(scenario, checker=spec)
+    watcher = scenario_checker_settings(base, changed).watcher
+    assert (
+        watcher.autorecovery_disabled_critical_seconds,
+        watcher.auditor_expected,
+        watcher.no_auditor_grace_seconds,
+    ) == (
+        120,
+        False,
+        45,
+    )
+    overrides = scenario_overrides(base, changed)
+    assert {k: v for k, v in overrides.items() if k.startswith("SCRUTINY_WATCHER_")} == {
+        "SCRUTINY_WATCHER_AUTORECOVERY_DISABLED_CRITICAL_SECONDS": "120",
+        "SCRUTINY_WATCHER_AUDITOR_EXPECTED": "false",
+        "SCRUTINY_WATCHER_NO_AUDITOR_GRACE_SECONDS": "45",
+    }
+    assert scenario_overrides(load_settings(env=overrides), changed) == {}

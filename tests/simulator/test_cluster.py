@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -34,10 +35,12 @@ from scrutiny.core.verdict import AnswerKind, BookieAnswer
 from scrutiny.core.vocabulary import Category
 from scrutiny.core.zk_paths import (
     LedgerManager,
+    auditor_election_path,
     available_bookie_path,
     ledger_id_from_path,
     ledger_path,
     readonly_bookie_path,
+    underreplication_disable_path,
     underreplication_path,
 )
 from scrutiny.core.zk_records import (
@@ -48,7 +51,7 @@ from scrutiny.core.zk_records import (
 )
 from scrutiny.paths import PROJECT_ROOT
 from scrutiny.services.servers import start_zookeeper
-from scrutiny.simulator.cluster import SimCluster
+from scrutiny.simulator.cluster import AppliedChange, SimCluster
 from scrutiny.simulator.generator import generate, parse_fault_mix
 from scrutiny.simulator.model import Scenario
 from scrutiny.simulator.scenario import load_scenario, parse_scenario
@@ -433,6 +436,74 @@ fault = { kind = "status", status = "EIO" }
         assert eio.kind is AnswerKind.UNKNOWN and "EIO" in eio.reason
 
     run(lambda: with_cluster(scenario, zk_client, check))
+
+
+def test_the_autorecovery_nodes_appear_and_disappear_at_their_time(zk_client: KazooClient) -> None:
+    scenario = parse_scenario(
+        HEAD.replace("bookies = 6\n", "bookies = 6\nautorecovery_disabled = true\n")
+        + """
+[[ledgers]]
+id = 1
+ensemble = ["bookie-1", "bookie-2", "bookie-3"]
+
+[[schedule]]
+at = 0.3
+action = "enable_autorecovery"
+[[schedule]]
+at = 0.3
+action = "stop_auditor"
+[[schedule]]
+at = 0.8
+action = "disable_autorecovery"
+[[schedule]]
+at = 0.8
+action = "start_auditor"
+"""
+    )
+    disable = underreplication_disable_path(root=ROOT)
+    election = auditor_election_path(root=ROOT)
+    vote = b'bookieId: "bookie-1"\n'  # AuditorVoteFormat as protobuf text, the first bookie's id
+
+    def votes() -> list[str]:
+        return sorted(zk_client.get_children(election)) if zk_client.exists(election) is not None else []
+
+    def nodes() -> tuple[bool, list[str]]:
+        return zk_client.exists(disable) is not None, votes()
+
+    async def body() -> None:
+        cluster = SimCluster(scenario, zk_client)
+        seen: list[tuple[str, tuple[bool, list[str]]]] = []
+
+        def after(change: AppliedChange) -> None:
+            seen.append((change.event.action.value, nodes()))
+
+        cluster.on_change(after)
+        await cluster.start()
+        try:
+            data, stat = zk_client.get(disable)
+            assert data == b"" and stat.ephemeralOwner == 0  # persistent, empty
+            (first,) = votes()
+            assert re.fullmatch(r"V_\d{10}", first)
+            data, stat = zk_client.get(f"{election}/{first}")
+            assert data == vote and stat.ephemeralOwner == zk_client.client_id[0]  # on the cluster's session
+            cluster.start_schedule()
+            await poll(lambda: len(cluster.applied) == len(scenario.schedule), "the whole schedule")
+            assert all(0 <= c.applied_s - c.planned_s < 0.5 for c in cluster.applied)
+            (second,) = votes()
+            assert seen == [
+                ("enable_autorecovery", (False, [first])),
+                ("stop_auditor", (False, [])),
+                ("disable_autorecovery", (True, [])),
+                ("start_auditor", (True, [second])),
+            ]
+            assert int(second[2:]) > int(first[2:])  # a new election: a new sequence
+            assert zk_client.get(f"{election}/{second}")[0] == vote and zk_client.get(disable)[0] == b""
+        finally:
+            await cluster.stop(keep_metadata=True)
+        assert nodes() == (True, [])  # the vote goes with the auditor, the node stays with the metadata
+        zk_client.delete(ROOT, recursive=True)
+
+    run(body)
 
 
 # --------------------------------------------------------------------------- a large generated cluster

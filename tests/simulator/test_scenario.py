@@ -407,3 +407,133 @@ def test_the_generator_keeps_to_the_format_limits() -> None:
     for bad in ("missing=nan", "missing=inf", "eio=nan"):
         with pytest.raises(ScenarioError):
             parse_fault_mix(bad)
+
+
+# --------------------------------------------------------------------------- BookKeeper's auto-recovery
+
+
+def test_autorecovery_is_healthy_by_default() -> None:
+    for parsed in (
+        parse_scenario(BASE),
+        load_scenario(SCENARIOS / "example.toml"),
+        load_scenario(SCENARIOS / "demo.toml"),
+    ):
+        assert (parsed.cluster.autorecovery_disabled, parsed.cluster.auditor) == (False, True)
+        state = ClusterState.from_scenario(parsed)
+        assert (state.disabled_since_s, state.no_auditor_since_s) == (None, None)
+    checker = parse_scenario(BASE).checker
+    assert (checker.autorecovery_disabled_critical_s, checker.no_auditor_grace_s, checker.auditor_expected) == (
+        3600.0,
+        300.0,
+        True,
+    )
+    assert checker == CheckerSpec()
+    generated = parse_scenario(generate(50, parse_fault_mix("realistic"), 1)[0])
+    assert (generated.cluster.autorecovery_disabled, generated.cluster.auditor, generated.checker.auditor_expected) == (
+        False,
+        True,
+        True,
+    )
+
+
+def test_autorecovery_keys_and_changes() -> None:
+    parsed = parse_scenario(
+        BASE.replace("bookies = 4\n", "bookies = 4\nautorecovery_disabled = true\nauditor = false\n")
+        + """
+[checker]
+autorecovery_disabled_critical_s = 120
+no_auditor_grace_s = 45.5
+auditor_expected = false
+
+[[schedule]]
+at = 3
+action = "enable_autorecovery"
+[[schedule]]
+at = 4
+action = "start_auditor"
+[[schedule]]
+at = 6
+action = "disable_autorecovery"
+[[schedule]]
+at = 8
+action = "stop_auditor"
+"""
+    )
+    assert (parsed.cluster.autorecovery_disabled, parsed.cluster.auditor) == (True, False)
+    assert (parsed.checker.autorecovery_disabled_critical_s, parsed.checker.no_auditor_grace_s) == (120.0, 45.5)
+    assert parsed.checker.auditor_expected is False
+    assert parsed.checker.as_json_dict()["no_auditor_grace_s"] == 45.5
+    assert [e.action for e in parsed.schedule] == [
+        Action.ENABLE_AUTORECOVERY,
+        Action.START_AUDITOR,
+        Action.DISABLE_AUTORECOVERY,
+        Action.STOP_AUDITOR,
+    ]
+    assert [e.describe() for e in parsed.schedule][:2] == ["enable_autorecovery", "start_auditor"]
+    state = ClusterState.from_scenario(parsed)
+    assert (state.disabled_since_s, state.no_auditor_since_s) == (0.0, 0.0)  # both from the start
+    assert state.auditor_voter == "bookie-1"
+    changes = [state.apply(event) for event in parsed.schedule[:2]]
+    assert [(c.autorecovery, c.auditor) for c in changes] == [(True, False), (False, True)]
+    assert changes[0] == ScheduledChange(autorecovery=True)  # nothing else touched
+    assert (state.disabled_since_s, state.no_auditor_since_s) == (None, None)
+    state.apply(parsed.schedule[2])
+    state.apply(parsed.schedule[3])
+    assert (state.disabled_since_s, state.no_auditor_since_s) == (6.0, 8.0)
+
+
+def schedule_of(*actions: str) -> str:
+    return "".join(f"[[schedule]]\nat = {at}\naction = '{action}'\n" for at, action in enumerate(actions, 1))
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (schedule_of("disable_autorecovery", "disable_autorecovery"), "schedule[1]: auto-recovery is already disabled"),
+        (schedule_of("enable_autorecovery"), "schedule[0]: auto-recovery is not disabled"),
+        (schedule_of("disable_autorecovery", "enable_autorecovery", "enable_autorecovery"), "schedule[2]: auto-rec"),
+        (schedule_of("stop_auditor", "stop_auditor"), "schedule[1]: no auditor is running (none since 1.0 s)"),
+        (schedule_of("start_auditor"), "schedule[0]: an auditor is already running"),
+        ("[[schedule]]\nat = 1\naction = 'stop_auditor'\nbookie = 'bookie-1'\n", "schedule[0]: unknown key(s) bookie"),
+        ("[[schedule]]\nat = 1\naction = 'disable_autorecovery'\nledger = 1\n", "schedule[0]: unknown key(s) ledger"),
+        ("[[schedule]]\naction = 'start_auditor'\n", "schedule[0]: required: at"),
+        ("[[schedule]]\nat = 1\naction = 'disable'\n", "'disable' is not one of"),
+        ("[checker]\nno_auditor_grace_s = -1\n", "checker.no_auditor_grace_s: -1 is below 0.0"),
+        (
+            "[checker]\nautorecovery_disabled_critical_s = 'long'\n",
+            "checker.autorecovery_disabled_critical_s: expected a",
+        ),
+        (
+            "[checker]\nautorecovery_disabled_critical_s = inf\n",
+            "autorecovery_disabled_critical_s: inf is not a finite",
+        ),
+        ("[checker]\nauditor_expected = 1\n", "checker.auditor_expected: expected true or false, got 1"),
+        ("[checker]\nauditor = true\n", "checker: unknown key(s) auditor"),
+    ],
+)
+def test_bad_autorecovery_changes_and_keys_are_refused_with_the_place(extra: str, message: str) -> None:
+    with pytest.raises(ScenarioError, match=re.escape(message)):
+        parse_scenario(BASE + extra)
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ("autorecovery_disabled = 'yes'", "cluster.autorecovery_disabled: expected true or false, got 'yes'"),
+        ("auditor = 0", "cluster.auditor: expected true or false, got 0"),
+        ("auditors = true", "cluster: unknown key(s) auditors"),
+    ],
+)
+def test_bad_autorecovery_cluster_keys_are_refused_with_the_place(key: str, message: str) -> None:
+    with pytest.raises(ScenarioError, match=re.escape(message)):
+        parse_scenario(BASE.replace("bookies = 4\n", f"bookies = 4\n{key}\n"))
+
+
+def test_an_absent_auditor_cannot_stop_from_the_start() -> None:
+    with pytest.raises(ScenarioError, match=re.escape("schedule[0]: no auditor is running (none since 0.0 s)")):
+        parse_scenario(BASE.replace("bookies = 4\n", "bookies = 4\nauditor = false\n") + schedule_of("stop_auditor"))
+    with pytest.raises(ScenarioError, match=re.escape("already disabled (since 0.0 s)")):
+        parse_scenario(
+            BASE.replace("bookies = 4\n", "bookies = 4\nautorecovery_disabled = true\n")
+            + schedule_of("disable_autorecovery")
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -15,7 +16,7 @@ from scrutiny.core.ledger_metadata import build_ledger_metadata
 from scrutiny.core.placement import PlacementConfig, PlacementPolicy
 from scrutiny.core.sequence_groups import SequenceGroup, expand
 from scrutiny.core.verdict import BookieAnswer, ClusterView, VerdictConfig, compute_verdict
-from scrutiny.core.vocabulary import Category, Severity
+from scrutiny.core.vocabulary import CLUSTER_LEDGER_ID, Category, Severity
 from scrutiny.core.zk_records import UnderReplicationMark
 from scrutiny.paths import PROJECT_ROOT
 from scrutiny.simulator.generator import generate, parse_fault_mix
@@ -23,6 +24,8 @@ from scrutiny.simulator.model import BookieMode, Scenario
 from scrutiny.simulator.scenario import load_scenario, parse_scenario
 from scrutiny.simulator.state import ClusterState, ScheduledChange
 from scrutiny.simulator.truth import (
+    GRACE_STEP_S,
+    TruthState,
     TruthViolation,
     cluster_truth,
     iter_runs,
@@ -710,3 +713,168 @@ ensemble = ["bookie-4", "bookie-5", "bookie-6"]
 """
         state = ClusterState.from_scenario(parse_scenario(head + body))
         assert set(found(state, 3)) == {(expected, "bookie-4")}, fault
+
+
+# --------------------------------------------------------------------------- BookKeeper's auto-recovery
+
+
+def autorecovery_rows(violations: tuple[TruthViolation, ...] | list[TruthViolation]) -> set[tuple[Category, Severity]]:
+    """The cluster-level auto-recovery findings among ``violations`` (never of a bookie)."""
+    rows = [v for v in violations if v.category in (Category.AUTORECOVERY_DISABLED, Category.NO_AUDITOR)]
+    assert all(v.ledger_id == CLUSTER_LEDGER_ID and v.bookie is None for v in rows)
+    return {(v.category, v.severity) for v in rows}
+
+
+def assert_settles(scenario: Scenario) -> list[TruthState]:
+    """The timeline's states hold from just after their start to just before the next: no change is missed."""
+    timeline = truth_timeline(scenario)
+    replay = ClusterState.from_scenario(scenario)
+    events = iter(scenario.schedule)
+    pending = next(events, None)
+    for state, following in itertools.zip_longest(timeline, timeline[1:]):
+        while pending is not None and pending.at_s <= state.at_s:
+            replay.apply(pending)
+            pending = next(events, None)
+        end = following.at_s if following is not None else state.at_s + 10_000
+        for now_s in (state.at_s + GRACE_STEP_S, (state.at_s + end) / 2, end - GRACE_STEP_S / 10):
+            if state.at_s < now_s < end:
+                assert tuple(cluster_truth(replay, now_s)) == state.violations, (state.at_s, now_s)
+    return timeline
+
+
+DISABLED = Category.AUTORECOVERY_DISABLED
+NO_AUDITOR = Category.NO_AUDITOR
+
+
+def test_disabled_autorecovery_is_a_warning_then_critical_past_its_grace_until_enabled() -> None:
+    head = HEAD.replace("[checker]\n", "[checker]\nautorecovery_disabled_critical_s = 100\n")
+    scenario = parse_scenario(
+        head
+        + f"""
+[[ledgers]]
+id = 1
+{E123}
+[[schedule]]
+at = 10
+action = "disable_autorecovery"
+[[schedule]]
+at = 200
+action = "enable_autorecovery"
+[[schedule]]
+at = 300
+action = "disable_autorecovery"
+[[schedule]]
+at = 350
+action = "enable_autorecovery"
+"""
+    )
+    timeline = assert_settles(scenario)
+    assert [(s.at_s, s.causes, autorecovery_rows(s.violations)) for s in timeline] == [
+        (0.0, ("start",), set()),
+        (10.0, ("disable_autorecovery",), {(DISABLED, Severity.WARNING)}),
+        (110.0, ("auto-recovery disabled past its grace",), {(DISABLED, Severity.CRITICAL)}),  # strictly after 110
+        (200.0, ("enable_autorecovery",), set()),
+        (300.0, ("disable_autorecovery",), {(DISABLED, Severity.WARNING)}),
+        (350.0, ("enable_autorecovery",), set()),  # enabled before its grace: never critical
+    ]
+    state = ClusterState.from_scenario(scenario)
+    state.apply(scenario.schedule[0])
+    assert autorecovery_rows(cluster_truth(state, 110.0)) == {(DISABLED, Severity.WARNING)}  # not strictly older
+    assert autorecovery_rows(cluster_truth(state, 110.5)) == {(DISABLED, Severity.CRITICAL)}
+    assert cluster_truth(state, 110.5)[0] == TruthViolation(CLUSTER_LEDGER_ID, DISABLED, Severity.CRITICAL)
+
+
+def test_autorecovery_disabled_from_the_start_counts_from_zero() -> None:
+    head = HEAD.replace("[cluster]\n", "[cluster]\nautorecovery_disabled = true\n")
+    scenario = parse_scenario(head + f"[[ledgers]]\nid = 1\n{E123}\n")
+    timeline = assert_settles(scenario)
+    assert [(s.at_s, autorecovery_rows(s.violations)) for s in timeline] == [
+        (0.0, {(DISABLED, Severity.WARNING)}),
+        (3600.0, {(DISABLED, Severity.CRITICAL)}),  # the default critical grace
+    ]
+
+
+def test_no_auditor_after_its_grace_until_one_is_elected_again() -> None:
+    head = HEAD.replace("[checker]\n", "[checker]\nno_auditor_grace_s = 30\n")
+    scenario = parse_scenario(
+        head
+        + """
+[[schedule]]
+at = 5
+action = "stop_auditor"
+[[schedule]]
+at = 50
+action = "start_auditor"
+[[schedule]]
+at = 60
+action = "stop_auditor"
+[[schedule]]
+at = 80
+action = "start_auditor"
+"""
+    )
+    timeline = assert_settles(scenario)
+    assert [(s.at_s, s.causes, autorecovery_rows(s.violations)) for s in timeline] == [
+        (0.0, ("start",), set()),
+        (5.0, ("stop_auditor",), set()),  # an election takes a while: not yet
+        (35.0, ("no auditor past its grace",), {(NO_AUDITOR, Severity.WARNING)}),  # strictly after 5 + 30
+        (50.0, ("start_auditor",), set()),
+        (60.0, ("stop_auditor",), set()),
+        (80.0, ("start_auditor",), set()),  # missing for 20 s only: never reported
+    ]
+    state = ClusterState.from_scenario(scenario)
+    state.apply(scenario.schedule[0])
+    assert autorecovery_rows(cluster_truth(state, 35.0)) == set()
+    assert cluster_truth(state, 35.01) == [TruthViolation(CLUSTER_LEDGER_ID, NO_AUDITOR, Severity.WARNING)]
+
+
+def test_no_auditor_from_the_start_and_never_when_none_is_expected() -> None:
+    head = HEAD.replace("[cluster]\n", "[cluster]\nauditor = false\n")
+    schedule = '[[schedule]]\nat = 400\naction = "start_auditor"\n'
+    timeline = assert_settles(parse_scenario(head + schedule))
+    assert [(s.at_s, autorecovery_rows(s.violations)) for s in timeline] == [
+        (0.0, set()),
+        (300.0, {(NO_AUDITOR, Severity.WARNING)}),  # the default grace, from t = 0
+        (400.0, set()),
+    ]
+    unexpected = parse_scenario(head.replace("[checker]\n", "[checker]\nauditor_expected = false\n") + schedule)
+    timeline = assert_settles(unexpected)
+    assert [s.at_s for s in timeline] == [0.0, 400.0]  # no grace point at all
+    assert not any(autorecovery_rows(s.violations) for s in timeline)
+    assert cluster_truth(ClusterState.from_scenario(unexpected), 1e6) == []
+
+
+def test_both_at_once_and_beside_a_lost_bookie() -> None:
+    head = HEAD.replace(
+        "[checker]\n",
+        "[checker]\nautorecovery_disabled_critical_s = 20\nno_auditor_grace_s = 20\nbookie_lost_after_s = 20\n",
+    )
+    scenario = parse_scenario(
+        head
+        + """
+[[schedule]]
+at = 1
+action = "disable_autorecovery"
+[[schedule]]
+at = 1
+action = "stop_auditor"
+[[schedule]]
+at = 1
+action = "kill"
+bookie = "bookie-6"
+"""
+    )
+    timeline = assert_settles(scenario)
+    assert [s.at_s for s in timeline] == [0.0, 1.0, 21.0]  # three grace points at one moment: one state
+    assert [(v.category, v.severity, v.bookie) for v in timeline[-1].violations] == [
+        (Category.BOOKIE_LOST, Severity.WARNING, "bookie-6"),
+        (DISABLED, Severity.CRITICAL, None),
+        (NO_AUDITOR, Severity.WARNING, None),
+    ]
+
+
+@pytest.mark.parametrize("name", ["example", "demo"])
+def test_the_shipped_scenarios_model_a_healthy_autorecovery(name: str) -> None:
+    scenario = load_scenario(REPO / "conf" / "scenarios" / f"{name}.toml")
+    assert not any(autorecovery_rows(s.violations) for s in truth_timeline(scenario, horizon_s=10_000))
+    assert autorecovery_rows(cluster_truth(ClusterState.from_scenario(scenario), 1e8)) == set()

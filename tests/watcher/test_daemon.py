@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -17,22 +18,27 @@ import pytest
 from kazoo.client import KazooClient
 
 from scrutiny.connectors.kafka.config import consumer_kwargs, kafka_client_config
+from scrutiny.connectors.kafka.events import autorecovery_health
 from scrutiny.connectors.kafka.publisher import EventPublisher, TopicConfig
 from scrutiny.connectors.kafka.settings import KafkaSection
 from scrutiny.connectors.zookeeper.tree import TreeLayout, read_cluster
 from scrutiny.connectors.zookeeper.watch import PersistentWatchClient
+from scrutiny.core.autorecovery_health import AutoRecoveryHealth, AutoRecoveryRules
 from scrutiny.core.backoff import Backoff
 from scrutiny.core.ledger_metadata import LedgerState, Segment, build_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.metadata_redaction import redacted_metadata
 from scrutiny.core.zk_paths import (
+    auditor_election_path,
     available_bookie_path,
     cookie_path,
     ledger_path,
     readonly_bookie_path,
+    underreplication_disable_path,
     underreplication_path,
 )
 from scrutiny.core.zk_records import (
     UnderReplicationMark,
+    format_auditor_vote,
     format_layout,
     format_pulsar_racks,
     format_underreplication_mark,
@@ -80,6 +86,7 @@ def running_watcher(
     max_pending: int = 20_000,
     lost_after_ms: int = 300_000,
     redaction: RedactionPool | None = None,
+    autorecovery: AutoRecoveryRules | None = None,
 ) -> Iterator[Watcher]:
     """A watcher on its own client and thread, stopped and closed afterwards whatever happens."""
     zk = PersistentWatchClient(hosts=settings.zookeeper.connect + chroot, timeout=6.0)
@@ -97,6 +104,7 @@ def running_watcher(
             backoff=Backoff(0.05, 0.5),
             bookie_lost_after_ms=lost_after_ms,
             redaction=redaction or RedactionPool(),
+            autorecovery=autorecovery or AutoRecoveryRules(),
         ),
     )
     stop = threading.Event()
@@ -451,3 +459,47 @@ def test_bookie_lost_back_and_reformatted_have_their_ledgers_checked_again(
         wait_until(lambda: sorted(_bookie_events(service_settings, topic)) == everything, 30, "bk3's cookie rewritten")
         time.sleep(2)  # nothing more: bk3 was never away for the delay
         assert sorted(_bookie_events(service_settings, topic)) == everything
+
+
+def _health_events(settings: Settings, topic: str) -> list[AutoRecoveryHealth]:
+    """The AUTORECOVERY_HEALTH judgements published, in order, once each (every partition has a copy)."""
+    seen: dict[int, AutoRecoveryHealth] = {}
+    for record in events(settings, topic):
+        if record.event.kind == pb.EventKind.AUTORECOVERY_HEALTH:
+            seen.setdefault(record.event.sequence, autorecovery_health(record.event))
+    return [seen[s] for s in sorted(seen)]
+
+
+def test_autorecovery_disabled_and_the_auditor_s_absence_are_judged_and_published_as_they_change(
+    service_settings: Settings, zk_client: KazooClient, kafka_topic_factory: KafkaTopicFactory
+) -> None:
+    topic = kafka_topic_factory(partitions=3)
+    zk_client.create("/ledgers/LAYOUT", LAYOUT, makepath=True)
+    votes = auditor_election_path() + "/V_"
+    vote = zk_client.create(votes, format_auditor_vote("bk1:3181"), ephemeral=True, sequence=True, makepath=True)
+    rules = AutoRecoveryRules(disabled_critical_ms=2000, auditor_expected=True, no_auditor_grace_ms=2000)
+    with running_watcher(service_settings, zk_client.chroot, topic, "w1", autorecovery=rules) as watcher:
+        assert watcher.leading.wait(20)
+        healthy = AutoRecoveryHealth(auditor="bk1:3181")
+        wait_until(lambda: _health_events(service_settings, topic) == [healthy], 30, "the first judgement")
+        zk_client.create(underreplication_disable_path(), b"")
+        since = zk_client.exists(underreplication_disable_path()).ctime
+        disabled = AutoRecoveryHealth(disabled_since_ms=since, auditor="bk1:3181")
+        critical = AutoRecoveryHealth(disabled_since_ms=since, disabled_critical=True, auditor="bk1:3181")
+        wait_until(lambda: _health_events(service_settings, topic)[1:] == [disabled, critical], 30, "critical")
+        zk_client.delete(vote)
+        wait_until(lambda: len(_health_events(service_settings, topic)) == 5, 30, "the auditor's absence")
+        unsettled, absent = _health_events(service_settings, topic)[3:]
+        assert unsettled.auditor_unsettled and not unsettled.no_auditor and unsettled.disabled_critical
+        assert absent.no_auditor and not absent.auditor_unsettled
+        assert absent.no_auditor_since_ms == unsettled.no_auditor_since_ms
+        assert absent.no_auditor_since_ms is not None and absent.no_auditor_since_ms >= since
+        zk_client.delete(underreplication_disable_path())
+        zk_client.create(votes, b"\xff not a vote's text", ephemeral=True, sequence=True)  # the lowest: the auditor
+        zk_client.create(votes, format_auditor_vote("bk2:3181"), ephemeral=True, sequence=True)
+        unnamed = AutoRecoveryHealth(auditor="")  # a vote whose text does not parse is a vote all the same
+        wait_until(lambda: _health_events(service_settings, topic)[-1] == unnamed, 30, "the auditor back")
+        time.sleep(1)
+        published = _health_events(service_settings, topic)
+        assert published[-1] == unnamed and len(published) <= 7  # at most one step between, none repeated
+        assert all(a != b for a, b in itertools.pairwise(published))

@@ -22,9 +22,11 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_acl
 
 from scrutiny.connectors.bookies.fetch import FetchConfig, FetchResult, ListingFetcher, shared_fetcher
 from scrutiny.connectors.zookeeper.cluster_cache import CachedClusterReader, ClusterCacheError, shared_reader
+from scrutiny.connectors.zookeeper.tree import read_locks
+from scrutiny.core.replication_locks import ReplicationLock
 from scrutiny.core.verdict import AnswerKind
 from scrutiny.core.zk_paths import LedgerManager, available_path, layout_path, ledger_path
-from scrutiny.core.zk_records import Layout, format_layout, parse_bookie_service_info
+from scrutiny.core.zk_records import Layout, format_layout, format_lock_data, parse_bookie_service_info
 from scrutiny.settings.loader import Settings
 from scrutiny.simulator.cluster import SimCluster
 from scrutiny.simulator.model import Action, Event
@@ -469,3 +471,19 @@ def test_ledgers_present_follows_a_flat_layout_and_fails_loudly_without_zookeepe
     unreachable = replace(zk_settings, connect="127.0.0.1:1")
     with pytest.raises(ClusterCacheError, match="ledgers' znodes"):
         CachedClusterReader(unreachable, "/ledgers", connect_timeout_s=0.5).ledgers_present([12])
+
+
+def test_replication_locks_name_their_worker_and_creation_through_both_readers(
+    zk_client: KazooClient, readers: Callable[..., CachedClusterReader]
+) -> None:
+    locks = "/ledgers/underreplication/locks"
+    held = zk_client.create(f"{locks}/urL0000000007", format_lock_data("bk2:3181"), ephemeral=True, makepath=True)
+    zk_client.create(f"{locks}/urL0000000009", b"\xff not a lock's text", ephemeral=True)
+    zk_client.create(f"{locks}/notalock", b"")
+    since = zk_client.exists(held).ctime
+    unnamed = zk_client.exists(f"{locks}/urL0000000009").ctime
+    expected = {7: ReplicationLock("bk2:3181", since), 9: ReplicationLock(None, unnamed)}
+    assert readers().replication_locks([7, 8, 9]) == expected  # the streaming job's, for the stuck marks it reports
+    assert read_locks(zk_client, "/ledgers") == expected  # the scan's, once per snapshot
+    zk_client.delete(held)
+    assert readers().replication_locks([7]) == {}

@@ -9,6 +9,8 @@ from scrutiny.connectors.kafka.events import (
     CLUSTER_KEY,
     Publisher,
     accept_event,
+    autorecovery_event,
+    autorecovery_health,
     bookie_lost_event,
     event_for_change,
     ledger_key,
@@ -16,6 +18,7 @@ from scrutiny.connectors.kafka.events import (
     parse_event,
     recheck_event,
 )
+from scrutiny.core.autorecovery_health import AutoRecoveryHealth
 from scrutiny.core.errors import FormatError, MetadataFormatError
 from scrutiny.core.ledger_metadata import (
     Segment,
@@ -87,6 +90,22 @@ def test_garbage_is_not_an_event() -> None:
         parse_event(b"\xff\xff\xff")
     with pytest.raises(FormatError, match="no event kind"):
         parse_event(b"")
+
+
+@pytest.mark.parametrize(
+    "health",
+    [
+        AutoRecoveryHealth(auditor="bk1:3181"),
+        AutoRecoveryHealth(disabled_since_ms=5, disabled_critical=True, auditor=""),
+        AutoRecoveryHealth(disabled_since_ms=0, no_auditor_since_ms=9, no_auditor=True),
+        AutoRecoveryHealth(no_auditor_since_ms=0, auditor_unsettled=True),
+    ],
+)
+def test_the_autorecovery_judgement_is_a_cluster_event_carried_exactly(health: AutoRecoveryHealth) -> None:
+    event = autorecovery_event(health, pb.Origin.LIVE, ME, observed_ms=11)
+    got = accept_event(CLUSTER_KEY, event.SerializeToString(), "/ledgers")
+    assert got.kind == pb.EventKind.AUTORECOVERY_HEALTH and got.observed_ms == 11
+    assert autorecovery_health(got) == health
 
 
 def test_recheck_is_a_ledger_event_and_bookie_lost_a_cluster_one() -> None:

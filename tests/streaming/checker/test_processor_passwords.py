@@ -86,7 +86,7 @@ class Znodes(CachedClusterReader):
     def ledgers_present(self, ledger_ids: Collection[int]) -> frozenset[int]:
         return frozenset(ledger for ledger in ledger_ids if ledger in self.znodes)
 
-    def _read_ledgers(self, ledger_ids: Collection[int], request: Any) -> dict[int, Any]:
+    def _read_ledgers(self, ledger_ids: Collection[int], request: Any, *, path_of: Any = None) -> dict[int, Any]:
         found = {ledger: self.znodes[ledger] for ledger in ledger_ids if ledger in self.znodes}
         return {ledger: (data, Stat(version, MTIME_MS)) for ledger, (data, version) in found.items()}
 
