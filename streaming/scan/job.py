@@ -46,6 +46,7 @@ from scrutiny.core.metadata_redaction import redacted_metadata
 from scrutiny.core.metadata_view import MetadataView
 from scrutiny.core.replication_locks import ReplicationLock
 from scrutiny.core.verdict import ClusterView
+from scrutiny.core.vocabulary import CLUSTER_LEDGER_ID
 from scrutiny.core.zk_records import parse_pulsar_racks, parse_underreplication_mark
 from scrutiny.settings.loader import Settings
 from scrutiny.streaming.checker.job import job_config
@@ -359,7 +360,10 @@ def _select(
             )
         )
     every_ledger = options.selection.everything and options.bookie is None
-    gone_ids = {lid: tuple(keys) for lid, keys in prior.items() if lid not in observed.ledgers}
+    # Cluster-level findings (ledger id -1) are the streaming job's: no ledger of the walk stands for them.
+    gone_ids = {
+        lid: tuple(keys) for lid, keys in prior.items() if lid not in observed.ledgers and lid != CLUSTER_LEDGER_ID
+    }
     racks: dict[str, str] = {}
     if observed.racks is not None:
         try:
