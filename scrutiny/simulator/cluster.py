@@ -16,14 +16,17 @@ ZooKeeper (a started kazoo client, chrooted or not):
   disabled, and while an auditor is elected its vote, an ephemeral sequential
   ``<root>/underreplication/auditorelection/V_<sequence>`` holding ``AuditorVoteFormat`` as protobuf text
   (``bookieId: "<the first bookie>"``), on the cluster's session like the registrations;
+* the replication workers' locks on marked ledgers: an ephemeral ``<root>/underreplication/locks/urL%010d`` holding
+  ``LockDataFormat`` as protobuf text (``bookieId: "<the worker's bookie>"``) while a worker holds the ledger, on the
+  cluster's session too;
 * the schedule's changes at their times (seconds after :attr:`SimCluster.started_at_ms`), each
   carried out in ZooKeeper and on the bookies.
 
 The bulk writes are multi-op transactions (500 creates each) sent as pipelined asynchronous kazoo
 calls (a bounded window in flight): one kazoo call per node would cost about as much Python time
 as ZooKeeper's whole work, multi-ops make 100,000 ledgers a matter of seconds. All registrations
-share the cluster's ZooKeeper session; :meth:`SimCluster.stop` deletes them (and, unless asked to
-keep it, everything else it wrote) and closes every port. Methods are coroutines of one event
+share the cluster's ZooKeeper session (with the auditor's vote and the locks); :meth:`SimCluster.stop` deletes them
+(and, unless asked to keep it, everything else it wrote) and closes every port. Methods are coroutines of one event
 loop; kazoo calls run in worker threads.
 """
 
@@ -60,6 +63,7 @@ from scrutiny.core.zk_paths import (
     readonly_path,
     underreplication_disable_path,
     underreplication_ledgers_path,
+    underreplication_lock_path,
     underreplication_locks_path,
     underreplication_path,
 )
@@ -71,11 +75,12 @@ from scrutiny.core.zk_records import (
     format_bookie_service_info,
     format_cookie,
     format_layout,
+    format_lock_data,
     format_pulsar_racks,
     format_underreplication_mark,
 )
 from scrutiny.simulator.bookie import EntryStore, SimBookie
-from scrutiny.simulator.model import BookieMode, CorruptKind, Event, LedgerSpec, Scenario
+from scrutiny.simulator.model import BookieMode, CorruptKind, Event, LedgerSpec, LockSpec, Scenario
 from scrutiny.simulator.state import ClusterState, ScheduledChange
 from scrutiny.simulator.v3_server import ListingEncoding
 
@@ -109,6 +114,7 @@ class WriteStats:
 
     ledgers: int = 0
     marks: int = 0
+    locks: int = 0
     seconds: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
 
@@ -265,6 +271,8 @@ class SimCluster:
         self._registered: dict[str, str] = {}
         #: The path of the auditor's vote while it has one (ZooKeeper picks its sequence).
         self._vote_path: str | None = None
+        #: Ledger id -> the replication lock written for it (the ephemeral lock nodes this session holds).
+        self._locks: dict[int, LockSpec] = {}
         self._ctime_ms = 0
         #: When each ledger's metadata was last written (ms): its last write, for the write cache's flushes.
         self._written_ms: dict[int, int] = {}
@@ -287,6 +295,7 @@ class SimCluster:
             self.started_at_ms = int(self._clock() * 1000)
             self._t0_mono = time.monotonic()
             await asyncio.to_thread(self._write_marks, list(self.state.ledgers.values()))
+            await asyncio.to_thread(self._write_locks, list(self.state.ledgers.values()))
             await asyncio.to_thread(self._write_autorecovery)
             for bookie_id in self.bookies:
                 await asyncio.to_thread(self._register, bookie_id)
@@ -331,10 +340,12 @@ class SimCluster:
             log.warning("ZooKeeper did not answer within %g s: did not %s", timeout_s, what)
 
     def _unregister_all(self) -> None:
-        """Every bookie's registration and the auditor's vote: the processes that made them stop."""
+        """Every bookie's registration, the auditor's vote and the replication locks: the processes that made them
+        stop."""
         for bookie_id in list(self._registered):
             self._unregister(bookie_id)
         self._withdraw_vote()
+        self._release_locks()
 
     async def __aenter__(self) -> SimCluster:
         await self.start()
@@ -545,6 +556,8 @@ class SimCluster:
                     client.delete(path)
         for ledger_id in sorted(change.marks - change.deleted):
             self._write_mark(ledger_id)
+        for ledger_id in sorted(change.locks):
+            self._write_lock(ledger_id)
         if change.autorecovery:
             self._write_disable()
         if change.auditor:
@@ -562,6 +575,43 @@ class SimCluster:
             self._pipeline.create_tree([(path, data)], self._known_dirs)
         else:
             self.client.set(path, data)
+
+    def _write_locks(self, specs: Sequence[LedgerSpec]) -> None:
+        """The initial marks' locks (at t = 0), ephemeral, pipelined."""
+        create = self.client.create_async
+        calls = []
+        for spec in specs:
+            if spec.lock is not None:
+                path = underreplication_lock_path(spec.ledger_id, root=self.root)
+                self._locks[spec.ledger_id] = spec.lock
+                calls.append(
+                    (path, functools.partial(create, path, format_lock_data(spec.lock.bookie_id), ephemeral=True))
+                )
+        self._pipeline.run(calls)
+        self.stats.locks += len(calls)
+
+    def _write_lock(self, ledger_id: int) -> None:
+        """The ledger's lock per the state: taken (a new node, a new ctime) by its worker, or released."""
+        spec = self.state.ledgers.get(ledger_id)
+        lock = None if spec is None else spec.lock
+        if lock is not None and self._locks.get(ledger_id) == lock:
+            return
+        self._release_lock(ledger_id)
+        if lock is not None:
+            self._locks[ledger_id] = lock
+            path = underreplication_lock_path(ledger_id, root=self.root)
+            self.client.create(path, format_lock_data(lock.bookie_id), ephemeral=True)
+
+    def _release_lock(self, ledger_id: int) -> None:
+        if self._locks.pop(ledger_id, None) is not None:
+            with contextlib.suppress(NoNodeError):
+                self.client.delete(underreplication_lock_path(ledger_id, root=self.root))
+
+    def _release_locks(self) -> None:
+        """Delete every lock node this session holds (a transaction per batch; one already gone is skipped)."""
+        paths = [underreplication_lock_path(ledger_id, root=self.root) for ledger_id in sorted(self._locks)]
+        self._locks.clear()
+        self._pipeline.transactions((path, None) for path in paths)
 
     def _write_autorecovery(self) -> None:
         """Auto-recovery as the scenario starts it (at t = 0): the disable node and the auditor's vote."""

@@ -4,9 +4,9 @@ Pure (no I/O). :mod:`scrutiny.simulator.scenario` parses and validates the TOML 
 these types; :mod:`scrutiny.simulator.state` steps them through the schedule. In short a
 scenario names the bookies (racks, read-only / stopped / wiped, faults, ledgers in limbo), the
 ledgers (E/WQ/AQ, state, last entry, segments or "auto" ensembles, custom metadata, what each
-bookie holds when it deviates from its stripe, under-replication marks, a recovery that closed it
-too low, corrupt metadata), BookKeeper's auto-recovery (disabled or not, an auditor elected or not), what the
-ground truth assumes of the checker, and a schedule of timed changes.
+bookie holds when it deviates from its stripe, under-replication marks and the replication workers' locks on them,
+a recovery that closed it too low, corrupt metadata), BookKeeper's auto-recovery (disabled or not, an auditor
+elected or not), what the ground truth assumes of the checker, and a schedule of timed changes.
 
 Every entry a bookie holds starts with the header its writer put on it; its last-add-confirmed
 follows one rule, :func:`entry_lac` (a writer acknowledged in order: entry ``e`` carries ``e - 1``,
@@ -106,6 +106,8 @@ class Action(StrEnum):
     LIMBO = "limbo"
     MARK = "mark"
     UNMARK = "unmark"
+    LOCK = "lock"
+    UNLOCK = "unlock"
     DELETE = "delete"
     CREATE = "create"
     REPAIR = "repair"
@@ -178,16 +180,26 @@ EVERYTHING: Final = ((0, MAX_ENTRY),)
 
 
 @dataclass(frozen=True, slots=True)
+class LockSpec:
+    """A replication worker's lock on a marked ledger: the worker's bookie id and since when it holds the lock
+    (seconds relative to the cluster's start; the lock node's ctime)."""
+
+    bookie_id: str
+    since_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class MarkSpec:
     """An under-replication mark. Times are seconds relative to the cluster's start.
 
     ``ctime_s`` None: the mark has no ctime (then the checker judges it from ``seen_s``, when it
-    appeared in ZooKeeper).
+    appeared in ZooKeeper). ``lock``: the replication worker that took the marked ledger (None: no worker has).
     """
 
     replicas: tuple[str, ...]
     ctime_s: float | None
     seen_s: float
+    lock: LockSpec | None = None
 
     def stuck_after_s(self, grace_s: float) -> float:
         """From when on (strictly after) the mark is older than the grace period."""
@@ -253,6 +265,11 @@ class LedgerSpec:
         if not self.too_low or bookie_id == self.kept_by:
             return ()
         return ((self.last_entry + 1, self.written),)
+
+    @property
+    def lock(self) -> LockSpec | None:
+        """The replication worker's lock on the ledger's mark (None: not marked, or no worker took it)."""
+        return None if self.mark is None else self.mark.lock
 
     def holding(self, bookie_id: str) -> Holding:
         """The bookie's deviation from its stripe (none by default)."""
@@ -378,6 +395,7 @@ class Event:
     replicas: tuple[str, ...] = ()
     age_s: float = 0.0
     with_ctime: bool = True
+    locked_by: str | None = None
     fault: FaultSpec | None = None
     ledgers: frozenset[int] = frozenset()
     spec: LedgerSpec | None = None
@@ -614,3 +632,6 @@ def check_ledger(spec: LedgerSpec, bookie_ids: Sequence[str], where: Where) -> N
         unknown = [b for b in spec.mark.replicas if b not in bookie_ids]
         if unknown:
             raise where.fail(f"under_replicated names unknown bookie(s) {', '.join(unknown)}")
+        lock = spec.mark.lock
+        if lock is not None and lock.bookie_id not in bookie_ids:
+            raise where.fail(f"under_replicated.locked_by names unknown bookie {lock.bookie_id}")

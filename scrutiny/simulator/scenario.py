@@ -44,6 +44,7 @@ from scrutiny.simulator.model import (
     GarbageKind,
     Holding,
     LedgerSpec,
+    LockSpec,
     MarkSpec,
     Range,
     Scenario,
@@ -356,6 +357,14 @@ def _initial_racks(value: object, ids: list[str], where: Where) -> dict[str, str
     return {bookie: _str(rack, where.at(bookie)) for bookie, rack in table.items()}
 
 
+def _known_bookie(value: object, ids: Sequence[str], where: Where) -> str:
+    """One bookie id of the cluster."""
+    bookie = _bookie_id(value, where)
+    if bookie not in ids:
+        raise where.fail(f"unknown bookie {bookie!r}")
+    return bookie
+
+
 def _known_bookies(value: object, ids: Sequence[str], where: Where) -> list[str]:
     if not isinstance(value, list):
         raise where.fail("expected a list of bookie ids")
@@ -487,7 +496,7 @@ _DEFAULTABLE: Final = tuple(k for k in _LEDGER_KEYS if k not in ("id", "ids"))
 #: A ledger's own key that makes the default of the other one not apply.
 _EXCLUSIVE: Final = {"ensemble": "segments", "segments": "ensemble"}
 _HOLDING_KEYS: Final = ("bookie", "position", "segment", "nothing", "missing", "add")
-_MARK_KEYS: Final = ("replicas", "age_s", "ctime")
+_MARK_KEYS: Final = ("replicas", "age_s", "ctime", "locked_by")
 
 
 @dataclass
@@ -774,20 +783,24 @@ def _mark(value: object, segments: Sequence[SegmentSpec], where: Where) -> MarkS
     replicas = _mark_replicas(table.get("replicas", []), segments, where.at("replicas"))
     age = _number(table.get("age_s", 0), where.at("age_s"))
     with_ctime = _bool(table.get("ctime", True), where.at("ctime"))
-    return MarkSpec(replicas, -age if with_ctime else None, 0.0)
+    lock = None
+    if "locked_by" in table:
+        lock = LockSpec(_mark_bookie(table["locked_by"], segments, where.at("locked_by")), 0.0)
+    return MarkSpec(replicas, -age if with_ctime else None, 0.0, lock)
 
 
 def _mark_replicas(value: object, segments: Sequence[SegmentSpec], where: Where) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise where.fail("expected a list of bookie ids or ensemble positions")
-    out: list[str] = []
-    for index, item in enumerate(value):
-        if isinstance(item, int) and not isinstance(item, bool):
-            ensemble = segments[-1].ensemble
-            out.append(ensemble[_int(item, where.at(index), 0, len(ensemble) - 1)])
-        else:
-            out.append(_bookie_id(item, where.at(index)))
-    return tuple(out)
+    return tuple(_mark_bookie(item, segments, where.at(index)) for index, item in enumerate(value))
+
+
+def _mark_bookie(value: object, segments: Sequence[SegmentSpec], where: Where) -> str:
+    """A bookie a mark names: an id, or a position in the last segment's ensemble."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        ensemble = segments[-1].ensemble
+        return ensemble[_int(value, where, 0, len(ensemble) - 1)]
+    return _bookie_id(value, where)
 
 
 # --------------------------------------------------------------------------- parsing: schedule
@@ -806,8 +819,10 @@ _EVENT_FIELDS: Final[dict[Action, tuple[str, ...]]] = {
     Action.WRITABLE: ("bookie",),
     Action.FAULT: ("bookie", "fault"),
     Action.LIMBO: ("bookie", "ledgers"),
-    Action.MARK: ("ledger", "replicas", "age_s", "ctime"),
+    Action.MARK: ("ledger", "replicas", "age_s", "ctime", "locked_by"),
     Action.UNMARK: ("ledger",),
+    Action.LOCK: ("ledger", "bookie"),
+    Action.UNLOCK: ("ledger",),
     Action.DELETE: ("ledger",),
     Action.CREATE: ("ledger",),
     Action.REPAIR: ("ledger", "bookie"),
@@ -821,6 +836,7 @@ _REQUIRED_FIELDS: Final[dict[Action, tuple[str, ...]]] = {
     Action.CHANGE_ENSEMBLE: ("first", "ensemble"),
     Action.FAULT: ("fault",),
     Action.LIMBO: ("ledgers",),
+    Action.LOCK: ("bookie",),
 }
 
 
@@ -847,10 +863,7 @@ def _parse_event(raw: object, index: int, context: _LedgerContext) -> Event:
     event = Event(at_s=_number(table["at"], where.at("at")), action=action, index=index)
     fields: dict[str, Any] = {}
     if "bookie" in table:
-        bookie = _bookie_id(table["bookie"], where.at("bookie"))
-        if bookie not in context.bookie_ids:
-            raise where.at("bookie").fail(f"unknown bookie {bookie!r}")
-        fields["bookie"] = bookie
+        fields["bookie"] = _known_bookie(table["bookie"], context.bookie_ids, where.at("bookie"))
     if action is Action.CREATE:
         own = _table(table["ledger"], where.at("ledger"))
         specs = ledger_specs(_with_defaults(context.defaults, own), context, where.at("ledger"))
@@ -873,6 +886,8 @@ def _parse_event(raw: object, index: int, context: _LedgerContext) -> Event:
         fields["age_s"] = _number(table["age_s"], where.at("age_s"))
     if "ctime" in table:
         fields["with_ctime"] = _bool(table["ctime"], where.at("ctime"))
+    if "locked_by" in table:
+        fields["locked_by"] = _known_bookie(table["locked_by"], context.bookie_ids, where.at("locked_by"))
     if "fault" in table:
         fields["fault"] = parse_fault(table["fault"], where.at("fault"), budget=context.budget)
     if "ledgers" in table:

@@ -8,6 +8,8 @@ written, per-bookie ``missing`` / ``add`` entry ranges), never listed entry by e
 bookies, and :mod:`scrutiny.simulator.truth` reads the same description with arithmetic of
 its own. BookKeeper's auto-recovery is cluster-wide: whether it is disabled and whether an auditor is elected, each
 with the time it last changed (:attr:`ClusterState.disabled_since_s`, :attr:`ClusterState.no_auditor_since_s`).
+A replication worker's lock belongs to the mark it took (:attr:`MarkSpec.lock`, all of them in
+:attr:`ClusterState.locks`): it goes with the mark, and a worker releases it once done (``repair``) or on ``unlock``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from scrutiny.simulator.model import (
     FaultSpec,
     Holding,
     LedgerSpec,
+    LockSpec,
     MarkSpec,
     Scenario,
     SegmentSpec,
@@ -103,6 +106,7 @@ class ScheduledChange:
     metadata: set[int] = field(default_factory=set)  # ledger znodes to (re)write
     deleted: set[int] = field(default_factory=set)  # ledger znodes (and marks) to delete
     marks: set[int] = field(default_factory=set)  # marks to (re)write or delete (per the state)
+    locks: set[int] = field(default_factory=set)  # replication locks to take or release (per the state)
     data: dict[str, set[int]] = field(default_factory=dict)  # bookie -> ledgers whose holdings changed
     stopped: set[str] = field(default_factory=set)
     started: set[str] = field(default_factory=set)
@@ -160,6 +164,11 @@ class ClusterState:
             if bookie.wiped:
                 state._lose_everything(bookie.bookie_id)
         return state
+
+    @property
+    def locks(self) -> dict[int, LockSpec]:
+        """Ledger id -> the replication worker's lock, for each marked ledger a worker holds."""
+        return {ledger_id: spec.lock for ledger_id, spec in self.ledgers.items() if spec.lock is not None}
 
     @property
     def auditor_voter(self) -> str:
@@ -387,19 +396,58 @@ class ClusterState:
         change.faults.add(bookie.bookie_id)
 
     def _mark(self, event: Event, change: ScheduledChange, where: Where) -> None:
+        """Mark the ledger, or re-mark it (a lock already taken stays: re-marking touches only the mark)."""
         spec = self._ledger(event, where)
         ctime = event.at_s - event.age_s if event.with_ctime else None
         replicas = list(spec.mark.replicas) if spec.mark is not None else []
         replicas += [b for b in event.replicas if b not in replicas]
-        self._put(replace(spec, mark=MarkSpec(tuple(replicas), ctime, event.at_s)))
+        lock = spec.lock
+        if event.locked_by is not None:
+            self._check_unlocked(spec, where)
+            lock = LockSpec(event.locked_by, event.at_s)
+            change.locks.add(spec.ledger_id)
+        self._put(replace(spec, mark=MarkSpec(tuple(replicas), ctime, event.at_s, lock)))
         change.marks.add(spec.ledger_id)
 
     def _unmark(self, event: Event, change: ScheduledChange, where: Where) -> None:
+        """Delete the mark, and its lock with it (a worker that replicated the ledger releases both)."""
         spec = self._ledger(event, where)
         if spec.mark is None:
             raise where.fail(f"ledger {spec.ledger_id} is not marked under-replicated")
         self._put(replace(spec, mark=None))
         change.marks.add(spec.ledger_id)
+        self._note_lock(spec, change)
+
+    def _lock(self, event: Event, change: ScheduledChange, where: Where) -> None:
+        """A replication worker (``event.bookie``) takes the marked ledger: its lock from now on."""
+        spec = self._ledger(event, where)
+        assert event.bookie is not None
+        if spec.mark is None:
+            raise where.fail(f"ledger {spec.ledger_id} is not marked under-replicated: no worker can take it")
+        self._check_unlocked(spec, where)
+        self._put(replace(spec, mark=replace(spec.mark, lock=LockSpec(event.bookie, event.at_s))))
+        change.locks.add(spec.ledger_id)
+
+    def _unlock(self, event: Event, change: ScheduledChange, where: Where) -> None:
+        """The worker gives the ledger up: its lock is released, the mark stays."""
+        spec = self._ledger(event, where)
+        if spec.mark is None or spec.lock is None:
+            raise where.fail(f"ledger {spec.ledger_id} is not locked by a replication worker")
+        self._put(replace(spec, mark=replace(spec.mark, lock=None)))
+        change.locks.add(spec.ledger_id)
+
+    @staticmethod
+    def _check_unlocked(spec: LedgerSpec, where: Where) -> None:
+        """ScenarioError when a worker already holds the ledger's lock."""
+        lock = spec.lock
+        if lock is not None:
+            raise where.fail(f"ledger {spec.ledger_id} is already locked by {lock.bookie_id} (since {lock.since_s} s)")
+
+    @staticmethod
+    def _note_lock(spec: LedgerSpec, change: ScheduledChange) -> None:
+        """Record that the lock ``spec`` has, if any, is to be written again (taken or released, per the state)."""
+        if spec.lock is not None:
+            change.locks.add(spec.ledger_id)
 
     def _delete(self, event: Event, change: ScheduledChange, where: Where) -> None:
         spec = self._ledger(event, where)
@@ -407,25 +455,29 @@ class ClusterState:
         del self.ledgers[spec.ledger_id]
         change.deleted.add(spec.ledger_id)
         change.touch(spec.bookies(), spec.ledger_id)
+        self._note_lock(spec, change)
 
     def _repair(self, event: Event, change: ScheduledChange, where: Where) -> None:
+        """Replication's work: the bookie(s) hold their stripes again, and the worker releases its lock. The mark
+        stays (an ``unmark`` deletes it)."""
         spec = self._ledger(event, where)
         bookies = [event.bookie] if event.bookie is not None else list(spec.holdings)
         holdings = {b: h for b, h in spec.holdings.items() if b not in bookies}
-        self._put(replace(spec, holdings=holdings))
+        mark = spec.mark if spec.mark is None else replace(spec.mark, lock=None)
+        self._put(replace(spec, holdings=holdings, mark=mark))
         change.touch(bookies, spec.ledger_id)
+        self._note_lock(spec, change)
 
     def _create(self, event: Event, change: ScheduledChange, where: Where) -> None:
         assert event.spec is not None
         if event.spec.ledger_id in self.ledgers:
             raise where.fail(f"ledger {event.spec.ledger_id} already exists")
-        spec = replace(event.spec, mark=replace(event.spec.mark, seen_s=event.at_s) if event.spec.mark else None)
-        if spec.mark is not None and spec.mark.ctime_s is not None:
-            spec = replace(spec, mark=replace(spec.mark, ctime_s=spec.mark.ctime_s + event.at_s))
+        spec = replace(event.spec, mark=_shifted(event.spec.mark, event.at_s))
         self._put(spec)
         change.metadata.add(spec.ledger_id)
         if spec.mark is not None:
             change.marks.add(spec.ledger_id)
+            self._note_lock(spec, change)
         change.touch(spec.bookies(), spec.ledger_id)
 
     def _disable_autorecovery(self, event: Event, change: ScheduledChange, where: Where) -> None:
@@ -471,6 +523,8 @@ _HANDLERS: Final = {
     Action.LIMBO: ClusterState._limbo,
     Action.MARK: ClusterState._mark,
     Action.UNMARK: ClusterState._unmark,
+    Action.LOCK: ClusterState._lock,
+    Action.UNLOCK: ClusterState._unlock,
     Action.DELETE: ClusterState._delete,
     Action.CREATE: ClusterState._create,
     Action.REPAIR: ClusterState._repair,
@@ -479,3 +533,12 @@ _HANDLERS: Final = {
     Action.STOP_AUDITOR: ClusterState._stop_auditor,
     Action.START_AUDITOR: ClusterState._start_auditor,
 }
+
+
+def _shifted(mark: MarkSpec | None, at_s: float) -> MarkSpec | None:
+    """A created ledger's mark with its times counted from its creation at ``at_s`` (its lock taken then)."""
+    if mark is None:
+        return None
+    ctime = None if mark.ctime_s is None else mark.ctime_s + at_s
+    lock = None if mark.lock is None else replace(mark.lock, since_s=at_s)
+    return replace(mark, ctime_s=ctime, seen_s=at_s, lock=lock)

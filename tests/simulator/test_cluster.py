@@ -38,12 +38,16 @@ from scrutiny.core.zk_paths import (
     auditor_election_path,
     available_bookie_path,
     ledger_id_from_path,
+    ledger_id_from_underreplication_lock_path,
     ledger_path,
     readonly_bookie_path,
     underreplication_disable_path,
+    underreplication_lock_path,
+    underreplication_locks_path,
     underreplication_path,
 )
 from scrutiny.core.zk_records import (
+    format_lock_data,
     parse_bookie_service_info,
     parse_layout,
     parse_pulsar_racks,
@@ -501,6 +505,122 @@ action = "start_auditor"
         finally:
             await cluster.stop(keep_metadata=True)
         assert nodes() == (True, [])  # the vote goes with the auditor, the node stays with the metadata
+        zk_client.delete(ROOT, recursive=True)
+
+    run(body)
+
+
+def test_replication_locks_are_taken_and_released_at_their_time(zk_client: KazooClient) -> None:
+    scenario = parse_scenario(
+        HEAD
+        + """
+[[ledgers]]
+id = 1
+ensemble = ["bookie-1", "bookie-2", "bookie-3"]
+under_replicated = { replicas = ["bookie-2"], age_s = 7200, locked_by = "bookie-4" }
+[[ledgers]]
+ids = [2, 5]
+ensemble = ["bookie-1", "bookie-2", "bookie-3"]
+[[ledgers]]
+ids = [3, 4]
+ensemble = ["bookie-1", "bookie-2", "bookie-3"]
+under_replicated = { replicas = [0], locked_by = 2 }
+
+[[schedule]]
+at = 0.3
+action = "unlock"
+ledger = 1
+[[schedule]]
+at = 0.3
+action = "mark"
+ledger = 2
+replicas = ["bookie-1"]
+locked_by = "bookie-5"
+[[schedule]]
+at = 0.3
+action = "repair"
+ledger = 3
+[[schedule]]
+at = 0.8
+action = "lock"
+ledger = 1
+bookie = "bookie-6"
+[[schedule]]
+at = 0.8
+action = "unmark"
+ledger = 2
+[[schedule]]
+at = 0.8
+action = "delete"
+ledger = 4
+[[schedule]]
+at = 0.8
+action = "mark"
+ledger = 5
+"""
+    )
+    locks = underreplication_locks_path(root=ROOT)
+
+    def held() -> dict[int, bytes]:
+        """Ledger id -> the lock node's data, for every lock node."""
+        out = {}
+        for child in zk_client.get_children(locks):
+            path = f"{locks}/{child}"
+            out[ledger_id_from_underreplication_lock_path(path, root=ROOT)] = zk_client.get(path)[0]
+        return out
+
+    def lock_stat(ledger_id: int) -> Any:
+        return zk_client.get(underreplication_lock_path(ledger_id, root=ROOT))[1]
+
+    async def body() -> None:
+        cluster = SimCluster(scenario, zk_client)
+        seen: list[tuple[str, dict[int, bytes]]] = []
+
+        def after(change: AppliedChange) -> None:
+            seen.append((change.event.describe(), held()))
+
+        cluster.on_change(after)
+        await cluster.start()
+        try:
+            assert cluster.started_at_ms is not None
+            assert held() == {
+                1: format_lock_data("bookie-4"),
+                3: format_lock_data("bookie-3"),
+                4: b'bookieId: "bookie-3"\n',
+            }
+            assert format_lock_data("bookie-4") == b'bookieId: "bookie-4"\n'  # LockDataFormat as protobuf text
+            initial = lock_stat(1)
+            assert initial.ephemeralOwner == zk_client.client_id[0]  # on the cluster's session
+            assert cluster.started_at_ms - 1000 <= initial.ctime <= int(time.time() * 1000)  # at t = 0
+            assert {lid: (lock.bookie_id, lock.since_s) for lid, lock in cluster.state.locks.items()} == {
+                1: ("bookie-4", 0.0),
+                3: ("bookie-3", 0.0),
+                4: ("bookie-3", 0.0),
+            }
+            cluster.start_schedule()
+            await poll(lambda: len(cluster.applied) == len(scenario.schedule), "the whole schedule")
+            assert all(0 <= c.applied_s - c.planned_s < 0.5 for c in cluster.applied)
+            three, five, six = (format_lock_data(f"bookie-{n}") for n in (3, 5, 6))
+            assert seen == [
+                ("unlock ledger 1", {3: three, 4: three}),
+                ("mark ledger 2", {2: five, 3: three, 4: three}),  # marked and locked at once
+                ("repair ledger 3", {2: five, 4: three}),
+                ("lock ledger 1 bookie bookie-6", {1: six, 2: five, 4: three}),
+                ("unmark ledger 2", {1: six, 4: three}),
+                ("delete ledger 4", {1: six}),
+                ("mark ledger 5", {1: six}),  # a mark without locked_by: unlocked
+            ]
+            taken = lock_stat(1)
+            assert taken.ephemeralOwner == zk_client.client_id[0]
+            assert taken.ctime >= cluster.started_at_ms + 800 - 50 and taken.czxid > initial.czxid  # a new node
+            assert zk_client.exists(underreplication_path(3, root=ROOT)) is not None  # repaired: the mark stays
+            assert zk_client.exists(underreplication_path(2, root=ROOT)) is None
+            lock = cluster.state.locks[1]
+            assert (lock.bookie_id, lock.since_s) == ("bookie-6", 0.8) and sorted(cluster.state.locks) == [1]
+        finally:
+            await cluster.stop(keep_metadata=True)
+        assert held() == {}  # the locks go with the session's processes, the marks stay with the metadata
+        assert zk_client.exists(underreplication_path(1, root=ROOT)) is not None
         zk_client.delete(ROOT, recursive=True)
 
     run(body)

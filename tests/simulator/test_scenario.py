@@ -14,6 +14,7 @@ from scrutiny.core.ledger_metadata import LedgerState
 from scrutiny.core.placement import PlacementPolicy, PlacementResult
 from scrutiny.core.sequence_groups import expand
 from scrutiny.core.striping import expected_groups
+from scrutiny.core.vocabulary import Category
 from scrutiny.paths import PROJECT_ROOT
 from scrutiny.simulator.generator import FaultMix, generate, parse_fault_mix
 from scrutiny.simulator.model import (
@@ -23,6 +24,7 @@ from scrutiny.simulator.model import (
     CheckerSpec,
     FaultKind,
     Holding,
+    LockSpec,
     ScenarioError,
     normalize_ranges,
     placement_outcome,
@@ -30,6 +32,7 @@ from scrutiny.simulator.model import (
 )
 from scrutiny.simulator.scenario import load_scenario, parse_scenario
 from scrutiny.simulator.state import ClusterState, ScheduledChange
+from scrutiny.simulator.truth import TruthState, TruthViolation, truth_timeline
 
 REPO = PROJECT_ROOT
 SCENARIOS = REPO / "conf" / "scenarios"
@@ -537,3 +540,256 @@ def test_an_absent_auditor_cannot_stop_from_the_start() -> None:
             BASE.replace("bookies = 4\n", "bookies = 4\nautorecovery_disabled = true\n")
             + schedule_of("disable_autorecovery")
         )
+
+
+# --------------------------------------------------------------------------- replication workers' locks
+
+LOCKED = """
+[[ledgers]]
+id = 1
+ensemble = ["bookie-1", "bookie-2", "bookie-3"]
+under_replicated = { replicas = ["bookie-2"], age_s = 100, locked_by = "bookie-4" }
+[[ledgers]]
+id = 2
+ensemble = ["bookie-1", "bookie-2", "bookie-3"]
+under_replicated = { replicas = [1], locked_by = 2 }
+[[ledgers]]
+ids = [3, 4]
+ensemble = ["bookie-1", "bookie-2", "bookie-3"]
+under_replicated = true
+[[ledgers]]
+id = 5
+ensemble = ["bookie-1", "bookie-2", "bookie-3"]
+"""
+
+
+def lock_of(state: ClusterState, ledger_id: int) -> tuple[str, float] | None:
+    lock = state.locks.get(ledger_id)
+    return None if lock is None else (lock.bookie_id, lock.since_s)
+
+
+def test_a_mark_is_locked_by_a_bookie_or_an_ensemble_position_from_the_start() -> None:
+    state = scenario(LOCKED)
+    assert {lid: lock_of(state, lid) for lid in state.locks} == {1: ("bookie-4", 0.0), 2: ("bookie-3", 0.0)}
+    mark = state.ledgers[1].mark
+    assert mark is not None and mark.ctime_s == -100 and mark.replicas == ("bookie-2",)
+    assert state.ledgers[1].lock == LockSpec("bookie-4", 0.0)
+    assert state.ledgers[3].lock is None and state.ledgers[5].lock is None
+
+
+def test_lock_unlock_and_what_releases_a_lock() -> None:
+    parsed = parse_scenario(
+        BASE
+        + LOCKED
+        + """
+[[schedule]]
+at = 1
+action = "unlock"
+ledger = 1
+[[schedule]]
+at = 2
+action = "lock"
+ledger = 1
+bookie = "bookie-1"
+[[schedule]]
+at = 3
+action = "mark"
+ledger = 1
+replicas = ["bookie-3"]
+[[schedule]]
+at = 4
+action = "mark"
+ledger = 5
+locked_by = "bookie-2"
+[[schedule]]
+at = 5
+action = "mark"
+ledger = 3
+replicas = ["bookie-1"]
+locked_by = "bookie-3"
+[[schedule]]
+at = 6
+action = "lock"
+ledger = 4
+bookie = "bookie-4"
+[[schedule]]
+at = 7
+action = "unmark"
+ledger = 1
+[[schedule]]
+at = 8
+action = "repair"
+ledger = 2
+[[schedule]]
+at = 9
+action = "delete"
+ledger = 3
+[[schedule]]
+at = 10
+action = "create"
+ledger = { id = 6, ensemble = "auto", under_replicated = { age_s = 5, locked_by = 0 } }
+[[schedule]]
+at = 11
+action = "unmark"
+ledger = 5
+"""
+    )
+    state = ClusterState.from_scenario(parsed)
+    events = iter(parsed.schedule)
+
+    def step() -> ScheduledChange:
+        return state.apply(next(events))
+
+    assert step().locks == {1}  # unlock: the mark stays
+    assert lock_of(state, 1) is None and state.ledgers[1].mark is not None
+    assert step().locks == {1} and lock_of(state, 1) == ("bookie-1", 2.0)
+    change = step()  # re-marked: the worker keeps its lock
+    assert (change.marks, change.locks) == ({1}, set())
+    mark = state.ledgers[1].mark
+    assert mark is not None and mark.replicas == ("bookie-2", "bookie-3") and lock_of(state, 1) == ("bookie-1", 2.0)
+    change = step()  # marked and locked at once
+    assert (change.marks, change.locks) == ({5}, {5}) and lock_of(state, 5) == ("bookie-2", 4.0)
+    change = step()  # an unlocked mark re-marked with a lock
+    assert (change.marks, change.locks) == ({3}, {3}) and lock_of(state, 3) == ("bookie-3", 5.0)
+    assert step().locks == {4} and lock_of(state, 4) == ("bookie-4", 6.0)
+    change = step()  # unmark: the mark and its lock go
+    assert (change.marks, change.locks) == ({1}, {1}) and lock_of(state, 1) is None
+    change = step()  # repair: the worker is done and releases its lock; the mark stays
+    assert change.locks == {2} and lock_of(state, 2) is None and state.ledgers[2].mark is not None
+    change = step()  # delete: the lock goes with the ledger
+    assert (change.deleted, change.locks) == ({3}, {3}) and 3 not in state.locks
+    change = step()  # create: the lock is taken when the ledger appears
+    assert change.locks == {6}
+    created = state.ledgers[6]
+    assert created.lock == LockSpec(created.segments[-1].ensemble[0], 10.0)
+    assert created.mark is not None and created.mark.ctime_s == 5.0
+    step()
+    assert sorted(state.locks) == [4, 6]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            "[[schedule]]\nat = 1\naction = 'lock'\nledger = 5\nbookie = 'bookie-1'\n",
+            "schedule[0]: ledger 5 is not marked under-replicated: no worker can take it",
+        ),
+        (
+            "[[schedule]]\nat = 1\naction = 'lock'\nledger = 1\nbookie = 'bookie-1'\n",
+            "schedule[0]: ledger 1 is already locked by bookie-4 (since 0.0 s)",
+        ),
+        (
+            "[[schedule]]\nat = 1\naction = 'mark'\nledger = 2\nlocked_by = 'bookie-1'\n",
+            "schedule[0]: ledger 2 is already locked by bookie-3 (since 0.0 s)",
+        ),
+        (
+            "[[schedule]]\nat = 1\naction = 'unlock'\nledger = 3\n",
+            "schedule[0]: ledger 3 is not locked by a replication",
+        ),
+        (
+            "[[schedule]]\nat = 1\naction = 'unlock'\nledger = 5\n",
+            "schedule[0]: ledger 5 is not locked by a replication",
+        ),
+        (
+            "[[schedule]]\nat = 1\naction = 'unmark'\nledger = 1\n"
+            "[[schedule]]\nat = 2\naction = 'unlock'\nledger = 1\n",
+            "schedule[1]: ledger 1 is not locked",
+        ),
+        (
+            "[[schedule]]\nat = 1\naction = 'repair'\nledger = 2\n"
+            "[[schedule]]\nat = 2\naction = 'unlock'\nledger = 2\n",
+            "schedule[1]: ledger 2 is not locked",
+        ),
+        (
+            "[[schedule]]\nat = 1\naction = 'delete'\nledger = 1\n[[schedule]]\nat = 2\naction = 'lock'\nledger = 1\n"
+            "bookie = 'bookie-1'\n",
+            "schedule[1]: ledger 1 does not exist at 2.0 s",
+        ),
+        ("[[schedule]]\nat = 1\naction = 'lock'\nledger = 3\n", "schedule[0]: lock needs bookie"),
+        ("[[schedule]]\nat = 1\naction = 'lock'\nbookie = 'bookie-1'\n", "schedule[0]: lock needs ledger"),
+        ("[[schedule]]\nat = 1\naction = 'unlock'\n", "schedule[0]: unlock needs ledger"),
+        (
+            "[[schedule]]\nat = 1\naction = 'lock'\nledger = 3\nbookie = 'nobody'\n",
+            "schedule[0].bookie: unknown bookie 'nobody'",
+        ),
+        (
+            "[[schedule]]\nat = 1\naction = 'unlock'\nledger = 1\nbookie = 'bookie-4'\n",
+            "schedule[0]: unknown key(s) bookie",
+        ),
+        (
+            "[[schedule]]\nat = 1\naction = 'mark'\nledger = 5\nlocked_by = 'nobody'\n",
+            "schedule[0].locked_by: unknown bookie 'nobody'",
+        ),
+        (
+            "[[schedule]]\nat = 1\naction = 'mark'\nledger = 5\nlocked_by = 0\n",
+            "schedule[0].locked_by: expected a string, got 0",
+        ),
+        (
+            "[[schedule]]\nat = 1\naction = 'unmark'\nledger = 1\nlocked_by = 'bookie-1'\n",
+            "schedule[0]: unknown key(s) locked_by",
+        ),
+        (
+            "[[ledgers]]\nid = 9\nensemble = 'auto'\nunder_replicated = { locked_by = 'nobody' }\n",
+            "ledgers[4]: under_replicated.locked_by names unknown bookie nobody",
+        ),
+        (
+            "[[ledgers]]\nid = 9\nensemble = 'auto'\nunder_replicated = { locked_by = 3 }\n",
+            "ledgers[4].under_replicated.locked_by: 3 is out of range [0, 2]",
+        ),
+        (
+            "[[ledgers]]\nid = 9\nensemble = 'auto'\nunder_replicated = { locked_by = true }\n",
+            "ledgers[4].under_replicated.locked_by: expected a string, got True",
+        ),
+        (
+            "[[ledgers]]\nid = 9\nensemble = 'auto'\nunder_replicated = { locked_by = 'a/b' }\n",
+            "ledgers[4].under_replicated.locked_by: invalid bookie id 'a/b'",
+        ),
+        (
+            "[[ledgers]]\nid = 9\nensemble = 'auto'\nunder_replicated = { lock = 'bookie-1' }\n",
+            "ledgers[4].under_replicated: unknown key(s) lock",
+        ),
+    ],
+)
+def test_bad_locks_are_refused_with_the_place(extra: str, message: str) -> None:
+    with pytest.raises(ScenarioError, match=re.escape(message)):
+        parse_scenario(BASE + LOCKED + extra)
+
+
+def test_a_lock_changes_no_finding_of_the_ground_truth() -> None:
+    changes = """
+[[schedule]]
+at = 1
+action = "mark"
+ledger = 5
+{locked_by}
+[[schedule]]
+at = 4
+action = "repair"
+ledger = 2
+"""
+    locks = """
+[[schedule]]
+at = 2
+action = "unlock"
+ledger = 1
+[[schedule]]
+at = 3
+action = "lock"
+ledger = 4
+bookie = "bookie-2"
+"""
+    grace = "[checker]\nunder_replication_grace_s = 50\n"
+    locked = parse_scenario(BASE + LOCKED + changes.format(locked_by="locked_by = 'bookie-1'") + locks + grace)
+    unlocked = LOCKED.replace(', locked_by = "bookie-4"', "").replace(", locked_by = 2", "")
+    plain = parse_scenario(BASE + unlocked + changes.format(locked_by="") + grace)
+    assert ClusterState.from_scenario(plain).locks == {}
+    timelines = [truth_timeline(locked), truth_timeline(plain)]
+
+    def in_force(timeline: list[TruthState], at_s: float) -> set[TruthViolation]:
+        return set(next(s for s in reversed(timeline) if s.at_s <= at_s).violations)
+
+    moments = sorted({s.at_s for timeline in timelines for s in timeline})
+    assert len(moments) > 3
+    for at_s in moments:
+        assert in_force(timelines[0], at_s) == in_force(timelines[1], at_s), at_s
+    assert any(v.category is Category.UNDER_REPLICATION_STUCK for v in in_force(timelines[0], 0.0))

@@ -139,7 +139,7 @@ holdings = [{ bookie = "bookie-3", nothing = true }]
 [[ledgers]]
 id = 4
 ensemble = ["bookie-1", "bookie-2", "bookie-3"]
-under_replicated = { replicas = ["bookie-3"], age_s = 60 }
+under_replicated = { replicas = ["bookie-3"], age_s = 60, locked_by = "bookie-2" }
 
 [[ledgers]]
 id = 5
@@ -207,6 +207,8 @@ def test_retries_marks_deletions_and_closes_over_time(
             "two batches after ledger 5's grace would have ended",
         )
         assert harness.open_ids() == {(4, "UNDER_REPLICATION_STUCK", None)}
+        [stuck] = [v for v in harness.table("violations") if v["category"] == "UNDER_REPLICATION_STUCK"]
+        assert "; locked by the replication worker on bookie-2 since " in stuck["details"]  # its worker, named
         found = {(v["ledger_id"], v["category"]) for v in harness.table("violations")}
         assert not any(ledger in (2, 5) for ledger, _ in found), found
         last_check_of_2 = [c for c in harness.table("ledger_checks") if c["ledger_id"] == 2][-1]

@@ -92,6 +92,8 @@ def test_deep_scan_finds_the_truth_writes_it_and_a_rescan_resolves_a_deleted_led
     closed = {s.ledger_id for s in scenario.ledgers if s.closed}
     assert closed <= {c["ledger_id"] for c in checks} and {c["source"] for c in checks} == {"scan"}
     assert result.rpcs > 0
+    [stuck] = [v for v in table_rows(data, "violations") if v["category"] == "UNDER_REPLICATION_STUCK"]
+    assert "; locked by the replication worker on bookie-5 since " in stuck["details"]  # the lock, read with the walk
 
     lost = next(lid for lid, category, _ in sorted(expected) if category == "NO_REPLICA")
     zk_client.delete(ledger_path(lost, root=settings.zookeeper.ledgers_root))
