@@ -111,6 +111,20 @@ def findings_of(health: AutoRecoveryHealth) -> tuple[Violation, ...]:
     return tuple(found)
 
 
+def scan_warnings(observed: AutoRecoveryObservation, *, auditor_expected: bool) -> list[str]:
+    """What a scan says of auto-recovery as it saw it once: it reports no cluster-level finding (those are the
+    streaming job's, which watches them over time), but an operator reading its summary is told."""
+    said = []
+    if observed.disabled_since_ms is not None:
+        said.append(
+            f"BookKeeper's auto-recovery is disabled since {format_utc_ms(observed.disabled_since_ms)} "
+            "(underreplication/disable exists): no ledger is marked or re-replicated (AUTORECOVERY_DISABLED)"
+        )
+    if observed.auditor is None and auditor_expected:
+        said.append("no auditor is elected (no vote under underreplication/auditorelection): see NO_AUDITOR")
+    return said
+
+
 def autorecovery_key(category: Category) -> ViolationKey:
     """The open key of one of the two cluster-level auto-recovery findings."""
     return (category.value, "", -1)

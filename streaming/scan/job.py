@@ -31,7 +31,8 @@ from pyspark.sql import SparkSession
 from scrutiny.connectors.tables.delta import TableError
 from scrutiny.connectors.tables.schemas import OPEN_VIOLATIONS, RunRecord, output_table
 from scrutiny.connectors.zookeeper.client import close_zookeeper_client, start_zookeeper_client, zookeeper_target
-from scrutiny.connectors.zookeeper.tree import TreeLayout, read_cluster, read_locks
+from scrutiny.connectors.zookeeper.tree import TreeLayout, read_autorecovery, read_cluster, read_locks
+from scrutiny.core.autorecovery_health import scan_warnings
 from scrutiny.core.errors import FormatError, ScrutinyError
 from scrutiny.core.ledger_scan import (
     LedgerSelection,
@@ -313,9 +314,11 @@ def read_snapshot(
     try:
         observed = read_cluster(client, layout, progress=lambda phase, count: progress(phase, count, None))
         locks = read_locks(client, layout.root) if observed.marks else {}
+        autorecovery = read_autorecovery(client, layout.root)
     finally:
         close_zookeeper_client(client)
     snapshot = _select(observed, options, prior, locks)
+    snapshot.warnings += scan_warnings(autorecovery, auditor_expected=settings.watcher.auditor_expected)
     snapshot.read_seconds = time.monotonic() - clock
     return snapshot
 

@@ -14,6 +14,7 @@ from scrutiny.core.autorecovery_health import (
     autorecovery_key,
     judge,
     on_autorecovery_health,
+    scan_warnings,
 )
 from scrutiny.core.bookie_findings import lost_key, on_bookie_lost, on_bookie_registered
 from scrutiny.core.ledger_tracker import Outcome, TrackedLedger
@@ -104,6 +105,15 @@ def test_bookie_lost_and_autorecovery_findings_share_the_cluster_state_without_t
     assert enabled.outcome.resolved == (DISABLED,) and enabled.state is None
     kept = on_autorecovery_health(lost.state, at(2_000))
     assert kept.outcome == Outcome() and kept.state == lost.state  # BOOKIE_LOST left alone
+
+
+def test_a_scan_tells_of_what_it_saw_once() -> None:
+    disabled = scan_warnings(AutoRecoveryObservation(disabled_since_ms=0, auditor=AUDITOR), auditor_expected=True)
+    assert [w.split(" since ")[0] for w in disabled] == ["BookKeeper's auto-recovery is disabled"]
+    no_vote = scan_warnings(AutoRecoveryObservation(), auditor_expected=True)
+    assert [w[:21] for w in no_vote] == ["no auditor is elected"]
+    assert scan_warnings(AutoRecoveryObservation(), auditor_expected=False) == []
+    assert scan_warnings(AutoRecoveryObservation(auditor=""), auditor_expected=True) == []
 
 
 @st.composite
