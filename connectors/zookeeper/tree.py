@@ -178,13 +178,17 @@ def read_registrations(client: KazooClient, root: str) -> tuple[dict[str, bytes]
 def read_cookies(client: KazooClient, root: str) -> dict[str, int]:
     """Bookie id -> the ``mzxid`` of its cookie node: a new cookie (after a format) or a rewritten one (another
     instance id) has a new one."""
-    parent = cookies_path(root=root)
+    found = _read_children(client, cookies_path(root=root))
+    return {path.rsplit("/", 1)[1]: node.stat.mzxid for path, node in found.items()}
+
+
+def _read_children(client: KazooClient, parent: str) -> dict[str, Node]:
+    """The nodes under ``parent`` by path (none when it does not exist)."""
     try:
         names = client.get_children(parent)
     except NoNodeError:
         return {}
-    found = read_nodes(client, [f"{parent}/{name}" for name in names])
-    return {path.rsplit("/", 1)[1]: node.stat.mzxid for path, node in found.items()}
+    return read_nodes(client, [f"{parent}/{name}" for name in names])
 
 
 def read_autorecovery(client: KazooClient, root: str) -> AutoRecoveryObservation:
@@ -213,14 +217,8 @@ def read_autorecovery(client: KazooClient, root: str) -> AutoRecoveryObservation
 def read_locks(client: KazooClient, root: str) -> dict[int, ReplicationLock]:
     """The replication workers' locks held now (``underreplication/locks/urL%010d``): ledger id -> who holds it and
     since when (nodes of other names are left out)."""
-    parent = underreplication_locks_path(root=root)
-    try:
-        names = client.get_children(parent)
-    except NoNodeError:
-        return {}
-    found = read_nodes(client, [f"{parent}/{name}" for name in names])
     locks = {}
-    for path, node in found.items():
+    for path, node in _read_children(client, underreplication_locks_path(root=root)).items():
         try:
             ledger_id = ledger_id_from_underreplication_lock_path(path, root=root)
         except (PathError, FormatError):
