@@ -45,10 +45,10 @@ from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
 from scrutiny.connectors.zookeeper.tree import read_optional, read_registrations
 from scrutiny.core.errors import ConfigError, FormatError, PathError, ScrutinyError
 from scrutiny.core.metadata_redaction import redacted_metadata
-from scrutiny.core.replication_locks import ReplicationLock
+from scrutiny.core.replication_locks import ReplicationLock, replication_lock
 from scrutiny.core.verdict import ClusterView
 from scrutiny.core.zk_paths import LedgerManager, check_root, layout_path, ledger_path, underreplication_lock_path
-from scrutiny.core.zk_records import parse_layout, parse_lock_data, parse_pulsar_racks
+from scrutiny.core.zk_records import parse_layout, parse_pulsar_racks
 
 logger = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ class CachedClusterReader:
             lambda client, path: client.get_async(path),
             path_of=lambda ledger, _: underreplication_lock_path(ledger, root=root),
         )
-        return {ledger: ReplicationLock(_lock_holder(bytes(data)), stat.ctime) for ledger, (data, stat) in read.items()}
+        return {ledger: replication_lock(bytes(data), stat.ctime) for ledger, (data, stat) in read.items()}
 
     def _read_ledgers(
         self,
@@ -283,14 +283,6 @@ class CachedClusterReader:
         registrations: dict[str, bytes | None] = {**readonly, **writable}
         view = ClusterView(racks=racks, writable=frozenset(writable), readonly=frozenset(readonly))
         return ClusterSnapshot(view, registrations, int(time.time() * 1000), racks_problem)
-
-
-def _lock_holder(data: bytes) -> str | None:
-    """The bookie id a replication lock names (None: none, or text that does not parse)."""
-    try:
-        return parse_lock_data(data)
-    except FormatError:
-        return None
 
 
 def _znode(data: bytes, stat: Any) -> LedgerZnode:

@@ -22,7 +22,7 @@ from scrutiny.connectors.zookeeper.requests import MultiRead
 from scrutiny.core.autorecovery_health import AutoRecoveryObservation
 from scrutiny.core.errors import FormatError, PathError
 from scrutiny.core.metadata_view import MetadataView, Node, NodeStat
-from scrutiny.core.replication_locks import ReplicationLock
+from scrutiny.core.replication_locks import ReplicationLock, replication_lock
 from scrutiny.core.zk_paths import (
     LedgerManager,
     auditor_election_path,
@@ -38,7 +38,7 @@ from scrutiny.core.zk_paths import (
     underreplication_ledgers_path,
     underreplication_locks_path,
 )
-from scrutiny.core.zk_records import parse_auditor_vote, parse_lock_data
+from scrutiny.core.zk_records import parse_auditor_vote
 
 T = TypeVar("T")
 Progress = Callable[[str, int], None]
@@ -200,7 +200,7 @@ def read_autorecovery(client: KazooClient, root: str) -> AutoRecoveryObservation
         names = client.get_children(parent)
     except NoNodeError:
         names = []
-    votes = sorted((auditor_vote_sequence(n), n) for n in names if _is_vote(n))
+    votes = sorted((sequence, name) for name in names if (sequence := _vote_sequence(name)) is not None)
     auditor = None
     for _, name in votes:
         data = read_optional(client, f"{parent}/{name}")
@@ -223,20 +223,16 @@ def read_locks(client: KazooClient, root: str) -> dict[int, ReplicationLock]:
             ledger_id = ledger_id_from_underreplication_lock_path(path, root=root)
         except (PathError, FormatError):
             continue
-        try:
-            holder = parse_lock_data(node.data)
-        except FormatError:
-            holder = None
-        locks[ledger_id] = ReplicationLock(holder, node.stat.ctime_ms)
+        locks[ledger_id] = replication_lock(node.data, node.stat.ctime_ms)
     return locks
 
 
-def _is_vote(name: str) -> bool:
+def _vote_sequence(name: str) -> int | None:
+    """The sequence of auditor vote ``name`` (None: a node of another name)."""
     try:
-        auditor_vote_sequence(name)
+        return auditor_vote_sequence(name)
     except PathError:
-        return False
-    return True
+        return None
 
 
 def read_optional(client: KazooClient, path: str) -> bytes | None:

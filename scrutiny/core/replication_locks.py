@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from scrutiny.core.errors import FormatError
 from scrutiny.core.utc_text import format_utc_ms
 from scrutiny.core.verdict import Violation
 from scrutiny.core.vocabulary import Category
+from scrutiny.core.zk_records import parse_lock_data
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +27,20 @@ class ReplicationLock:
     bookie: str | None
     #: The lock node's creation.
     since_ms: int
+
+
+def replication_lock(data: bytes, since_ms: int) -> ReplicationLock:
+    """The lock a node of ``data`` created at ``since_ms`` holds (a text that does not parse names no worker: the
+    ledger is locked all the same)."""
+    try:
+        return ReplicationLock(parse_lock_data(data), since_ms)
+    except FormatError:
+        return ReplicationLock(None, since_ms)
+
+
+def stuck_details(details: str, lock: ReplicationLock | None, *, now_ms: int, grace_ms: int) -> str:
+    """An ``UNDER_REPLICATION_STUCK``'s ``details`` with the lock (or its absence) named after them."""
+    return f"{details}; {lock_details(lock, now_ms=now_ms, grace_ms=grace_ms)}"
 
 
 def lock_details(lock: ReplicationLock | None, *, now_ms: int, grace_ms: int) -> str:
@@ -42,4 +58,4 @@ def with_lock(violation: Violation, lock: ReplicationLock | None, *, now_ms: int
     """``violation`` with the lock named in its details when it is an ``UNDER_REPLICATION_STUCK``; others as given."""
     if violation.category is not Category.UNDER_REPLICATION_STUCK:
         return violation
-    return replace(violation, details=f"{violation.details}; {lock_details(lock, now_ms=now_ms, grace_ms=grace_ms)}")
+    return replace(violation, details=stuck_details(violation.details, lock, now_ms=now_ms, grace_ms=grace_ms))

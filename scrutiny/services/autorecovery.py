@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from scrutiny.core.zk_paths import auditor_election_path
+from scrutiny.connectors.zookeeper.tree import read_autorecovery
 from scrutiny.paths import BOOKKEEPER_LOGGING
 from scrutiny.services.bookkeeper import LocalBookies
 from scrutiny.services.bookkeeper_tools import (
@@ -158,9 +158,8 @@ class LocalAutoRecovery:
 
     def _wait_elected(self, server: RunningServer) -> None:
         deadline = time.monotonic() + self.bookies.start_timeout
-        election = auditor_election_path(root=METADATA_ROOT)
         with self.bookies.zookeeper_client() as client:
-            while not (client.exists(election) and client.get_children(election)):
+            while read_autorecovery(client, METADATA_ROOT).auditor is None:
                 if not server.is_alive():
                     raise ServicesError("AutoRecovery exited before an auditor was elected", log_tail=server.log_tail())
                 if time.monotonic() >= deadline:

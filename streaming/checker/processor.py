@@ -71,7 +71,7 @@ from scrutiny.core.ledger_tracker import (
     with_confirmation,
     with_reverify,
 )
-from scrutiny.core.replication_locks import lock_details
+from scrutiny.core.replication_locks import stuck_details
 from scrutiny.core.verdict import BookieAnswer, ClusterView
 from scrutiny.core.vocabulary import Category
 from scrutiny.core.zk_records import UnderReplicationMark
@@ -385,8 +385,11 @@ class LedgerProcessor(StatefulProcessor):
         grace_ms = self.config.tracker.verdict.under_replication_grace_ms
 
         def named(record: Record) -> Record:
-            said = lock_details(locks.get(int(str(record["ledger_id"]))), now_ms=now_ms, grace_ms=grace_ms)
-            return {**record, "details": f"{record.get('details') or ''}; {said}"}
+            lock = locks.get(int(str(record["ledger_id"])))
+            return {
+                **record,
+                "details": stuck_details(str(record.get("details") or ""), lock, now_ms=now_ms, grace_ms=grace_ms),
+            }
 
         return [named(r) if _is_stuck(r) else r for r in records]
 
