@@ -36,6 +36,8 @@ from scrutiny.core.ledger_tracker import (
     on_marked,
     on_metadata,
     on_timer,
+    open_stall_ended,
+    stalled_open_ledger,
     stalled_recovery,
     violation_key,
 )
@@ -63,12 +65,14 @@ FAST_CATEGORIES: Final = frozenset(
         Category.ACK_QUORUM_ONE,
         Category.METADATA_UNREADABLE,
         Category.RECOVERY_STALLED,
+        Category.OPEN_LEDGER_STALLED,
     }
 )
 #: What a deep scan decides: every category a check reports (CHECK_OVERDUE is the streaming checker's own).
 DEEP_CATEGORIES: Final = frozenset(Category) - {Category.CHECK_OVERDUE}
 _STUCK: Final = Category.UNDER_REPLICATION_STUCK.value
 _RECOVERY: Final = Category.RECOVERY_STALLED.value
+_OPEN_STALLED: Final = Category.OPEN_LEDGER_STALLED.value
 
 
 class SelectionError(ScrutinyError, ValueError):
@@ -196,8 +200,15 @@ def _ensemble_bookies(metadata: LedgerMetadata) -> tuple[str, ...]:
     return tuple(dict.fromkeys(b for segment in metadata.segments for b in segment.ensemble))
 
 
-def scan_fast(item: ScanItem, *, now_ms: int, cluster: ClusterView, config: TrackerConfig) -> ScanStep:
-    """The metadata-only check of one ledger."""
+def scan_fast(
+    item: ScanItem,
+    *,
+    now_ms: int,
+    cluster: ClusterView,
+    config: TrackerConfig,
+    lost_bookies: frozenset[str] = frozenset(),
+) -> ScanStep:
+    """The metadata-only check of one ledger; ``lost_bookies``: the bookies with an open ``BOOKIE_LOST``."""
     state, marked = _marked(item, FAST_CATEGORIES, now_ms=now_ms, config=config)
     outcomes = list(marked)
     stuck_found = _found_stuck(outcomes)
@@ -210,9 +221,9 @@ def scan_fast(item: ScanItem, *, now_ms: int, cluster: ClusterView, config: Trac
         )  # fmt: skip
         outcomes.append(step.outcome)
         return ScanStep(_with_stuck_resolution(item, outcomes, stuck_found))
-    stalled = _stalled(item, metadata, now_ms=now_ms, config=config)
+    stalled = _stalled(item, metadata, now_ms=now_ms, config=config, cluster=cluster, lost_bookies=lost_bookies)
     if not needs_check(metadata):
-        ended = tuple(k for k in state.open if k[0] == _RECOVERY and not stalled)
+        ended = _stalls_ended(state, metadata, cluster, stalled)
         outcomes.append(Outcome(found=stalled, resolved=ended, metadata=metadata, version=item.version))
         return ScanStep(_with_stuck_resolution(item, outcomes, stuck_found))
     mark = None if item.mark is None else replace(item.mark, ctime_ms=None)
@@ -236,8 +247,10 @@ def scan_deep(
     now_ms: int,
     cluster: ClusterView,
     config: TrackerConfig,
+    lost_bookies: frozenset[str] = frozenset(),
 ) -> ScanStep:
-    """The first check of one ledger with its bookies' answers; retry with :func:`retry_due` while one is pending."""
+    """The first check of one ledger with its bookies' answers; retry with :func:`retry_due` while one is pending.
+    ``lost_bookies``: the bookies with an open ``BOOKIE_LOST``."""
     state, marked = _marked(item, DEEP_CATEGORIES, now_ms=now_ms, config=config)
     step = on_metadata(
         state, version=item.version, data=item.data, changed_ms=None, answers=answers, now_ms=now_ms,
@@ -245,7 +258,8 @@ def scan_deep(
     )  # fmt: skip
     outcomes = [*marked, step.outcome]
     if step.outcome.metadata is not None:
-        stalled = _stalled(item, step.outcome.metadata, now_ms=now_ms, config=config)
+        metadata = step.outcome.metadata
+        stalled = _stalled(item, metadata, now_ms=now_ms, config=config, cluster=cluster, lost_bookies=lost_bookies)
         outcomes += [Outcome(found=stalled, version=item.version)] if stalled else []
     return _deep_step(item, outcomes, step.state)
 
@@ -304,9 +318,35 @@ def _marked(
     return step.state, [replace(step.outcome, found=found)]
 
 
-def _stalled(item: ScanItem, metadata: LedgerMetadata, *, now_ms: int, config: TrackerConfig) -> tuple[Violation, ...]:
-    found = stalled_recovery(metadata, written_ms=item.written_ms, now_ms=now_ms, config=config)
-    return () if found is None else (found,)
+def _stalled(
+    item: ScanItem,
+    metadata: LedgerMetadata,
+    *,
+    now_ms: int,
+    config: TrackerConfig,
+    cluster: ClusterView,
+    lost_bookies: frozenset[str],
+) -> tuple[Violation, ...]:
+    """What one reading proves stuck: a recovery past its grace, an open ledger's writer left by lost bookies."""
+    found = (
+        stalled_recovery(metadata, written_ms=item.written_ms, now_ms=now_ms, config=config),
+        stalled_open_ledger(metadata, cluster, lost_bookies),
+    )
+    return tuple(v for v in found if v is not None)
+
+
+def _stalls_ended(
+    state: TrackedLedger, metadata: LedgerMetadata, cluster: ClusterView, stalled: tuple[Violation, ...]
+) -> tuple[ViolationKey, ...]:
+    """The open stall findings of a ledger not checked whole that this reading ends: a recovery no longer proven
+    stalled; an open ledger whose writer has enough registered bookies again. An open ledger still short of AQ
+    registered bookies, none of them declared lost, keeps its finding (this reading cannot tell)."""
+    recovery_found = any(v.category.value == _RECOVERY for v in stalled)
+    return tuple(
+        k
+        for k in state.open
+        if (k[0] == _RECOVERY and not recovery_found) or (k[0] == _OPEN_STALLED and open_stall_ended(metadata, cluster))
+    )
 
 
 def _found_stuck(outcomes: Iterable[Outcome]) -> bool:

@@ -785,6 +785,28 @@ def _recovery_stalled(since_ms: int, now_ms: int) -> Violation:
     )
 
 
+def stalled_open_ledger(
+    metadata: LedgerMetadata, cluster: ClusterView, lost_bookies: frozenset[str]
+) -> Violation | None:
+    """``OPEN_LEDGER_STALLED`` from one reading of the metadata (a scan's): open, fewer than AQ bookies of its current
+    ensemble registered, and one of those not registered declared lost (an open ``BOOKIE_LOST``: gone past the
+    watcher's grace, the same grace the streaming job's rule waits for). Without such a declaration nobody can tell
+    from one reading how long the writer has been stuck, and nothing is reported."""
+    stalled = _open_stalled(metadata, cluster)
+    if stalled is None:
+        return None
+    lost = [b for b in metadata.segments[-1].ensemble if b in lost_bookies and not cluster.registered(b)]
+    if not lost:
+        return None
+    return replace(stalled, details=f"{stalled.details}; declared lost (BOOKIE_LOST): {', '.join(lost)}")
+
+
+def open_stall_ended(metadata: LedgerMetadata, cluster: ClusterView) -> bool:
+    """Whether a reading of the metadata ends an open ``OPEN_LEDGER_STALLED``: no longer open, or enough of its current
+    ensemble registered."""
+    return _open_stalled(metadata, cluster) is None
+
+
 def _open_stalled_key() -> ViolationKey:
     return (Category.OPEN_LEDGER_STALLED.value, "", -1)
 

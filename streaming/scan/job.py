@@ -47,7 +47,7 @@ from scrutiny.core.metadata_redaction import redacted_metadata
 from scrutiny.core.metadata_view import MetadataView
 from scrutiny.core.replication_locks import ReplicationLock
 from scrutiny.core.verdict import ClusterView
-from scrutiny.core.vocabulary import CLUSTER_LEDGER_ID
+from scrutiny.core.vocabulary import CLUSTER_LEDGER_ID, Category
 from scrutiny.core.zk_records import parse_pulsar_racks, parse_underreplication_mark
 from scrutiny.settings.loader import Settings
 from scrutiny.streaming.checker.job import job_config
@@ -94,6 +94,8 @@ class ScanSnapshot:
     registrations: dict[str, bytes | None]
     warnings: list[str]
     read_seconds: float
+    #: The bookies with an open ``BOOKIE_LOST`` in the tables (the streaming job declared them lost).
+    lost_bookies: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -201,6 +203,7 @@ class ScanRun:
             cluster=snapshot.cluster,
             registrations=snapshot.registrations,
             fetch_timeout_s=job.fetch_timeout_s,
+            lost_bookies=snapshot.lost_bookies,
         )
 
     def _check(self, chunk: list[ScanItem], config: ScanConfig, finished: Callable[[int], None]) -> list[Record] | None:
@@ -382,6 +385,7 @@ def _select(
         registrations={**observed.readonly, **observed.writable},
         warnings=warnings,
         read_seconds=0.0,
+        lost_bookies=frozenset(k[1] for k in prior.get(CLUSTER_LEDGER_ID, ()) if k[0] == Category.BOOKIE_LOST.value),
     )
 
 

@@ -75,6 +75,8 @@ class ScanConfig:
     cluster: ClusterView
     registrations: Mapping[str, bytes | None]
     fetch_timeout_s: float = 10.0
+    #: The bookies the streaming job declared lost (an open ``BOOKIE_LOST`` in the tables): ``OPEN_LEDGER_STALLED``.
+    lost_bookies: frozenset[str] = frozenset()
     #: Where the tasks report ledgers as they finish (:mod:`~scrutiny.streaming.scan.progress`); None: nowhere.
     progress_to: tuple[str, int] | None = None
 
@@ -104,7 +106,9 @@ class ScanLedgers:
         records: list[Record] = []
         for item in items:
             now = _now_ms()
-            step = scan_fast(item, now_ms=now, cluster=config.cluster, config=config.tracker)
+            step = scan_fast(
+                item, now_ms=now, cluster=config.cluster, config=config.tracker, lost_bookies=config.lost_bookies
+            )
             records += step_records(item.ledger_id, step, now)
             progress.finished()
         return records, 0
@@ -119,7 +123,9 @@ class ScanLedgers:
         for item in items:
             now = _now_ms()
             got = answers.get(item.ledger_id, {})
-            step = scan_deep(item, got, now_ms=now, cluster=config.cluster, config=config.tracker)
+            step = scan_deep(
+                item, got, now_ms=now, cluster=config.cluster, config=config.tracker, lost_bookies=config.lost_bookies
+            )
             records += step_records(item.ledger_id, step, now)
             if step.state is not None and step.retry_at_ms is not None:
                 pending[item.ledger_id] = step.state

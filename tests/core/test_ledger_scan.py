@@ -264,3 +264,36 @@ def test_a_ledger_in_recovery_longer_than_the_grace_is_stalled_for_both_scans() 
     assert key in resolved(scan_deep(closed, healthy(), now_ms=NOW, cluster=CLUSTER, config=CONFIG))
     still = item(blob(LedgerState.IN_RECOVERY), open_keys=(key,), written_ms=NOW - CONFIG.recovery_stalled_ms)
     assert key not in resolved(scan_fast(still, now_ms=NOW, cluster=CLUSTER, config=CONFIG))
+
+
+def test_an_open_ledger_left_short_of_ack_quorum_by_a_lost_bookie_is_stalled_for_both_scans() -> None:
+    stalled = [("OPEN_LEDGER_STALLED", None)]
+    key = ("OPEN_LEDGER_STALLED", "", -1)
+    only_b1 = ClusterView(writable=frozenset(BOOKIES[:1]))  # 1 of 3 registered, AQ = 2
+    open_item = item(blob(LedgerState.OPEN))
+    lost = frozenset({"b2:3181"})
+
+    def fast(i: ScanItem, lb: frozenset[str]) -> ScanStep:
+        return scan_fast(i, now_ms=NOW, cluster=only_b1, config=CONFIG, lost_bookies=lb)
+
+    def deep(i: ScanItem, lb: frozenset[str]) -> ScanStep:
+        return scan_deep(i, {}, now_ms=NOW, cluster=only_b1, config=CONFIG, lost_bookies=lb)
+
+    for scan in (fast, deep):
+        step = scan(open_item, lost)
+        assert found(step) == stalled
+        (violation,) = [v for o in step.outcomes for v in o.found]
+        assert "1 of the 3 bookies" in violation.details and "declared lost (BOOKIE_LOST): b2:3181" in violation.details
+        # Not declared lost (the job never saw it go, or it left a moment ago): one reading cannot tell how long.
+        assert found(scan(open_item, frozenset())) == []
+        # A registered bookie declared lost long ago is no reason either.
+        assert found(scan(open_item, frozenset({"b1:3181"}))) == []
+    # Enough registered bookies end it; still short but not declared lost keeps it open.
+    with_key = item(blob(LedgerState.OPEN), open_keys=(key,))
+    assert key in resolved(scan_fast(with_key, now_ms=NOW, cluster=CLUSTER, config=CONFIG))
+    assert key not in resolved(scan_fast(with_key, now_ms=NOW, cluster=only_b1, config=CONFIG))
+    assert key in resolved(scan_deep(item(open_keys=(key,)), healthy(), now_ms=NOW, cluster=CLUSTER, config=CONFIG))
+    assert found(scan_fast(item(), now_ms=NOW, cluster=only_b1, config=CONFIG, lost_bookies=lost)) == [
+        ("BOOKIE_NOT_REGISTERED", "b2:3181"),
+        ("BOOKIE_NOT_REGISTERED", "b3:3181"),
+    ]  # a closed ledger is never stalled

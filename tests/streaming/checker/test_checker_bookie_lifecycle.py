@@ -19,10 +19,12 @@ import pytest
 from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
 
+from scrutiny.core.ledger_scan import ScanMode, parse_ledger_selection
 from scrutiny.simulator.model import Action, Event
 from scrutiny.simulator.scenario import parse_scenario
 from scrutiny.simulator.truth import cluster_truth
 from scrutiny.streaming.checker.records import CLUSTER_LEDGER
+from scrutiny.streaming.scan.job import ScanOptions, ScanRun
 from tests.support.checker_harness import SettingsFor, running_checker
 from tests.support.scenarios import TWO_GROUPS, TWO_GROUPS_LEDGERS, small_scenario
 
@@ -127,6 +129,11 @@ def test_wiped_lost_and_returning_bookies_have_their_ledgers_checked_and_reporte
         cleared = (3, "UNDER_REPLICATION_NOT_MARKED", "bookie-2")
         harness.wait(lambda: cleared in harness.open_ids(), 60, "a cleared mark reopens UNDER_REPLICATION_NOT_MARKED")
         assert lifecycle_findings() == truth() == {cleared, lost, writer}
+
+        # A fast scan of ledger 91 finds the stuck writer from one reading: the job declared bookie-2 lost.
+        one = ScanOptions(mode=ScanMode.FAST, selection=parse_ledger_selection("91"))
+        scanned = ScanRun(spark, harness.settings, one).run()
+        assert (91, "OPEN_LEDGER_STALLED") in {(r["ledger_id"], r["category"]) for r in scanned.violations}
 
         now(Action.REVIVE, bookie="bookie-2")
         harness.wait(lambda: {lost, cleared, writer} <= harness.resolved_ids(), 60, "the return resolves BOOKIE_LOST")

@@ -1,5 +1,6 @@
 """What the scan's snapshot takes from the walk besides the ledgers: the marks' replication locks, travelling to the
-tasks with their items, and the open findings it may resolve (never the streaming job's cluster-level ones).
+tasks with their items, the open findings it may resolve (never the streaming job's cluster-level ones) and the bookies
+the job declared lost.
 
 Unit tests: no ZooKeeper, no Spark session.
 """
@@ -51,3 +52,5 @@ def test_a_full_scan_resolves_deleted_ledgers_findings_but_never_the_cluster_lev
     }
     snapshot = _select(view(1, 2), ScanOptions(), prior)
     assert snapshot.gone == {9: (("NO_REPLICA", "", -1),)}
+    # ... but the bookies the job declared lost travel to the tasks, for OPEN_LEDGER_STALLED.
+    assert snapshot.lost_bookies == {"b4:3181"}
