@@ -51,6 +51,40 @@ class LedgerListing(_message.Message):
     limbo: bool
     def __init__(self, ledger_id: _Optional[int] = ..., status: _Optional[_Union[LedgerListing.Status, str]] = ..., reason: _Optional[str] = ..., listing: _Optional[bytes] = ..., as_of_ms: _Optional[int] = ..., fenced: _Optional[bool] = ..., has_ledger_record: _Optional[bool] = ..., limbo: _Optional[bool] = ...) -> None: ...
 
+class LedgersRequest(_message.Message):
+    __slots__ = ("after_ledger_id", "max_ledgers")
+    AFTER_LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_LEDGERS_FIELD_NUMBER: _ClassVar[int]
+    after_ledger_id: int
+    max_ledgers: int
+    def __init__(self, after_ledger_id: _Optional[int] = ..., max_ledgers: _Optional[int] = ...) -> None: ...
+
+class LedgersPage(_message.Message):
+    __slots__ = ("ledgers", "end", "bookie_id", "as_of_ms")
+    LEDGERS_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    BOOKIE_ID_FIELD_NUMBER: _ClassVar[int]
+    AS_OF_MS_FIELD_NUMBER: _ClassVar[int]
+    ledgers: _containers.RepeatedCompositeFieldContainer[HeldLedger]
+    end: bool
+    bookie_id: str
+    as_of_ms: int
+    def __init__(self, ledgers: _Optional[_Iterable[_Union[HeldLedger, _Mapping]]] = ..., end: _Optional[bool] = ..., bookie_id: _Optional[str] = ..., as_of_ms: _Optional[int] = ...) -> None: ...
+
+class HeldLedger(_message.Message):
+    __slots__ = ("ledger_id", "has_ledger_record", "limbo", "first_entry_id", "last_entry_id")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    HAS_LEDGER_RECORD_FIELD_NUMBER: _ClassVar[int]
+    LIMBO_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    has_ledger_record: bool
+    limbo: bool
+    first_entry_id: int
+    last_entry_id: int
+    def __init__(self, ledger_id: _Optional[int] = ..., has_ledger_record: _Optional[bool] = ..., limbo: _Optional[bool] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ...) -> None: ...
+
 class HealthRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -44,6 +44,11 @@ class BookieAgentStub:
                 request_serializer=scrutiny_dot_proto_dot_bookie__agent__pb2.HealthRequest.SerializeToString,
                 response_deserializer=scrutiny_dot_proto_dot_bookie__agent__pb2.HealthResponse.FromString,
                 _registered_method=True)
+        self.ListLedgers = channel.unary_unary(
+                '/scrutiny.agent.v1.BookieAgent/ListLedgers',
+                request_serializer=scrutiny_dot_proto_dot_bookie__agent__pb2.LedgersRequest.SerializeToString,
+                response_deserializer=scrutiny_dot_proto_dot_bookie__agent__pb2.LedgersPage.FromString,
+                _registered_method=True)
 
 
 class BookieAgentServicer:
@@ -64,6 +69,18 @@ class BookieAgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListLedgers(self, request, context):
+        """One page of the ledgers the bookie's index holds (entries, or a ledger record), in ascending
+        id order: every held ledger with an id above `after_ledger_id`, up to the page's size. A
+        reader pages with the last id it received until a page says `end`. A backend that cannot
+        list its bookie's ledgers (the v3 forward) ends the call with UNIMPLEMENTED; an index that
+        cannot be read, with UNAVAILABLE (never a partial page presented as complete); an
+        after_ledger_id below -1 or a negative max_ledgers, with INVALID_ARGUMENT.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BookieAgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -76,6 +93,11 @@ def add_BookieAgentServicer_to_server(servicer, server):
                     servicer.Health,
                     request_deserializer=scrutiny_dot_proto_dot_bookie__agent__pb2.HealthRequest.FromString,
                     response_serializer=scrutiny_dot_proto_dot_bookie__agent__pb2.HealthResponse.SerializeToString,
+            ),
+            'ListLedgers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListLedgers,
+                    request_deserializer=scrutiny_dot_proto_dot_bookie__agent__pb2.LedgersRequest.FromString,
+                    response_serializer=scrutiny_dot_proto_dot_bookie__agent__pb2.LedgersPage.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -132,6 +154,33 @@ class BookieAgent:
             '/scrutiny.agent.v1.BookieAgent/Health',
             scrutiny_dot_proto_dot_bookie__agent__pb2.HealthRequest.SerializeToString,
             scrutiny_dot_proto_dot_bookie__agent__pb2.HealthResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListLedgers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/scrutiny.agent.v1.BookieAgent/ListLedgers',
+            scrutiny_dot_proto_dot_bookie__agent__pb2.LedgersRequest.SerializeToString,
+            scrutiny_dot_proto_dot_bookie__agent__pb2.LedgersPage.FromString,
             options,
             channel_credentials,
             insecure,

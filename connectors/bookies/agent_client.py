@@ -5,18 +5,27 @@ a failed call (unreachable agent, deadline, UNAUTHENTICATED, INVALID_ARGUMENT...
 ledger of its batch unknown with the reason, and so do an agent that answers for another bookie
 than expected, a missing answer, a malformed listing or an unrecognised status. Only programming
 errors (bad arguments to the constructor) raise.
+
+:meth:`AgentClient.ledgers_page` and :meth:`AgentClient.held_ledgers` list the ledgers the bookie's index holds, one
+page at a time (``ListLedgers``). A listing is all or nothing: any trouble (a failed call, another bookie's agent, a
+page that breaks the protocol's order) raises :class:`AgentListingError`, never a shorter listing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
 
-from scrutiny.connectors.bookies.agent_protocol import DEFAULT_MAX_RESPONSE_BYTES, SERVICE_NAME
+from scrutiny.connectors.bookies.agent_protocol import (
+    DEFAULT_LEDGERS_PER_PAGE,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    SERVICE_NAME,
+)
 from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.held_ledgers import LISTING_START, NO_ENTRY, HeldLedger, LedgerPage
 from scrutiny.core.listing_codec import decode_listing_compact
 from scrutiny.core.verdict import BookieAnswer
 from scrutiny.proto import bookie_agent_pb2 as pb
@@ -24,11 +33,24 @@ from scrutiny.proto import bookie_agent_pb2 as pb
 DEFAULT_CHUNK_SIZE = 1000
 DEFAULT_TIMEOUT_S = 10.0
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_INT32_MAX = 2**31 - 1
 _Status = pb.LedgerListing.Status
 
 
 class AgentClientError(ScrutinyError, ValueError):
     """A client configuration that cannot work (chunk size, timeout...)."""
+
+
+class AgentListingError(ScrutinyError):
+    """A page of the bookie's ledgers could not be had, or cannot be trusted (the message says why).
+
+    ``code`` is the gRPC status code's name when the call failed (``UNAVAILABLE``, ``UNIMPLEMENTED`` for an agent that
+    cannot list, ``UNAUTHENTICATED``, ``DEADLINE_EXCEEDED``...), None when the answer itself was refused.
+    """
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        self.code = code
+        super().__init__(message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +117,11 @@ class AgentClient:
             request_serializer=pb.HealthRequest.SerializeToString,
             response_deserializer=pb.HealthResponse.FromString,
         )
+        self._list_ledgers = self._channel.unary_unary(
+            f"/{SERVICE_NAME}/ListLedgers",
+            request_serializer=pb.LedgersRequest.SerializeToString,
+            response_deserializer=pb.LedgersPage.FromString,
+        )
 
     def __enter__(self) -> AgentClient:
         return self
@@ -133,6 +160,75 @@ class AgentClient:
         """The agent's Health answer. Raises ``grpc.RpcError`` on failure (a tool's call, not the checker's)."""
         response: pb.HealthResponse = self._health(pb.HealthRequest(), timeout=self._timeout_s, metadata=self._metadata)
         return response
+
+    def ledgers_page(self, after_ledger_id: int = LISTING_START, max_ledgers: int = 0) -> LedgerPage:
+        """One page of the ledgers the bookie's index holds: those above ``after_ledger_id``, ascending, at most
+        ``max_ledgers`` (0: the agent's default; the agent may give fewer, never more).
+
+        Raises :class:`AgentListingError` when the call fails (with its gRPC code), when the agent serves another
+        bookie than ``expected_bookie_id`` or does not say which, and for a page that breaks the protocol (ids not
+        strictly ascending above ``after_ledger_id``, more ledgers than asked, an empty page that does not end the
+        listing, impossible entry ids). :class:`AgentClientError` for arguments out of range.
+        """
+        if not LISTING_START <= after_ledger_id <= _INT64_MAX or not 0 <= max_ledgers <= _INT32_MAX:
+            raise AgentClientError(f"cannot ask for {max_ledgers} ledgers after {after_ledger_id}")
+        request = pb.LedgersRequest(after_ledger_id=after_ledger_id, max_ledgers=max_ledgers)
+        try:
+            response: pb.LedgersPage = self._list_ledgers(request, timeout=self._timeout_s, metadata=self._metadata)
+        except grpc.RpcError as error:
+            status = error.code() if hasattr(error, "code") else None
+            code = str(status.name) if status is not None else None
+            raise AgentListingError(
+                f"agent {self.target}: ListLedgers after {after_ledger_id} failed: {code or 'RPC error'}: "
+                f"{_details(error)}",
+                code=code,
+            ) from error
+        except Exception as error:  # e.g. a closed channel
+            raise AgentListingError(
+                f"agent {self.target}: ListLedgers after {after_ledger_id} failed: {type(error).__name__}: {error}"
+            ) from error
+        problem = self._bookie_problem(response.bookie_id) or _page_problem(response, after_ledger_id, max_ledgers)
+        if problem:
+            raise AgentListingError(
+                f"agent {self.target}: refused a page of ledgers after {after_ledger_id}: {problem}"
+            )
+        ledgers = tuple(
+            HeldLedger(h.ledger_id, h.has_ledger_record, h.limbo, h.first_entry_id, h.last_entry_id)
+            for h in response.ledgers
+        )
+        return LedgerPage(ledgers, end=response.end, as_of_ms=response.as_of_ms)
+
+    def ledger_pages(
+        self, page_size: int = DEFAULT_LEDGERS_PER_PAGE, *, after_ledger_id: int = LISTING_START
+    ) -> Iterator[LedgerPage]:
+        """Every page of the bookie's held ledgers above ``after_ledger_id``, in order, until the one that ends the
+        listing; one page in memory at a time. Raises :class:`AgentListingError` as :meth:`ledgers_page` does (every
+        page holds progress: the listing always ends)."""
+        if page_size < 1:
+            raise AgentClientError(f"page_size must be at least 1, not {page_size}")
+        after = after_ledger_id
+        while True:
+            page = self.ledgers_page(after, page_size)
+            yield page
+            if page.end:
+                return
+            after = page.ledgers[-1].ledger_id  # not empty: ledgers_page refuses an empty page that does not end
+
+    def held_ledgers(
+        self, page_size: int = DEFAULT_LEDGERS_PER_PAGE, *, after_ledger_id: int = LISTING_START
+    ) -> Iterator[HeldLedger]:
+        """Every ledger the bookie's index holds (above ``after_ledger_id``), ascending, read ``page_size`` per call;
+        raises :class:`AgentListingError` as :meth:`ledgers_page` does, after the ledgers of the pages before."""
+        for page in self.ledger_pages(page_size, after_ledger_id=after_ledger_id):
+            yield from page.ledgers
+
+    def _bookie_problem(self, bookie_id: str) -> str:
+        expected = self._expected_bookie_id
+        if expected is None or bookie_id == expected:
+            return ""
+        if not bookie_id:
+            return f"the agent does not say which bookie it serves (expected {expected!r})"
+        return f"the agent serves bookie {bookie_id!r}, not {expected!r}"
 
     def _call(self, chunk: Sequence[int]) -> Any:
         """The call's future, or a :class:`_NotSent` when it could not even start (e.g. a closed channel)."""
@@ -177,6 +273,25 @@ class AgentClient:
 @dataclass(frozen=True, slots=True)
 class _NotSent:
     error: Exception
+
+
+def _page_problem(page: pb.LedgersPage, after: int, asked: int) -> str:
+    """Why a ``LedgersPage`` cannot be trusted (empty when it can)."""
+    if asked and len(page.ledgers) > asked:
+        return f"{len(page.ledgers)} ledgers, {asked} asked"
+    if not page.ledgers and not page.end:
+        return "an empty page that does not end the listing"
+    previous = after
+    for held in page.ledgers:
+        if held.ledger_id <= previous:
+            return f"ledger {held.ledger_id} after {previous}: ids not strictly ascending above {after}"
+        previous = held.ledger_id
+        first, last = held.first_entry_id, held.last_entry_id
+        if (first, last) != (NO_ENTRY, NO_ENTRY) and not 0 <= first <= last:
+            return f"ledger {held.ledger_id}: entries {first} to {last}"
+        if not held.has_ledger_record and first == NO_ENTRY:
+            return f"ledger {held.ledger_id}: neither a record nor an entry"
+    return ""
 
 
 def _answer_of(listing: pb.LedgerListing) -> AgentAnswer:

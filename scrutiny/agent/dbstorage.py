@@ -31,10 +31,22 @@ Answers, per ledger (:func:`answer_for`):
 
 ``as_of_ms`` is when the catch-up that the answer reads from started: everything the bookie had
 written to its index before that is in the answer; entries still in its write cache are not.
+
+Ledger listings (:meth:`DbLedgerStorageBackend.list_ledgers`, one page at a time): in each directory, the union
+of the ids of ``ledgers`` (a record) and ``locations`` (at least one entry with a non-negative id), ascending,
+walked by seeks rather than entry by entry: in ``locations`` ledger L's first key is its first entry, a
+``seek_for_prev`` to BE64(L) ‖ BE64(2^63 - 1) lands on its last, and the step after it on the next ledger's first key
+(a seek to BE64(L + 1) when L has keys after its last entry), so a ledger costs the same whatever its length. Keys
+whose first 8 bytes are a negative id (the storage flags) sort after every ledger and end the walk. The directories
+are walked together (their locks taken in index order) and merged lazily: a page reads its ledgers plus one more per
+directory, and holds O(page + directories) in memory whatever the bookie holds. The scans bypass RocksDB's block
+cache (:meth:`_Secondary.scan_iterator`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import heapq
 import logging
 import re
 import shutil
@@ -47,10 +59,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf.message import DecodeError
-from rocksdict import AccessType, DBPath, Options, Rdict, RdictIter
+from rocksdict import AccessType, DBPath, Options, Rdict, RdictIter, ReadOptions
 
-from scrutiny.agent.server import CANCELLED_REASON, Cancelled, LedgerAnswer, ListingStatus, SourceHealth, never
+from scrutiny.agent.server import (
+    CANCELLED_REASON,
+    Cancelled,
+    LedgerAnswer,
+    ListingCancelledError,
+    ListingStatus,
+    SourceHealth,
+    never,
+)
 from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.held_ledgers import LISTING_START, NO_ENTRY, HeldLedger, LedgerPage
 from scrutiny.core.listing_codec import encode_listing
 from scrutiny.core.sequence_groups import SequenceGroup, merge_fields
 from scrutiny.proto import bookie_agent_pb2 as pb
@@ -63,6 +84,7 @@ CANCEL_CHECK_LEDGERS = 64
 LOCATIONS_DB = "locations"
 _BE64 = struct.Struct(">q")
 _ZERO64 = bytes(8)
+_INT64_MAX = 2**63 - 1
 #: Primary files the shadow directory links to; table (.sst) and log (.log) files are reached
 #: through ``db_paths``/``wal_dir``, and nothing else (LOCK, LOG, OPTIONS) is needed.
 _SHADOWED = re.compile(r"CURRENT|IDENTITY|MANIFEST-[0-9]+")
@@ -253,6 +275,15 @@ class _Secondary:
             raise StorageUnavailableError(f"{self.primary} is not open")
         return self.db.iter()
 
+    def scan_iterator(self) -> RdictIter:
+        """A fresh iterator for a scan of the whole database (a ledger listing): what it reads is not kept in the
+        block cache, so a scan neither grows the agent's memory with the bookie's size nor evicts what listings use."""
+        if self.db is None:
+            raise StorageUnavailableError(f"{self.primary} is not open")
+        options = ReadOptions()
+        options.fill_cache(False)  # type: ignore[call-arg]  # the stub omits the flag: fill_cache(self, v: bool)
+        return self.db.iter(options)
+
     def close(self) -> None:
         """Close the instance (idempotent; a failure to close is logged, never raised)."""
         db, self.db = self.db, None
@@ -390,6 +421,42 @@ class DbLedgerStorageBackend:
                 answers[answer.ledger_id] = answer
         return [answers[ledger_id] for ledger_id in ledger_ids]
 
+    def list_ledgers(self, after_ledger_id: int, max_ledgers: int, *, cancelled: Cancelled = never) -> LedgerPage:
+        """The held ledgers above ``after_ledger_id``, ascending, at most ``max_ledgers`` (see the module doc).
+
+        A ledger is held when its directory's ``ledgers`` database has a record of it or its ``locations`` database
+        an entry of it with a non-negative id. Raises :class:`StorageUnavailableError` when a directory cannot be
+        opened or caught up, :class:`ValueError` for an undecodable record or a malformed key, whatever RocksDB
+        raises for a failed read, and :class:`~scrutiny.agent.server.ListingCancelledError` once ``cancelled`` (checked
+        every :data:`CANCEL_CHECK_LEDGERS` ledgers read): never a page that could miss a held ledger.
+        """
+        if after_ledger_id < LISTING_START or max_ledgers < 1:
+            raise ValueError(f"cannot list {max_ledgers} ledgers after {after_ledger_id}")
+        requested_at = time.monotonic()
+        checks = _CancelCheck(cancelled)
+        with contextlib.ExitStack() as locks:
+            streams: list[Iterator[HeldLedger]] = []
+            as_of: list[int] = []
+            for directory in self._directories:  # locked in index order: no other path holds two at once
+                checks.check()
+                locks.enter_context(directory.lock)
+                if self._closed:
+                    raise StorageUnavailableError("the agent is shutting down")
+                try:
+                    as_of.append(directory.refresh(requested_at))
+                except StorageUnavailableError as error:
+                    raise StorageUnavailableError(f"ledger directory {directory.index}: {error}") from error
+                records = _records(directory.ledgers.scan_iterator(), after_ledger_id)
+                entries = _entry_bounds(directory.locations.scan_iterator(), after_ledger_id)
+                streams.append(_union(records, entries))
+            held: list[HeldLedger] = []
+            for ledger in heapq.merge(*streams, key=_ledger_id):  # reads one ledger ahead in each directory
+                checks.tick()
+                held.append(ledger)
+                if len(held) > max_ledgers:
+                    break
+        return LedgerPage(tuple(held[:max_ledgers]), end=len(held) <= max_ledgers, as_of_ms=min(as_of))
+
     def health(self) -> list[SourceHealth]:
         """Open and catch up every directory now; report which can be read."""
         out: list[SourceHealth] = []
@@ -479,3 +546,142 @@ def _entry_ids(it: RdictIter, ledger_id: int) -> Iterator[int]:
         yield entry
         it.next()
     it.status()
+
+
+# ---------------------------------------------------------------- ledger listings
+
+
+class _CancelCheck:
+    """Asks ``cancelled`` every :data:`CANCEL_CHECK_LEDGERS` ledgers of a listing; raises ``ListingCancelledError``."""
+
+    def __init__(self, cancelled: Cancelled) -> None:
+        self._cancelled = cancelled
+        self._ledgers = 0
+
+    def check(self) -> None:
+        """Raise if the caller gave up."""
+        if self._cancelled():
+            raise ListingCancelledError(CANCELLED_REASON)
+
+    def tick(self) -> None:
+        """One more ledger read: check now and then."""
+        if self._ledgers % CANCEL_CHECK_LEDGERS == 0:
+            self.check()
+        self._ledgers += 1
+
+
+def _ledger_id(ledger: HeldLedger) -> int:
+    return ledger.ledger_id
+
+
+def _records(it: RdictIter, after: int) -> Iterator[tuple[int, bool]]:
+    """``(ledger id, limbo)`` of every ledger record above ``after`` in a ``ledgers`` database, ascending.
+
+    A ledger's record is its first key of 8 or 16 bytes starting with BE64(id), as :func:`_ledger_record_value`
+    reads it; other keys are skipped, and keys of negative ids (the storage flags) end the walk. Raises
+    :class:`ValueError` for a record that does not decode, and whatever the iterator raises.
+    """
+    if after >= _INT64_MAX:
+        return
+    unpack, parse = _BE64.unpack_from, pb.LedgerData.FromString
+    last = after
+    it.seek(ledger_key(after + 1))
+    while it.valid():
+        key: bytes = it.key()
+        if len(key) >= 8:
+            ledger_id: int = unpack(key)[0]
+            if ledger_id < 0:
+                break
+            if ledger_id != last and len(key) in (8, 16):
+                value: bytes = it.value()
+                try:
+                    limbo = parse(value).limbo
+                except DecodeError as error:
+                    raise ValueError(
+                        f"ledger {ledger_id}: undecodable ledger record ({len(value)} bytes): {error}"
+                    ) from error
+                yield ledger_id, limbo
+                last = ledger_id
+        it.next()
+    it.status()
+
+
+def _entry_bounds(it: RdictIter, after: int) -> Iterator[tuple[int, int, int]]:
+    """``(ledger id, first entry id, last entry id)`` of every ledger above ``after`` with an entry in a
+    ``locations`` database, ascending; a seek and a step per ledger, whatever its number of entries.
+
+    A ledger's first key (where the walk stands) is its first entry, ``seek_for_prev`` lands on its last entry, and the
+    step after it on the next ledger's first key; a seek to BE64(id + 1) skips what a ledger may have after its last
+    entry (negative entry ids, which sort after the others and are not entries). Keys shorter than 8 bytes are
+    skipped, keys of negative ledger ids end the walk. Raises :class:`ValueError` for an entry key that is not 16
+    bytes long, and whatever the iterator raises.
+    """
+    if after >= _INT64_MAX:
+        return
+    unpack = _BE64.unpack_from
+    listed = after  # the last ledger whose first key was read
+    it.seek(ledger_key(after + 1))
+    while it.valid():
+        key: bytes = it.key()
+        if len(key) < 8:
+            it.next()
+            continue
+        ledger_id: int = unpack(key)[0]
+        if ledger_id < 0:
+            break
+        if ledger_id != listed:
+            listed = ledger_id
+            bounds = _bounds_at(it, key, ledger_id)
+            if bounds is not None:
+                yield ledger_id, bounds[0], bounds[1]
+                it.next()  # from the last entry: normally the next ledger's first key
+                continue
+        if ledger_id == _INT64_MAX:
+            return
+        it.seek(ledger_key(ledger_id + 1))
+    it.status()
+
+
+def _bounds_at(it: RdictIter, key: bytes, ledger_id: int) -> tuple[int, int] | None:
+    """The first and last non-negative entry ids of the ledger whose smallest ``locations`` key is ``key`` (where
+    ``it`` stands), or None when it has none. The smallest 16-byte key of a ledger is its first entry: entry ids
+    sort by value, non-negative before negative."""
+    unpack = _BE64.unpack_from
+    prefix = key[:8]
+    if len(key) != 16:  # a key that is no entry's (e.g. BE64(id) alone): its entries, if any, come after it
+        it.seek(entry_key(ledger_id, 0))
+        if not it.valid():
+            it.status()
+            return None
+        key = it.key()
+        if key[:8] != prefix:
+            return None
+        if len(key) != 16:
+            raise ValueError(f"ledger {ledger_id}: a locations key of {len(key)} bytes (expected 16)")
+    first: int = unpack(key, 8)[0]
+    if first < 0:
+        return None
+    it.seek_for_prev(entry_key(ledger_id, _INT64_MAX))
+    if not it.valid():
+        it.status()
+        raise ValueError(f"ledger {ledger_id}: its last entry vanished from the index while read")
+    key = it.key()
+    if key[:8] != prefix or len(key) != 16:
+        raise ValueError(f"ledger {ledger_id}: a locations key of {len(key)} bytes (expected 16)")
+    last: int = unpack(key, 8)[0]
+    return first, last
+
+
+def _union(records: Iterator[tuple[int, bool]], entries: Iterator[tuple[int, int, int]]) -> Iterator[HeldLedger]:
+    """The held ledgers of a directory: its records and its entries, merged by id (both ascending)."""
+    record, entry = next(records, None), next(entries, None)
+    while record is not None or entry is not None:
+        if record is not None and entry is not None and record[0] == entry[0]:
+            yield HeldLedger(record[0], True, record[1], entry[1], entry[2])
+            record, entry = next(records, None), next(entries, None)
+        elif record is not None and (entry is None or record[0] < entry[0]):
+            yield HeldLedger(record[0], True, record[1], NO_ENTRY, NO_ENTRY)
+            record = next(records, None)
+        elif entry is not None:
+            yield HeldLedger(entry[0], False, False, entry[1], entry[2])
+            entry = next(entries, None)

@@ -1,4 +1,5 @@
-"""The bookie agent's gRPC server: answers ``BookieAgent.GetListings`` from a :class:`ListingBackend`.
+"""The bookie agent's gRPC server: answers ``BookieAgent.GetListings``, ``ListLedgers`` and ``Health`` from a
+:class:`ListingBackend`.
 
 The agent runs on a bookie host. The server does what is the same for every backend: token
 authentication (``authorization: Bearer <token>`` metadata, compared in constant time; rejected
@@ -28,12 +29,15 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from scrutiny.component_metrics import register_component_metrics
 from scrutiny.connectors.bookies.agent_protocol import (
+    DEFAULT_LEDGERS_PER_PAGE,
     DEFAULT_MAX_LEDGERS_PER_CALL,
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MAX_RESPONSE_BYTES,
     SERVICE_NAME,
+    ledgers_per_page_cap,
 )
 from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.held_ledgers import LISTING_START, HeldLedger, LedgerPage
 from scrutiny.proto import bookie_agent_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -44,6 +48,14 @@ _TOO_LARGE = "answer too large for one response; ask for fewer ledgers per call"
 
 class AgentServerError(ScrutinyError):
     """The agent server cannot start (address in use, bad TLS material, bad limits)."""
+
+
+class ListingNotSupportedError(ScrutinyError):
+    """The backend cannot list the ledgers its bookie holds (the message says why); answered UNIMPLEMENTED."""
+
+
+class ListingCancelledError(ScrutinyError):
+    """The caller of a ledger listing gave up before the page was read; answered CANCELLED."""
 
 
 class ListingStatus(IntEnum):
@@ -135,6 +147,17 @@ class ListingBackend(Protocol):
         """
         ...
 
+    def list_ledgers(self, after_ledger_id: int, max_ledgers: int, *, cancelled: Cancelled = never) -> LedgerPage:
+        """One page of the ledgers the bookie holds: those with an id above ``after_ledger_id`` (:data:`LISTING_START`
+        for the first page), ascending, at most ``max_ledgers`` (at least 1) of them; ``end`` only when no held
+        ledger is above the page's last one.
+
+        Raises :class:`ListingNotSupportedError` when the backend has no way to list, :class:`ListingCancelledError`
+        once ``cancelled`` (checked as it goes), and anything else (e.g. an index that cannot be read) when the page
+        cannot be complete: a backend never returns a partial page as if it were whole.
+        """
+        ...
+
     def health(self) -> list[SourceHealth]:
         """The state of each source, checked now."""
         ...
@@ -157,6 +180,9 @@ class AgentMetrics:
         )
         self.ledgers = Counter(
             "scrutiny_agent_ledgers_answered", "Ledgers answered, by status", ["status"], registry=registry
+        )
+        self.listed = Counter(
+            "scrutiny_agent_ledgers_listed", "Held ledgers sent in ListLedgers pages", registry=registry
         )
         self.latency = Histogram(
             "scrutiny_agent_request_duration_seconds",
@@ -311,6 +337,11 @@ class AgentServer:
                 request_deserializer=pb.HealthRequest.FromString,
                 response_serializer=pb.HealthResponse.SerializeToString,
             ),
+            "ListLedgers": grpc.unary_unary_rpc_method_handler(
+                self._timed("ListLedgers", self._list_ledgers),
+                request_deserializer=pb.LedgersRequest.FromString,
+                response_serializer=pb.LedgersPage.SerializeToString,
+            ),
         }
         return grpc.method_handlers_generic_handler(SERVICE_NAME, methods)
 
@@ -363,6 +394,41 @@ class AgentServer:
         by_id = {answer.ledger_id: answer for answer in answers}
         return [by_id.get(i) or LedgerAnswer.unknown(i, "the agent's backend gave no answer") for i in ids]
 
+    @property
+    def ledgers_per_page(self) -> int:
+        """The most ledgers one ListLedgers page holds: the per-call limit, lower when the response size needs it."""
+        return ledgers_per_page_cap(self.config.max_ledgers_per_call, self.config.max_response_bytes)
+
+    def _list_ledgers(self, request: pb.LedgersRequest, context: Any) -> pb.LedgersPage:
+        after, asked = request.after_ledger_id, request.max_ledgers
+        if after < LISTING_START:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"after_ledger_id {after} is below {LISTING_START}")
+        if asked < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"max_ledgers {asked} is negative")
+        cap = self.ledgers_per_page
+        limit = min(asked or DEFAULT_LEDGERS_PER_PAGE, cap)
+        try:
+            page = self.backend.list_ledgers(after, limit, cancelled=lambda: not context.is_active())
+        except ListingNotSupportedError as error:
+            code, problem = grpc.StatusCode.UNIMPLEMENTED, f"this agent cannot list its bookie's ledgers: {error}"
+        except ListingCancelledError:
+            code, problem = grpc.StatusCode.CANCELLED, CANCELLED_REASON
+        except Exception as error:
+            log.exception("the listing backend failed to list the ledgers after %d", after)
+            code = grpc.StatusCode.UNAVAILABLE
+            problem = f"cannot list the bookie's ledgers: {type(error).__name__}: {error}"
+        else:
+            problem = _page_problem(page, after, limit)
+            if not problem:
+                response = pb.LedgersPage(end=page.end, bookie_id=self.config.bookie_id, as_of_ms=page.as_of_ms)
+                response.ledgers.extend(_held_ledger_proto(ledger) for ledger in page.ledgers)
+                self.metrics.listed.inc(len(page.ledgers))
+                return response
+            log.error("the listing backend returned a bad page after ledger %d: %s", after, problem)
+            code, problem = grpc.StatusCode.UNAVAILABLE, f"the agent's backend returned a bad page: {problem}"
+        context.abort(code, problem)
+        raise AssertionError("unreachable: abort raises")
+
     def _health(self, _request: pb.HealthRequest, _context: Any) -> pb.HealthResponse:
         response = pb.HealthResponse(bookie_id=self.config.bookie_id)
         for source in self.backend.health():
@@ -376,6 +442,30 @@ class AgentServer:
                 )
             )
         return response
+
+
+def _page_problem(page: LedgerPage, after: int, limit: int) -> str:
+    """Why a backend's page breaks the backend contract (empty when it keeps it)."""
+    if len(page.ledgers) > limit:
+        return f"{len(page.ledgers)} ledgers in a page of at most {limit}"
+    if not page.ledgers and not page.end:
+        return "an empty page that does not end the listing"
+    previous = after
+    for ledger in page.ledgers:
+        if ledger.ledger_id <= previous:
+            return f"ledger {ledger.ledger_id} after {previous}: not strictly ascending above {after}"
+        previous = ledger.ledger_id
+    return ""
+
+
+def _held_ledger_proto(ledger: HeldLedger) -> pb.HeldLedger:
+    return pb.HeldLedger(
+        ledger_id=ledger.ledger_id,
+        has_ledger_record=ledger.has_ledger_record,
+        limbo=ledger.limbo,
+        first_entry_id=ledger.first_entry_id,
+        last_entry_id=ledger.last_entry_id,
+    )
 
 
 def _code_name(context: Any) -> str:

@@ -7,6 +7,9 @@ operator prefers one protocol. Answers keep the v3 client's classification: a li
 explicit ENOLEDGER, or unknown with the reason (timeouts, other statuses, garbage), never
 "missing" for anything but ENOLEDGER.
 
+It cannot list the ledgers the bookie holds (``ListLedgers`` is answered UNIMPLEMENTED): BookKeeper's v3
+protocol has no request for that.
+
 The v3 client is asyncio-based; the backend runs its own event loop on a thread and the gRPC
 server's threads submit batches to it.
 """
@@ -19,8 +22,9 @@ import time
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
-from scrutiny.agent.server import Cancelled, LedgerAnswer, ListingStatus, SourceHealth, never
+from scrutiny.agent.server import Cancelled, LedgerAnswer, ListingNotSupportedError, ListingStatus, SourceHealth, never
 from scrutiny.connectors.bookies.v3_client import BookieClientConfig, BookieV3Client
+from scrutiny.core.held_ledgers import LedgerPage
 from scrutiny.core.listing_codec import encode_listing
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
 
@@ -62,6 +66,14 @@ class V3ForwardBackend:
                 LedgerAnswer.unknown(i, f"bookie {self.address}: {error or type(error).__name__}") for i in ledger_ids
             ]
         return [_as_ledger_answer(i, answers.get(i), asked_ms) for i in ledger_ids]
+
+    def list_ledgers(self, after_ledger_id: int, max_ledgers: int, *, cancelled: Cancelled = never) -> LedgerPage:
+        """Always raises :class:`ListingNotSupportedError`: BookKeeper's v3 protocol has no request listing a bookie's
+        ledgers."""
+        raise ListingNotSupportedError(
+            f"it forwards to the bookie {self.address} over BookKeeper's v3 protocol, which has no request "
+            "listing a bookie's ledgers"
+        )
 
     def health(self) -> list[SourceHealth]:
         """Whether the bookie answers a v3 request now (any definite answer counts)."""

@@ -49,6 +49,7 @@ from scrutiny.agent.server import (
 from scrutiny.connectors.bookies.agent_protocol import AGENT_ENDPOINT_PROTOCOL
 from scrutiny.core.entry_header import EntryHeader, encode_entry_header
 from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.held_ledgers import LISTING_START, NO_ENTRY, HeldLedger, LedgerPage
 from scrutiny.core.listing_codec import encode_listing
 from scrutiny.core.sequence_groups import SequenceGroup
 from scrutiny.core.zk_records import BOOKIE_RPC_PROTOCOL, BookieServiceInfo, Endpoint
@@ -96,12 +97,21 @@ class EntryStore:
     :meth:`invalidate` drops cached ledgers after the loader's source changed. :meth:`put`
     stores explicitly (a loader is then not asked for that ledger). ``headers`` gives the header
     the writer put on an entry (:meth:`entry`); by default its last-add-confirmed is the entry
-    before it (a writer acknowledged in order) and its length ``DEFAULT_ENTRY_SIZE`` per entry.
+    before it (a writer acknowledged in order) and its length ``DEFAULT_ENTRY_SIZE`` per entry. ``ids`` names the
+    ledgers the loader may hold entries of, for :meth:`ledger_ids` (without it, a loader's ledgers are known only once
+    asked for).
     """
 
-    def __init__(self, loader: Loader | None = None, headers: Headers | None = None) -> None:
+    def __init__(
+        self,
+        loader: Loader | None = None,
+        headers: Headers | None = None,
+        *,
+        ids: Callable[[], Iterable[int]] | None = None,
+    ) -> None:
         self._loader = loader
         self._headers = headers or entry_header
+        self._ids = ids
         self._held: dict[int, Groups | None] = {}
         self._lock = threading.Lock()
 
@@ -128,6 +138,15 @@ class EntryStore:
         held = None if groups is None else tuple(sorted(groups))
         with self._lock:
             self._held[ledger_id] = held or None
+
+    def ledger_ids(self) -> list[int]:
+        """The ids of the ledgers the store holds entries of, ascending: those stored, those loaded so far, and those
+        of ``ids`` (see the class doc) its loader gives entries for."""
+        with self._lock:
+            candidates = set(self._held)
+        if self._ids is not None:
+            candidates.update(self._ids())
+        return sorted(ledger_id for ledger_id in candidates if self.get(ledger_id))
 
     def invalidate(self, ledger_ids: Iterable[int]) -> None:
         """Forget these ledgers (the loader is asked again next time)."""
@@ -207,6 +226,41 @@ class MemoryListingBackend:
         return LedgerAnswer(
             ledger_id, ListingStatus.POSITIVE, listing=encode_listing(groups), as_of_ms=now_ms, has_ledger_record=True
         )
+
+    def list_ledgers(self, after_ledger_id: int, max_ledgers: int, *, cancelled: Cancelled = never) -> LedgerPage:
+        """The store's ledgers above ``after_ledger_id`` (:meth:`EntryStore.ledger_ids`) and the ledgers in limbo (the
+        bookie's record of them says so, whether it holds entries or not), ascending, at most ``max_ledgers``; each
+        with its first and last entry held. A ledger whose last write is not ``indexed`` yet is not listed.
+
+        Faults, kept simple: an ``unresponsive`` fault of every ledger or of a ledger of the page hangs the call as
+        :meth:`get_listings` does, then raises :class:`TimeoutError` (the server answers UNAVAILABLE); a ``slow`` one
+        delays it likewise; a status or garbage fault concerns the bookie's answers, not its index, and changes
+        nothing here. A simulated hang ignores ``cancelled``.
+        """
+        if after_ledger_id < LISTING_START or max_ledgers < 1:
+            raise ValueError(f"cannot list {max_ledgers} ledgers after {after_ledger_id}")
+        now_ms = int(time.time() * 1000)
+        limbo = self._faults.limbo
+        candidates = sorted(
+            ledger_id
+            for ledger_id in {*self._store.ledger_ids(), *limbo}
+            if ledger_id > after_ledger_id and (self._indexed is None or self._indexed(ledger_id, now_ms))
+        )
+        page = candidates[:max_ledgers]
+        fault = self._faults.fault
+        if fault is not None and (fault.ledgers is None or not fault.ledgers.isdisjoint(page)):
+            if fault.kind is FaultKind.UNRESPONSIVE:
+                self._released.wait(self._hang_s)
+                raise TimeoutError("the bookie did not answer")
+            if fault.kind is FaultKind.SLOW:
+                self._released.wait(fault.delay_s)
+        ledgers = []
+        for ledger_id in page:
+            groups = self._store.get(ledger_id)
+            first = min(g.first for g in groups) if groups else NO_ENTRY
+            last = max(g.last for g in groups) if groups else NO_ENTRY
+            ledgers.append(HeldLedger(ledger_id, True, ledger_id in limbo, first, last))
+        return LedgerPage(tuple(ledgers), end=len(candidates) <= max_ledgers, as_of_ms=now_ms)
 
     def health(self) -> list[SourceHealth]:
         """One in-memory source, always readable."""

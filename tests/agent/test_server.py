@@ -15,14 +15,14 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import grpc
 import pytest
-from rocksdict import DBCompressionType, Options, Rdict, WriteBatch
 
-from scrutiny.agent.dbstorage import CANCEL_CHECK_LEDGERS, DbLedgerStorageBackend, entry_key, ledger_key
+from scrutiny.agent.dbstorage import CANCEL_CHECK_LEDGERS, DbLedgerStorageBackend, ledger_key
 from scrutiny.agent.server import (
     CANCELLED_REASON,
     AgentMetrics,
@@ -31,74 +31,33 @@ from scrutiny.agent.server import (
     Cancelled,
     LedgerAnswer,
     ListingBackend,
+    ListingCancelledError,
+    ListingNotSupportedError,
     ListingStatus,
     SourceHealth,
     never,
 )
 from scrutiny.cli.main import main
-from scrutiny.connectors.bookies.agent_client import AgentClient
+from scrutiny.connectors.bookies.agent_client import AgentClient, AgentListingError
+from scrutiny.connectors.bookies.agent_protocol import (
+    DEFAULT_LEDGERS_PER_PAGE,
+    DEFAULT_MAX_LEDGERS_PER_CALL,
+    MAX_HELD_LEDGER_BYTES,
+    PAGE_OVERHEAD_BYTES,
+    SERVICE_NAME,
+    ledgers_per_page_cap,
+)
+from scrutiny.core.held_ledgers import LISTING_START, NO_ENTRY, HeldLedger, LedgerPage
 from scrutiny.core.listing_codec import encode_listing, encode_listing_per_run
 from scrutiny.core.sequence_groups import SequenceGroup, expand, from_entries
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
 from scrutiny.proto import bookie_agent_pb2 as pb
+from tests.agent.fake_bookie import FLAGS_KEY, FakeBookie
 
 pytestmark = pytest.mark.integration
 
 SCRUTINY = Path(sys.executable).parent / "scrutiny"
-FLAGS_KEY = bytes.fromhex("ffffffffffff1103")
 TOKEN = "s3cret-agent-token"
-
-
-class FakeBookie:
-    """Ledger directories laid out like DbLedgerStorage's, written through primary RocksDB instances."""
-
-    def __init__(self, root: Path, directories: int) -> None:
-        self.dirs = [root / f"ledgers{i}" for i in range(directories)]
-        self._dbs: dict[tuple[int, str], Rdict] = {}
-        self.open()
-
-    def open(self) -> None:
-        for index, directory in enumerate(self.dirs):
-            for name, compression in (("ledgers", DBCompressionType.snappy()), ("locations", DBCompressionType.lz4())):
-                path = directory / "current" / name
-                path.parent.mkdir(parents=True, exist_ok=True)
-                options = Options(raw_mode=True)
-                options.create_if_missing(True)
-                options.set_compression_type(compression)
-                self._dbs[(index, name)] = Rdict(str(path), options)
-                (path / "rocksdict-config.json").unlink()  # rocksdict's file; a bookie has none
-
-    def db(self, directory: int, name: str) -> Rdict:
-        return self._dbs[(directory, name)]
-
-    def home(self, ledger_id: int) -> int:
-        return ledger_id % len(self.dirs)
-
-    def put_record(
-        self, ledger_id: int, *, fenced: bool = False, limbo: bool = False, key16: bool = False, home: int | None = None
-    ) -> None:
-        key = ledger_key(ledger_id) + (bytes(7) + b"\x01" if key16 else b"")
-        value = pb.LedgerData(exists=True, fenced=fenced, master_key=b"pw", limbo=limbo).SerializeToString()
-        self.db(self.home(ledger_id) if home is None else home, "ledgers")[key] = value
-
-    def put_entries(self, ledger_id: int, entries: Sequence[int], *, home: int | None = None) -> None:
-        batch = WriteBatch(raw_mode=True)
-        for entry in entries:
-            batch.put(entry_key(ledger_id, entry), (entry << 20).to_bytes(8, "big", signed=True))
-        self.db(self.home(ledger_id) if home is None else home, "locations").write(batch)
-
-    def flush(self) -> None:
-        for db in self._dbs.values():
-            db.flush()
-
-    def close(self) -> None:
-        for db in self._dbs.values():
-            db.close()
-        self._dbs.clear()
-
-    def restart(self) -> None:
-        self.close()
-        self.open()
 
 
 @pytest.fixture
@@ -134,10 +93,15 @@ class CountingBackend:
     def __init__(self, inner: ListingBackend) -> None:
         self.inner = inner
         self.batches: list[int] = []
+        self.pages: list[tuple[int, int]] = []  # (after_ledger_id, max_ledgers) of every ListLedgers
 
     def get_listings(self, ledger_ids: Sequence[int], *, cancelled: Cancelled = never) -> list[LedgerAnswer]:
         self.batches.append(len(ledger_ids))
         return self.inner.get_listings(ledger_ids, cancelled=cancelled)
+
+    def list_ledgers(self, after_ledger_id: int, max_ledgers: int, *, cancelled: Cancelled = never) -> LedgerPage:
+        self.pages.append((after_ledger_id, max_ledgers))
+        return self.inner.list_ledgers(after_ledger_id, max_ledgers, cancelled=cancelled)
 
     def health(self) -> list[SourceHealth]:
         return self.inner.health()
@@ -368,6 +332,9 @@ class ScriptedBackend:
         self.finished_calls += 1
         return [self.answers[i] for i in ledger_ids if i in self.answers]
 
+    def list_ledgers(self, after_ledger_id: int, max_ledgers: int, *, cancelled: Cancelled = never) -> LedgerPage:
+        raise ListingNotSupportedError("a scripted backend lists nothing")
+
     def health(self) -> list[SourceHealth]:
         return []
 
@@ -401,6 +368,9 @@ def test_the_client_never_trusts_bad_answers() -> None:
 
 class FailingBackend(ScriptedBackend):
     def get_listings(self, ledger_ids: Sequence[int], *, cancelled: Cancelled = never) -> list[LedgerAnswer]:
+        raise RuntimeError("disk on fire")
+
+    def list_ledgers(self, after_ledger_id: int, max_ledgers: int, *, cancelled: Cancelled = never) -> LedgerPage:
         raise RuntimeError("disk on fire")
 
 
@@ -564,6 +534,16 @@ class SlowBackend(ScriptedBackend):
             answers.append(LedgerAnswer(ledger_id, ListingStatus.NO_LEDGER))
         return answers
 
+    def list_ledgers(self, after_ledger_id: int, max_ledgers: int, *, cancelled: Cancelled = never) -> LedgerPage:
+        ledgers = []
+        for ledger_id in range(after_ledger_id + 1, after_ledger_id + 1 + max_ledgers):
+            if cancelled():
+                raise ListingCancelledError(CANCELLED_REASON)
+            time.sleep(0.05)
+            self.read += 1
+            ledgers.append(HeldLedger(ledger_id))
+        return LedgerPage(tuple(ledgers), end=False)
+
 
 def test_a_call_its_caller_gave_up_stops_reading() -> None:
     backend = SlowBackend()
@@ -594,3 +574,159 @@ def test_the_rocksdb_backend_answers_unknown_for_what_it_did_not_read_once_cance
         backend.close()
     read = [a for a in answers if a.status is not ListingStatus.UNKNOWN]
     assert 0 < len(read) < len(ledgers) and all(a.reason == CANCELLED_REASON for a in answers if a not in read)
+
+
+# ---------------------------------------------------------------- ListLedgers
+
+
+class PageBackend(ScriptedBackend):
+    """Lists whatever ``make`` returns for (after_ledger_id, max_ledgers), recording each request."""
+
+    def __init__(self, make: Callable[[int, int], LedgerPage]) -> None:
+        super().__init__({})
+        self.make = make
+        self.asked: list[tuple[int, int]] = []
+
+    def list_ledgers(self, after_ledger_id: int, max_ledgers: int, *, cancelled: Cancelled = never) -> LedgerPage:
+        self.asked.append((after_ledger_id, max_ledgers))
+        return self.make(after_ledger_id, max_ledgers)
+
+
+def test_held_ledgers_come_page_by_page_through_the_server_and_only_with_the_token(
+    bookie: FakeBookie, tmp_path: Path
+) -> None:
+    bookie.put_record(3)
+    bookie.put_entries(3, range(10))
+    bookie.put_entries(4, [7, 2**40])  # entries without a record
+    bookie.put_record(5, limbo=True)
+    bookie.put_record(2**41)
+    for directory in range(3):
+        bookie.db(directory, "ledgers")[FLAGS_KEY] = b"\x00\x00\x00\x01"
+    bookie.flush()
+    expected = [
+        HeldLedger(3, True, False, 0, 9),
+        HeldLedger(4, False, False, 7, 2**40),
+        HeldLedger(5, True, True, NO_ENTRY, NO_ENTRY),
+        HeldLedger(2**41, True, False, NO_ENTRY, NO_ENTRY),
+    ]
+    backend = CountingBackend(DbLedgerStorageBackend(bookie.dirs, state_dir=tmp_path))
+    with serving(backend, token=TOKEN, bookie_id="bk-1") as server:
+        for token in (None, "wrong-token"):
+            with AgentClient(target(server), token=token) as client, pytest.raises(AgentListingError) as refused:
+                client.ledgers_page()
+            assert refused.value.code == "UNAUTHENTICATED" and "UNAUTHENTICATED" in str(refused.value)
+        assert backend.pages == []  # never reached the storage
+        with AgentClient(target(server), token=TOKEN, expected_bookie_id="bk-1") as client:
+            before = int(time.time() * 1000)
+            pages = list(client.ledger_pages(page_size=3))
+            listed = list(client.held_ledgers(page_size=1))
+        registry = server.metrics.registry
+        rejected = registry.get_sample_value(
+            "scrutiny_agent_requests_total", {"method": "ListLedgers", "code": "UNAUTHENTICATED"}
+        )
+        served = registry.get_sample_value("scrutiny_agent_requests_total", {"method": "ListLedgers", "code": "OK"})
+        sent = registry.get_sample_value("scrutiny_agent_ledgers_listed_total", {})
+    assert [list(p.ledgers) for p in pages] == [expected[:3], expected[3:]] and [p.end for p in pages] == [False, True]
+    assert all(before <= p.as_of_ms <= int(time.time() * 1000) for p in pages)
+    assert listed == expected
+    assert backend.pages[:2] == [(LISTING_START, 3), (5, 3)]
+    assert backend.pages[2:] == [(LISTING_START, 1), (3, 1), (4, 1), (5, 1)]  # the last page held 2**41: end
+    assert (rejected, served, sent) == (2, 6, 8)
+
+
+def test_pages_are_capped_by_the_per_call_limit_and_the_response_size() -> None:
+    assert ledgers_per_page_cap(DEFAULT_MAX_LEDGERS_PER_CALL, 64 << 20) == DEFAULT_MAX_LEDGERS_PER_CALL
+    assert ledgers_per_page_cap(50, PAGE_OVERHEAD_BYTES + 7 * MAX_HELD_LEDGER_BYTES) == 7
+    assert ledgers_per_page_cap(50, 100) == 1
+
+    def widest(after: int, size: int) -> LedgerPage:  # the largest HeldLedger messages there are
+        first = max(after + 1, 2**63 - 10_000)
+        return LedgerPage(tuple(HeldLedger(first + i, True, True) for i in range(size)), end=False)
+
+    backend = PageBackend(widest)
+    with serving(backend, max_ledgers_per_call=50) as server, AgentClient(target(server)) as client:
+        assert server.ledgers_per_page == 50
+        assert len(client.ledgers_page(max_ledgers=1000).ledgers) == 50  # capped, not refused
+        assert len(client.ledgers_page().ledgers) == 50  # the default, capped
+        assert len(client.ledgers_page(max_ledgers=7).ledgers) == 7
+    assert [size for _, size in backend.asked] == [50, 50, 7]
+    backend.asked.clear()
+    with serving(backend) as server, AgentClient(target(server)) as client:
+        client.ledgers_page()
+    assert backend.asked == [(LISTING_START, DEFAULT_LEDGERS_PER_PAGE)]
+    backend.asked.clear()
+    small = 8192  # a response of at most 8 kB: (8192 - 4096) // 38 = 107 of the widest ledgers
+    with serving(backend, max_response_bytes=small) as server, AgentClient(target(server)) as client:
+        page = client.ledgers_page(max_ledgers=1000)  # fits: no RESOURCE_EXHAUSTED
+    assert len(page.ledgers) == server.ledgers_per_page == 107 and backend.asked == [(LISTING_START, 107)]
+
+
+def test_a_backend_that_cannot_list_is_unimplemented() -> None:
+    with serving(ScriptedBackend({})) as server, AgentClient(target(server)) as client:
+        with pytest.raises(AgentListingError, match="cannot list its bookie's ledgers: a scripted backend") as error:
+            client.ledgers_page()
+        code = server.metrics.registry.get_sample_value(
+            "scrutiny_agent_requests_total", {"method": "ListLedgers", "code": "UNIMPLEMENTED"}
+        )
+    assert error.value.code == "UNIMPLEMENTED" and code == 1
+
+
+def test_storage_trouble_is_unavailable_never_a_short_listing(bookie: FakeBookie, tmp_path: Path) -> None:
+    bookie.put_record(3)
+    bookie.db(bookie.home(7), "ledgers")[ledger_key(7)] = b"\x1a\x05ab"  # a record that does not decode
+    bookie.flush()
+    failures: dict[str, AgentListingError] = {}
+    backends: dict[str, ListingBackend] = {
+        "undecodable": DbLedgerStorageBackend(bookie.dirs, state_dir=tmp_path / "a"),
+        "missing": DbLedgerStorageBackend([tmp_path / "gone", *bookie.dirs], state_dir=tmp_path / "b"),
+        "failing": FailingBackend({}),
+        "descending": PageBackend(lambda after, size: LedgerPage((HeldLedger(9), HeldLedger(8)), end=True)),
+        "not above": PageBackend(lambda after, size: LedgerPage((HeldLedger(after),), end=True)),
+        "empty": PageBackend(lambda after, size: LedgerPage((), end=False)),
+    }
+    for name, backend in backends.items():
+        with serving(backend) as server, AgentClient(target(server)) as client:
+            with pytest.raises(AgentListingError) as error:
+                list(client.held_ledgers())
+            failures[name] = error.value
+    assert {e.code for e in failures.values()} == {"UNAVAILABLE"}
+    assert "ledger 7: undecodable ledger record" in str(failures["undecodable"])
+    assert "ledger directory 0" in str(failures["missing"]) and "does not exist" in str(failures["missing"])
+    assert "RuntimeError: disk on fire" in str(failures["failing"])
+    assert "bad page: ledger 8 after 9: not strictly ascending" in str(failures["descending"])
+    assert "bad page: ledger -1 after -1" in str(failures["not above"])
+    assert "bad page: an empty page that does not end" in str(failures["empty"])
+
+
+def test_list_ledgers_refuses_arguments_out_of_range() -> None:
+    backend = PageBackend(lambda after, size: LedgerPage((), end=True))
+    with serving(backend) as server, grpc.insecure_channel(target(server)) as channel:
+        call = channel.unary_unary(
+            f"/{SERVICE_NAME}/ListLedgers",
+            request_serializer=pb.LedgersRequest.SerializeToString,
+            response_deserializer=pb.LedgersPage.FromString,
+        )
+        codes = []
+        for request in (pb.LedgersRequest(after_ledger_id=-2), pb.LedgersRequest(max_ledgers=-1)):
+            with pytest.raises(grpc.RpcError) as error:
+                call(request, timeout=5)
+            codes.append((error.value.code(), error.value.details()))
+        fine = call(pb.LedgersRequest(after_ledger_id=-1), timeout=5)
+    assert codes == [
+        (grpc.StatusCode.INVALID_ARGUMENT, "after_ledger_id -2 is below -1"),
+        (grpc.StatusCode.INVALID_ARGUMENT, "max_ledgers -1 is negative"),
+    ]
+    assert fine.end and not fine.ledgers and backend.asked == [(LISTING_START, DEFAULT_LEDGERS_PER_PAGE)]
+
+
+def test_a_listing_its_caller_gave_up_stops_reading() -> None:
+    backend = SlowBackend()
+    with serving(backend) as server, AgentClient(target(server), timeout_s=0.3) as client:
+        with pytest.raises(AgentListingError) as error:
+            client.ledgers_page(max_ledgers=100)  # 5 s of reading; the caller waits 0.3 s
+        time.sleep(1.0)
+        cancelled = server.metrics.registry.get_sample_value(
+            "scrutiny_agent_requests_total", {"method": "ListLedgers", "code": "CANCELLED"}
+        )
+    assert error.value.code == "DEADLINE_EXCEEDED"
+    assert backend.read < 20 and cancelled == 1

@@ -11,7 +11,7 @@ import pytest
 
 from scrutiny.agent.server import AgentServer, AgentServerConfig
 from scrutiny.agent.v3_forward import V3ForwardBackend
-from scrutiny.connectors.bookies.agent_client import AgentClient
+from scrutiny.connectors.bookies.agent_client import AgentClient, AgentListingError
 from scrutiny.connectors.bookies.v3_client import BookieClientConfig
 from scrutiny.core.sequence_groups import SequenceGroup
 from scrutiny.core.striping import expected_groups
@@ -74,6 +74,14 @@ def test_bookie_trouble_is_unknown_never_missing() -> None:
         answers = client.get_listings([7, 8])
     assert answers[7].kind is AnswerKind.UNKNOWN and "EIO" in answers[7].reason
     assert answers[8].kind is AnswerKind.UNKNOWN and "timeout" in answers[8].reason
+
+
+def test_a_forwarding_agent_cannot_list_the_bookies_ledgers() -> None:
+    with bookie() as (server, _), agent(server.port) as client:
+        with pytest.raises(AgentListingError, match="v3 protocol, which has no request listing") as error:
+            client.ledgers_page()
+        assert client.get_listings([7])[7].kind is AnswerKind.LISTING  # it still answers listings
+    assert error.value.code == "UNIMPLEMENTED"
 
 
 def test_unreachable_bookie_is_unknown() -> None:

@@ -33,7 +33,7 @@ from scrutiny.core.ledger_scan import ScanMode, parse_ledger_selection
 from scrutiny.core.sequence_groups import SequenceGroup
 from scrutiny.core.striping import write_set
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
-from scrutiny.core.zk_paths import ledger_path
+from scrutiny.core.zk_paths import ledger_id_from_path, ledger_path
 from scrutiny.core.zk_records import format_cookie, parse_bookie_service_info, parse_cookie, parse_layout
 from scrutiny.services.bookkeeper import BookieOptions, BookieStorage
 from scrutiny.services.bookkeeper_tools import METADATA_ROOT, entries_read_from_bookie, ledger_tool
@@ -148,6 +148,61 @@ def test_healthy_ledgers_are_listed_exactly_as_bookkeeper_reads_them_back(cluste
             assert expected, (ledger, bookie)  # every bookie of a 3-bookie ensemble holds some entries
             assert read_back[ledger["ledger_id"], bookie] == expected, (ledger, bookie)
             assert listed[bookie][ledger["ledger_id"]] == expected, (ledger, bookie)
+
+
+def test_each_agent_lists_exactly_the_ledgers_its_bookie_holds(cluster: Cluster) -> None:
+    """ListLedgers on real DbLedgerStorage bookies: once flushed, each bookie's listing holds this test's ledgers
+    whose striping puts entries on it, with the first and last of those entries, and nothing the cluster lacks."""
+    ledgers = ledger_tool(cluster.uri, "create", "--entries", str(ENTRIES), "--count", "2")
+    ledgers += ledger_tool(cluster.uri, "create", "--entries", "1")  # E=3 WQ=2: one bookie of three gets nothing
+    written_at_ms = int(time.time() * 1000)
+    mine = {ledger["ledger_id"] for ledger in ledgers}
+    expected: dict[str, dict[int, tuple[int, int]]] = {}
+    for bookie in sorted(cluster.agents):
+        striped = {ledger["ledger_id"]: held_by(ledger, bookie) for ledger in ledgers}
+        expected[bookie] = {i: (min(entries), max(entries)) for i, entries in striped.items() if entries}
+    assert sum(len(held) for held in expected.values()) == 3 * 2 + 2  # the one-entry ledger is on two bookies
+    settled_ms = written_at_ms + 2 * FLUSH_MS + 500
+    time.sleep(max(0.0, settled_ms / 1000 - time.time()))
+    listings: dict[str, list[Any]] = {}
+    for bookie in sorted(cluster.agents):
+        deadline = time.monotonic() + 30  # a loaded machine may flush later than FLUSH_MS
+        with AgentClient(cluster.agents[bookie], expected_bookie_id=bookie) as client:
+            while True:
+                pages = list(client.ledger_pages(page_size=2))
+                held = [ledger for page in pages for ledger in page.ledgers]
+                found = {h.ledger_id: (h.first_entry_id, h.last_entry_id) for h in held if h.ledger_id in mine}
+                if found == expected[bookie] or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+        assert found == expected[bookie], bookie
+        assert all(page.as_of_ms >= settled_ms for page in pages), bookie
+        assert all(h.has_ledger_record and not h.limbo for h in held if h.ledger_id in mine), bookie
+        assert [h.ledger_id for h in held] == sorted({h.ledger_id for h in held}), bookie
+        listings[bookie] = held
+    in_zookeeper = _ledger_ids_in_zookeeper(cluster)
+    for bookie, held in listings.items():
+        assert {h.ledger_id for h in held} <= in_zookeeper, bookie  # every other id: another test's ledger
+
+
+def _ledger_ids_in_zookeeper(cluster: Cluster) -> set[int]:
+    """The ids of every ledger whose metadata node is in the cluster's ZooKeeper."""
+    client = KazooClient(hosts=cluster.zookeeper)
+    client.start(timeout=10)
+    try:
+        ids: set[int] = set()
+        stack = [f"{METADATA_ROOT}/{child}" for child in client.get_children(METADATA_ROOT) if child.isdigit()]
+        while stack:
+            path = stack.pop()
+            for child in client.get_children(path):
+                if child.startswith("L"):
+                    ids.add(ledger_id_from_path(f"{path}/{child}", root=METADATA_ROOT))
+                elif child.isdigit():
+                    stack.append(f"{path}/{child}")
+        return ids
+    finally:
+        client.stop()
+        client.close()
 
 
 def test_every_znode_the_real_cluster_wrote_decodes(cluster: Cluster) -> None:
