@@ -422,7 +422,8 @@ class SimCluster:
     def _make_bookies(self) -> None:
         encoding = ListingEncoding(self.scenario.cluster.v3_encoding)
         for index, (bookie_id, state) in enumerate(self.state.bookies.items()):
-            store = EntryStore(self._loader(bookie_id), self.state.entry_header)
+            held_ids = functools.partial(self.state.ledgers_of, bookie_id)
+            store = EntryStore(self._loader(bookie_id), self.state.entry_header, ids=held_ids)
             self.bookies[bookie_id] = SimBookie(
                 bookie_id,
                 store,

@@ -20,6 +20,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.security import OPEN_ACL_UNSAFE, make_acl
 
+from scrutiny.connectors.bookies.agent_client import AgentClient
 from scrutiny.connectors.bookies.fetch import FetchConfig, FetchResult, ListingFetcher, shared_fetcher
 from scrutiny.connectors.zookeeper.cluster_cache import CachedClusterReader, ClusterCacheError, shared_reader
 from scrutiny.connectors.zookeeper.tree import read_locks
@@ -487,3 +488,22 @@ def test_replication_locks_name_their_worker_and_creation_through_both_readers(
     assert read_locks(zk_client, "/ledgers") == expected  # the scan's, once per snapshot
     zk_client.delete(held)
     assert readers().replication_locks([7]) == {}
+
+
+def test_a_simulated_bookie_s_agent_lists_exactly_the_ledgers_the_scenario_puts_on_it(sim: Sim) -> None:
+    cluster = sim.start(FAULTS.replace('fault = "unresponsive"', 'fault = { kind = "slow", delay_s = 0.01 }'))
+    state = cluster.state
+    listed_somewhere = False
+    for bookie_id, bookie in cluster.bookies.items():
+        if bookie_id == "bookie-4":  # stopped
+            continue
+        with AgentClient(bookie.agent_address, expected_bookie_id=bookie_id) as client:
+            held = list(client.held_ledgers(page_size=2))
+        expected = {}
+        for ledger_id in sorted(state.ledgers_of(bookie_id)):
+            groups = state.held_groups(bookie_id, ledger_id)
+            if groups:
+                expected[ledger_id] = (min(g.first for g in groups), max(g.last for g in groups))
+        assert {h.ledger_id: (h.first_entry_id, h.last_entry_id) for h in held} == expected, bookie_id
+        listed_somewhere |= bool(held)
+    assert listed_somewhere
