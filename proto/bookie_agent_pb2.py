@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!scrutiny/proto/bookie_agent.proto\x12\x11scrutiny.agent.v1\"%\n\x0fListingsRequest\x12\x12\n\nledger_ids\x18\x01 \x03(\x03\"Y\n\x10ListingsResponse\x12\x32\n\x08listings\x18\x01 \x03(\x0b\x32 .scrutiny.agent.v1.LedgerListing\x12\x11\n\tbookie_id\x18\x02 \x01(\t\"\x94\x02\n\rLedgerListing\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x37\n\x06status\x18\x02 \x01(\x0e\x32\'.scrutiny.agent.v1.LedgerListing.Status\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07listing\x18\x04 \x01(\x0c\x12\x10\n\x08\x61s_of_ms\x18\x05 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\x12\x19\n\x11has_ledger_record\x18\x07 \x01(\x08\x12\r\n\x05limbo\x18\x08 \x01(\x08\"J\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x0c\n\x08POSITIVE\x10\x01\x12\r\n\tNO_LEDGER\x10\x02\x12\x0b\n\x07UNKNOWN\x10\x03\">\n\x0eLedgersRequest\x12\x17\n\x0f\x61\x66ter_ledger_id\x18\x01 \x01(\x03\x12\x13\n\x0bmax_ledgers\x18\x02 \x01(\x05\"o\n\x0bLedgersPage\x12.\n\x07ledgers\x18\x01 \x03(\x0b\x32\x1d.scrutiny.agent.v1.HeldLedger\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x08\x12\x11\n\tbookie_id\x18\x03 \x01(\t\x12\x10\n\x08\x61s_of_ms\x18\x04 \x01(\x03\"x\n\nHeldLedger\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x19\n\x11has_ledger_record\x18\x02 \x01(\x08\x12\r\n\x05limbo\x18\x03 \x01(\x08\x12\x16\n\x0e\x66irst_entry_id\x18\x04 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x05 \x01(\x03\"\x0f\n\rHealthRequest\"\\\n\x0eHealthResponse\x12\x11\n\tbookie_id\x18\x01 \x01(\t\x12\x37\n\x0b\x64irectories\x18\x02 \x03(\x0b\x32\".scrutiny.agent.v1.DirectoryHealth\"`\n\x0f\x44irectoryHealth\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\n\n\x02ok\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x14\n\x0c\x63\x61ught_up_ms\x18\x05 \x01(\x03\"e\n\nLedgerData\x12\x0e\n\x06\x65xists\x18\x01 \x01(\x08\x12\x0e\n\x06\x66\x65nced\x18\x02 \x01(\x08\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\x14\n\x0c\x65xplicit_lac\x18\x04 \x01(\x0c\x12\r\n\x05limbo\x18\x05 \x01(\x08\x32\x86\x02\n\x0b\x42ookieAgent\x12V\n\x0bGetListings\x12\".scrutiny.agent.v1.ListingsRequest\x1a#.scrutiny.agent.v1.ListingsResponse\x12M\n\x06Health\x12 .scrutiny.agent.v1.HealthRequest\x1a!.scrutiny.agent.v1.HealthResponse\x12P\n\x0bListLedgers\x12!.scrutiny.agent.v1.LedgersRequest\x1a\x1e.scrutiny.agent.v1.LedgersPageb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!scrutiny/proto/bookie_agent.proto\x12\x11scrutiny.agent.v1\"%\n\x0fListingsRequest\x12\x12\n\nledger_ids\x18\x01 \x03(\x03\"Y\n\x10ListingsResponse\x12\x32\n\x08listings\x18\x01 \x03(\x0b\x32 .scrutiny.agent.v1.LedgerListing\x12\x11\n\tbookie_id\x18\x02 \x01(\t\"\x94\x02\n\rLedgerListing\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x37\n\x06status\x18\x02 \x01(\x0e\x32\'.scrutiny.agent.v1.LedgerListing.Status\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07listing\x18\x04 \x01(\x0c\x12\x10\n\x08\x61s_of_ms\x18\x05 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\x12\x19\n\x11has_ledger_record\x18\x07 \x01(\x08\x12\r\n\x05limbo\x18\x08 \x01(\x08\"J\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x0c\n\x08POSITIVE\x10\x01\x12\r\n\tNO_LEDGER\x10\x02\x12\x0b\n\x07UNKNOWN\x10\x03\">\n\x0eLedgersRequest\x12\x17\n\x0f\x61\x66ter_ledger_id\x18\x01 \x01(\x03\x12\x13\n\x0bmax_ledgers\x18\x02 \x01(\x05\"o\n\x0bLedgersPage\x12.\n\x07ledgers\x18\x01 \x03(\x0b\x32\x1d.scrutiny.agent.v1.HeldLedger\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x08\x12\x11\n\tbookie_id\x18\x03 \x01(\t\x12\x10\n\x08\x61s_of_ms\x18\x04 \x01(\x03\"x\n\nHeldLedger\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x19\n\x11has_ledger_record\x18\x02 \x01(\x08\x12\r\n\x05limbo\x18\x03 \x01(\x08\x12\x16\n\x0e\x66irst_entry_id\x18\x04 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x05 \x01(\x03\"C\n\x13\x45ntryHeadersRequest\x12,\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1b.scrutiny.agent.v1.EntryRef\"/\n\x08\x45ntryRef\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\"`\n\x14\x45ntryHeadersResponse\x12\x35\n\x07results\x18\x01 \x03(\x0b\x32$.scrutiny.agent.v1.EntryHeaderResult\x12\x11\n\tbookie_id\x18\x02 \x01(\t\"\x83\x01\n\x11\x45ntryHeaderResult\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\r\n\x05\x66ound\x18\x03 \x01(\x08\x12\x1a\n\x12last_add_confirmed\x18\x04 \x01(\x03\x12\x0e\n\x06length\x18\x05 \x01(\x03\x12\x0e\n\x06reason\x18\x06 \x01(\t\"\x0f\n\rHealthRequest\"\\\n\x0eHealthResponse\x12\x11\n\tbookie_id\x18\x01 \x01(\t\x12\x37\n\x0b\x64irectories\x18\x02 \x03(\x0b\x32\".scrutiny.agent.v1.DirectoryHealth\"`\n\x0f\x44irectoryHealth\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\n\n\x02ok\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x14\n\x0c\x63\x61ught_up_ms\x18\x05 \x01(\x03\"e\n\nLedgerData\x12\x0e\n\x06\x65xists\x18\x01 \x01(\x08\x12\x0e\n\x06\x66\x65nced\x18\x02 \x01(\x08\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\x14\n\x0c\x65xplicit_lac\x18\x04 \x01(\x0c\x12\r\n\x05limbo\x18\x05 \x01(\x08\x32\xeb\x02\n\x0b\x42ookieAgent\x12V\n\x0bGetListings\x12\".scrutiny.agent.v1.ListingsRequest\x1a#.scrutiny.agent.v1.ListingsResponse\x12M\n\x06Health\x12 .scrutiny.agent.v1.HealthRequest\x1a!.scrutiny.agent.v1.HealthResponse\x12P\n\x0bListLedgers\x12!.scrutiny.agent.v1.LedgersRequest\x1a\x1e.scrutiny.agent.v1.LedgersPage\x12\x63\n\x10ReadEntryHeaders\x12&.scrutiny.agent.v1.EntryHeadersRequest\x1a\'.scrutiny.agent.v1.EntryHeadersResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -45,14 +45,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LEDGERSPAGE']._serialized_end=640
   _globals['_HELDLEDGER']._serialized_start=642
   _globals['_HELDLEDGER']._serialized_end=762
-  _globals['_HEALTHREQUEST']._serialized_start=764
-  _globals['_HEALTHREQUEST']._serialized_end=779
-  _globals['_HEALTHRESPONSE']._serialized_start=781
-  _globals['_HEALTHRESPONSE']._serialized_end=873
-  _globals['_DIRECTORYHEALTH']._serialized_start=875
-  _globals['_DIRECTORYHEALTH']._serialized_end=971
-  _globals['_LEDGERDATA']._serialized_start=973
-  _globals['_LEDGERDATA']._serialized_end=1074
-  _globals['_BOOKIEAGENT']._serialized_start=1077
-  _globals['_BOOKIEAGENT']._serialized_end=1339
+  _globals['_ENTRYHEADERSREQUEST']._serialized_start=764
+  _globals['_ENTRYHEADERSREQUEST']._serialized_end=831
+  _globals['_ENTRYREF']._serialized_start=833
+  _globals['_ENTRYREF']._serialized_end=880
+  _globals['_ENTRYHEADERSRESPONSE']._serialized_start=882
+  _globals['_ENTRYHEADERSRESPONSE']._serialized_end=978
+  _globals['_ENTRYHEADERRESULT']._serialized_start=981
+  _globals['_ENTRYHEADERRESULT']._serialized_end=1112
+  _globals['_HEALTHREQUEST']._serialized_start=1114
+  _globals['_HEALTHREQUEST']._serialized_end=1129
+  _globals['_HEALTHRESPONSE']._serialized_start=1131
+  _globals['_HEALTHRESPONSE']._serialized_end=1223
+  _globals['_DIRECTORYHEALTH']._serialized_start=1225
+  _globals['_DIRECTORYHEALTH']._serialized_end=1321
+  _globals['_LEDGERDATA']._serialized_start=1323
+  _globals['_LEDGERDATA']._serialized_end=1424
+  _globals['_BOOKIEAGENT']._serialized_start=1427
+  _globals['_BOOKIEAGENT']._serialized_end=1790
 # @@protoc_insertion_point(module_scope)

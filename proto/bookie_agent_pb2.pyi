@@ -85,6 +85,44 @@ class HeldLedger(_message.Message):
     last_entry_id: int
     def __init__(self, ledger_id: _Optional[int] = ..., has_ledger_record: _Optional[bool] = ..., limbo: _Optional[bool] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ...) -> None: ...
 
+class EntryHeadersRequest(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[EntryRef]
+    def __init__(self, entries: _Optional[_Iterable[_Union[EntryRef, _Mapping]]] = ...) -> None: ...
+
+class EntryRef(_message.Message):
+    __slots__ = ("ledger_id", "entry_id")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    entry_id: int
+    def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ...) -> None: ...
+
+class EntryHeadersResponse(_message.Message):
+    __slots__ = ("results", "bookie_id")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    BOOKIE_ID_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[EntryHeaderResult]
+    bookie_id: str
+    def __init__(self, results: _Optional[_Iterable[_Union[EntryHeaderResult, _Mapping]]] = ..., bookie_id: _Optional[str] = ...) -> None: ...
+
+class EntryHeaderResult(_message.Message):
+    __slots__ = ("ledger_id", "entry_id", "found", "last_add_confirmed", "length", "reason")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    LAST_ADD_CONFIRMED_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    entry_id: int
+    found: bool
+    last_add_confirmed: int
+    length: int
+    reason: str
+    def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., found: _Optional[bool] = ..., last_add_confirmed: _Optional[int] = ..., length: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class HealthRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -49,6 +49,11 @@ class BookieAgentStub:
                 request_serializer=scrutiny_dot_proto_dot_bookie__agent__pb2.LedgersRequest.SerializeToString,
                 response_deserializer=scrutiny_dot_proto_dot_bookie__agent__pb2.LedgersPage.FromString,
                 _registered_method=True)
+        self.ReadEntryHeaders = channel.unary_unary(
+                '/scrutiny.agent.v1.BookieAgent/ReadEntryHeaders',
+                request_serializer=scrutiny_dot_proto_dot_bookie__agent__pb2.EntryHeadersRequest.SerializeToString,
+                response_deserializer=scrutiny_dot_proto_dot_bookie__agent__pb2.EntryHeadersResponse.FromString,
+                _registered_method=True)
 
 
 class BookieAgentServicer:
@@ -81,6 +86,21 @@ class BookieAgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadEntryHeaders(self, request, context):
+        """The header of each requested entry (its ledger id, entry id, the writer's last-add-confirmed
+        and the ledger's length), as the local bookie returns the entry to a plain v3 READ_ENTRY
+        (never fencing) that the agent forwards to it, one EntryHeaderResult per distinct requested
+        entry. The checker reads the highest entry a bookie holds beyond a closed ledger's end: its
+        last-add-confirmed proves which entries the close dropped. An agent started without the
+        bookie's v3 address ends the call with UNIMPLEMENTED; more entries than the agent accepts in
+        one call (its ledgers-per-call limit) or a negative id, with INVALID_ARGUMENT; a failure of
+        the forward as a whole, with UNAVAILABLE. Trouble with single entries (the bookie's status, a
+        timeout, bytes that are no header for the entry) is answered per entry, found = false.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BookieAgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -98,6 +118,11 @@ def add_BookieAgentServicer_to_server(servicer, server):
                     servicer.ListLedgers,
                     request_deserializer=scrutiny_dot_proto_dot_bookie__agent__pb2.LedgersRequest.FromString,
                     response_serializer=scrutiny_dot_proto_dot_bookie__agent__pb2.LedgersPage.SerializeToString,
+            ),
+            'ReadEntryHeaders': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadEntryHeaders,
+                    request_deserializer=scrutiny_dot_proto_dot_bookie__agent__pb2.EntryHeadersRequest.FromString,
+                    response_serializer=scrutiny_dot_proto_dot_bookie__agent__pb2.EntryHeadersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -181,6 +206,33 @@ class BookieAgent:
             '/scrutiny.agent.v1.BookieAgent/ListLedgers',
             scrutiny_dot_proto_dot_bookie__agent__pb2.LedgersRequest.SerializeToString,
             scrutiny_dot_proto_dot_bookie__agent__pb2.LedgersPage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadEntryHeaders(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/scrutiny.agent.v1.BookieAgent/ReadEntryHeaders',
+            scrutiny_dot_proto_dot_bookie__agent__pb2.EntryHeadersRequest.SerializeToString,
+            scrutiny_dot_proto_dot_bookie__agent__pb2.EntryHeadersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -9,6 +9,11 @@ errors (bad arguments to the constructor) raise.
 :meth:`AgentClient.ledgers_page` and :meth:`AgentClient.held_ledgers` list the ledgers the bookie's index holds, one
 page at a time (``ListLedgers``). A listing is all or nothing: any trouble (a failed call, another bookie's agent, a
 page that breaks the protocol's order) raises :class:`AgentListingError`, never a shorter listing.
+
+:meth:`AgentClient.read_entry_headers` reads entry headers through the agent (``ReadEntryHeaders``: the agent forwards
+plain READ_ENTRY requests to its bookie). Trouble with one entry is that entry's reason; a failed call (UNIMPLEMENTED
+from an agent without the bookie's address included) or an answer that cannot be trusted raises
+:class:`AgentCallError`, so the caller can read from the bookie itself instead.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from scrutiny.connectors.bookies.agent_protocol import (
     DEFAULT_MAX_RESPONSE_BYTES,
     SERVICE_NAME,
 )
+from scrutiny.core.entry_header import EntryHeader
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.held_ledgers import LISTING_START, NO_ENTRY, HeldLedger, LedgerPage
 from scrutiny.core.listing_codec import decode_listing_compact
@@ -41,16 +47,22 @@ class AgentClientError(ScrutinyError, ValueError):
     """A client configuration that cannot work (chunk size, timeout...)."""
 
 
-class AgentListingError(ScrutinyError):
-    """A page of the bookie's ledgers could not be had, or cannot be trusted (the message says why).
+class AgentCallError(ScrutinyError):
+    """A call to the agent failed, or its answer cannot be trusted (the message says why).
 
     ``code`` is the gRPC status code's name when the call failed (``UNAVAILABLE``, ``UNIMPLEMENTED`` for an agent that
-    cannot list, ``UNAUTHENTICATED``, ``DEADLINE_EXCEEDED``...), None when the answer itself was refused.
+    cannot serve the call, ``UNAUTHENTICATED``, ``INVALID_ARGUMENT``, ``DEADLINE_EXCEEDED``...), None when the answer
+    itself was refused or the call could not be made.
     """
 
     def __init__(self, message: str, *, code: str | None = None) -> None:
         self.code = code
         super().__init__(message)
+
+
+class AgentListingError(AgentCallError):
+    """A page of the bookie's ledgers could not be had, or cannot be trusted (the message says why); ``code`` as for
+    :class:`AgentCallError` (``UNIMPLEMENTED`` for an agent that cannot list)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +133,11 @@ class AgentClient:
             f"/{SERVICE_NAME}/ListLedgers",
             request_serializer=pb.LedgersRequest.SerializeToString,
             response_deserializer=pb.LedgersPage.FromString,
+        )
+        self._read_entry_headers = self._channel.unary_unary(
+            f"/{SERVICE_NAME}/ReadEntryHeaders",
+            request_serializer=pb.EntryHeadersRequest.SerializeToString,
+            response_deserializer=pb.EntryHeadersResponse.FromString,
         )
 
     def __enter__(self) -> AgentClient:
@@ -222,6 +239,52 @@ class AgentClient:
         for page in self.ledger_pages(page_size, after_ledger_id=after_ledger_id):
             yield from page.ledgers
 
+    def read_entry_headers(self, pairs: Iterable[tuple[int, int]]) -> dict[tuple[int, int], EntryHeader | str]:
+        """The header of each distinct ``(ledger id, entry id)`` as the agent's bookie returns the entry to a plain
+        READ_ENTRY, or why there is none (the bookie's status, a timeout, bytes that are no header for the entry).
+
+        One call for all of them (at most the agent's per-call limit; no splitting), with the client's deadline.
+        Raises :class:`AgentCallError` when the call fails (``code``: ``UNIMPLEMENTED`` for an agent that has no
+        bookie address to read from, ``INVALID_ARGUMENT`` for too many entries, ``UNAVAILABLE``, ...), when the agent
+        serves another bookie than ``expected_bookie_id`` or does not say which, and when its answer is not one result
+        per entry asked, in order, each for that entry, with a possible header. :class:`AgentClientError` for ids
+        outside 0..2**63-1.
+        """
+        wanted = list(dict.fromkeys(pairs))
+        for ledger_id, entry_id in wanted:
+            if not 0 <= ledger_id <= _INT64_MAX or not 0 <= entry_id <= _INT64_MAX:
+                raise AgentClientError(f"entry {ledger_id}:{entry_id} is outside the ids a bookie can hold")
+        if not wanted:
+            return {}
+        request = pb.EntryHeadersRequest(entries=[pb.EntryRef(ledger_id=lid, entry_id=eid) for lid, eid in wanted])
+        what = f"agent {self.target}: ReadEntryHeaders of {len(wanted)} entries"
+        try:
+            response: pb.EntryHeadersResponse = self._read_entry_headers(
+                request, timeout=self._timeout_s, metadata=self._metadata
+            )
+        except grpc.RpcError as error:
+            status = error.code() if hasattr(error, "code") else None
+            code = str(status.name) if status is not None else None
+            raise AgentCallError(f"{what} failed: {code or 'RPC error'}: {_details(error)}", code=code) from error
+        except Exception as error:  # e.g. a closed channel
+            raise AgentCallError(f"{what} failed: {type(error).__name__}: {error}") from error
+        problem = self._bookie_problem(response.bookie_id)
+        if problem:
+            raise AgentCallError(f"{what}: refused the answer: {problem}")
+        if len(response.results) != len(wanted):
+            raise AgentCallError(f"{what}: refused the answer: {len(response.results)} results")
+        out: dict[tuple[int, int], EntryHeader | str] = {}
+        for pair, result in zip(wanted, response.results, strict=True):
+            header = _header_of(pair, result)
+            if header is None:
+                raise AgentCallError(
+                    f"{what}: refused the answer: a result for entry {result.ledger_id}:{result.entry_id}"
+                    f" (found={result.found}, last-add-confirmed {result.last_add_confirmed}, length {result.length})"
+                    f" where entry {pair[0]}:{pair[1]} was asked"
+                )
+            out[pair] = header
+        return out
+
     def _bookie_problem(self, bookie_id: str) -> str:
         expected = self._expected_bookie_id
         if expected is None or bookie_id == expected:
@@ -309,6 +372,18 @@ def _answer_of(listing: pb.LedgerListing) -> AgentAnswer:
             return AgentAnswer(BookieAnswer.in_limbo(listing.reason or "ledger in limbo"))
         return AgentAnswer(BookieAnswer.unknown(listing.reason or "agent gave no reason"))
     return AgentAnswer(BookieAnswer.unknown(f"agent sent status {listing.status}, which this client does not know"))
+
+
+def _header_of(pair: tuple[int, int], result: pb.EntryHeaderResult) -> EntryHeader | str | None:
+    """One result as a header or the reason there is none; None when it is not for ``pair`` or its header is one no
+    writer sends (a last-add-confirmed below -1 or not below the entry, a negative length)."""
+    if (result.ledger_id, result.entry_id) != pair:
+        return None
+    if not result.found:
+        return result.reason or "the agent gave no reason"
+    if not -1 <= result.last_add_confirmed < result.entry_id or result.length < 0:
+        return None
+    return EntryHeader(result.ledger_id, result.entry_id, result.last_add_confirmed, result.length)
 
 
 def _code(error: Any) -> str:

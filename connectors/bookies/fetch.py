@@ -44,7 +44,7 @@ from scrutiny.connectors.bookies.addresses import (
     parse_address,
     resolve_bookie_address,
 )
-from scrutiny.connectors.bookies.agent_client import AgentClient
+from scrutiny.connectors.bookies.agent_client import AgentCallError, AgentClient
 from scrutiny.connectors.bookies.agent_protocol import AGENT_ENDPOINT_PROTOCOL
 from scrutiny.connectors.bookies.settings import BookiesSection
 from scrutiny.connectors.bookies.v3_client import BookieClientConfig, BookieV3Client, BookieV3Pool, client_tls_context
@@ -326,6 +326,26 @@ def plan_route(bookie_id: str, registration: bytes | None, config: FetchConfig) 
     return BookieRoute(bookie_id, "v3", address, bookie_address=address)
 
 
+def agent_roots(config: FetchConfig) -> bytes | None:
+    """The CA certificates agent channels are verified against (None: the system's, or no TLS)."""
+    return _read_ca(config.agent_ca_file, "agent_ca_file") if config.agent_tls else None
+
+
+def open_agent_client(config: FetchConfig, bookie_id: str, target: str, roots: bytes | None) -> AgentClient:
+    """A client of ``bookie_id``'s agent at ``target`` with the configuration's token, TLS (``roots``:
+    :func:`agent_roots`), limits and timeout; the caller closes it."""
+    return AgentClient(
+        target,
+        token=config.token.reveal() or None,
+        tls=config.agent_tls,
+        root_certificates=roots,
+        chunk_size=config.max_ledgers_per_call,
+        timeout_s=config.request_timeout_s,
+        max_in_flight=config.agent_calls_in_flight,
+        expected_bookie_id=bookie_id,
+    )
+
+
 def _v3_address(bookie_id: str, registration: BookieServiceInfo | bytes | None, config: FetchConfig) -> Address | None:
     try:
         return resolve_bookie_address(bookie_id, overrides=config.v3_overrides, registration=registration)
@@ -428,7 +448,7 @@ class ListingFetcher:
     def __init__(self, config: FetchConfig) -> None:
         self.config = config
         self._v3_ssl = _v3_ssl_context(config)
-        self._agent_roots = _read_ca(config.agent_ca_file, "agent_ca_file") if config.agent_tls else None
+        self._agent_roots = agent_roots(config)
         self._v3_addresses: dict[str, Address] = {}
         self._pool = BookieV3Pool(
             lambda bookie_id: self._v3_addresses[bookie_id],
@@ -475,8 +495,9 @@ class ListingFetcher:
 
         ``wanted``: ledger id -> bookie ids to ask. ``registrations``: bookie id -> its registration
         node's bytes (missing or None: not registered). ``ends``: closed ledgers' lastEntryId; a bookie
-        whose listing goes past it is asked (READ_ENTRY, to its own v3 address) for the highest entry it
-        holds after it, whose header becomes the answer's ``beyond`` (left None when the read fails).
+        whose listing goes past it is asked (READ_ENTRY: on its v3 connection, or through its agent, which
+        forwards it to its bookie) for the highest entry it holds after it, whose header becomes the answer's
+        ``beyond`` (left None when the read fails).
         Never raises for anything a bookie, the network or the inputs do; every pair gets an answer
         (see the module doc).
         """
@@ -581,8 +602,10 @@ class ListingFetcher:
     async def _read_beyond(
         self, route: BookieRoute, answers: dict[int, BookieAnswer], ends: Mapping[int, int], deadline: float
     ) -> int:
-        """Give each listing that goes past its closed ledger's end the header of the highest entry after it (read
-        from the bookie itself, agent route or not); the requests sent."""
+        """Give each listing that goes past its closed ledger's end the header of the highest entry after it; the
+        requests sent. A v3 route reads it on its connection; an agent route asks the agent to read it from its bookie
+        (so a checker that reaches only the agent keeps the proof), and from the bookie itself only when the agent
+        cannot (an agent without the bookie's address, or an older one)."""
         highest = {
             ledger: top
             for ledger, answer in answers.items()
@@ -590,16 +613,19 @@ class ListingFetcher:
             and answer.kind is AnswerKind.LISTING
             and (top := max((g.last for g in answer.groups), default=-1)) > ends[ledger]
         }
-        seconds = self._time_left(deadline)
-        if not highest or route.bookie_address is None or seconds <= 0:
+        if not highest or self._time_left(deadline) <= 0:
             return 0
+        headers = None
         if route.protocol == "v3":
-            headers = await (await self._pool.client(route.bookie_id)).read_entry_headers(
-                highest.items(), timeout=seconds
-            )
+            client = await self._pool.client(route.bookie_id)
+            headers = await client.read_entry_headers(highest.items(), timeout=self._time_left(deadline))
         else:
-            async with BookieV3Client(*route.bookie_address, config=self._pool.config, ssl=self._v3_ssl) as client:
-                headers = await client.read_entry_headers(highest.items(), timeout=seconds)
+            headers = await self._headers_from_agent(route, highest, deadline)
+            if headers is None and route.bookie_address is not None and self._time_left(deadline) > 0:
+                async with BookieV3Client(*route.bookie_address, config=self._pool.config, ssl=self._v3_ssl) as v3:
+                    headers = await v3.read_entry_headers(highest.items(), timeout=self._time_left(deadline))
+        if headers is None:
+            return 0
         for ledger, entry in highest.items():
             header = headers[ledger, entry]
             if isinstance(header, EntryHeader):
@@ -607,6 +633,33 @@ class ListingFetcher:
             else:
                 logger.info("bookie %s: no header for entry %d:%d (%s)", route.bookie_id, ledger, entry, header)
         return len(highest)
+
+    async def _headers_from_agent(
+        self, route: BookieRoute, highest: Mapping[int, int], deadline: float
+    ) -> dict[tuple[int, int], EntryHeader | str] | None:
+        """The headers as the bookie's agent reads them from its bookie; None when the agent cannot read entries."""
+        target = route.target
+        if target is None:
+            return None
+        client = self._agent_client(route.bookie_id, target)
+        pairs, size = list(highest.items()), self.config.max_ledgers_per_call
+
+        def read_all() -> dict[tuple[int, int], EntryHeader | str]:
+            headers: dict[tuple[int, int], EntryHeader | str] = {}
+            for start in range(0, len(pairs), size):
+                headers.update(client.read_entry_headers(pairs[start : start + size]))
+            return headers
+
+        pending = self._loop.run_in_executor(self._agent_pool, read_all)
+        try:
+            async with asyncio.timeout(max(0.0, self._time_left(deadline))):
+                return await pending
+        except TimeoutError:
+            logger.info("agent %s: no entry headers within the fetch deadline", target)
+            return None
+        except AgentCallError as error:
+            logger.info("agent %s cannot read entries from its bookie (%s): %s", target, error.code, error)
+            return None
 
     def _time_left(self, deadline: float) -> float:
         return min(self.config.request_timeout_s, deadline - self._loop.time())
@@ -674,17 +727,7 @@ class ListingFetcher:
             return client
         if client is not None:
             client.close()
-        config = self.config
-        fresh = AgentClient(
-            target,
-            token=config.token.reveal() or None,
-            tls=config.agent_tls,
-            root_certificates=self._agent_roots,
-            chunk_size=config.max_ledgers_per_call,
-            timeout_s=config.request_timeout_s,
-            max_in_flight=config.agent_calls_in_flight,
-            expected_bookie_id=bookie_id,
-        )
+        fresh = open_agent_client(self.config, bookie_id, target, self._agent_roots)
         self._agents[bookie_id] = fresh
         return fresh
 

@@ -1,5 +1,5 @@
 """The bookie agent's gRPC server: answers ``BookieAgent.GetListings``, ``ListLedgers`` and ``Health`` from a
-:class:`ListingBackend`.
+:class:`ListingBackend`, and ``ReadEntryHeaders`` from an optional :class:`HeaderReader`.
 
 The agent runs on a bookie host. The server does what is the same for every backend: token
 authentication (``authorization: Bearer <token>`` metadata, compared in constant time; rejected
@@ -8,7 +8,9 @@ optional TLS, bounded requests (ledgers per call, message sizes), bounded concur
 graceful shutdown and Prometheus metrics. What a ledger's listing *is* comes from the backend:
 today :class:`scrutiny.agent.dbstorage.DbLedgerStorageBackend` (reads DbLedgerStorage's
 RocksDB index); a backend that forwards to the local bookie's v3 protocol can implement the same
-:class:`ListingBackend` protocol without touching this module.
+:class:`ListingBackend` protocol without touching this module. Entry headers come from a :class:`HeaderReader`
+(:class:`scrutiny.agent.v3_forward.V3HeaderReader`: plain READ_ENTRY requests to the local bookie); an agent without
+one answers ``ReadEntryHeaders`` UNIMPLEMENTED.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from scrutiny.connectors.bookies.agent_protocol import (
     SERVICE_NAME,
     ledgers_per_page_cap,
 )
+from scrutiny.core.entry_header import EntryHeader
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.held_ledgers import LISTING_START, HeldLedger, LedgerPage
 from scrutiny.proto import bookie_agent_pb2 as pb
@@ -44,6 +47,10 @@ log = logging.getLogger(__name__)
 
 _RESPONSE_SLACK_BYTES = 4096
 _TOO_LARGE = "answer too large for one response; ask for fewer ledgers per call"
+#: Why an agent without a header reader cannot answer ReadEntryHeaders.
+NO_HEADER_READER = "this agent has no bookie address to read entries from; start it with --bookie-address"
+#: Seconds kept from the caller's deadline for answering after the bookie's reads end.
+_ANSWER_MARGIN_S = 0.2
 
 
 class AgentServerError(ScrutinyError):
@@ -167,6 +174,26 @@ class ListingBackend(Protocol):
         ...
 
 
+#: One entry: (ledger id, entry id).
+EntryRef = tuple[int, int]
+
+
+class HeaderReader(Protocol):
+    """Where entry headers come from (the local bookie's v3 READ_ENTRY). Safe to call from several threads."""
+
+    def read_entry_headers(self, pairs: Sequence[EntryRef], *, timeout_s: float) -> dict[EntryRef, EntryHeader | str]:
+        """The header of each entry of ``pairs`` (distinct, ids non-negative) as the bookie returns it, or why there
+        is none (the bookie's status, a timeout, bytes that are no header for it), within about ``timeout_s``.
+
+        Raises only when no entry could be asked at all (e.g. the reader is closed); the server answers UNAVAILABLE.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release everything; called once, after the last call has finished (not when it is the backend itself)."""
+        ...
+
+
 class AgentMetrics:
     """The agent's Prometheus metrics, on a registry of their own (several agents per process in tests)."""
 
@@ -189,6 +216,12 @@ class AgentMetrics:
             "Time to serve a call",
             ["method"],
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=registry,
+        )
+        self.entry_headers = Counter(
+            "scrutiny_agent_entry_headers",
+            "Entries answered by ReadEntryHeaders, by whether their header was found",
+            ["found"],
             registry=registry,
         )
         self.in_flight = Gauge("scrutiny_agent_in_flight_requests", "Calls being served", registry=registry)
@@ -246,6 +279,8 @@ class AgentServerConfig:
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     max_concurrent_calls: int = 4
     grace_s: float = 5.0
+    #: The longest a ReadEntryHeaders call waits for the bookie (less when the caller's deadline is nearer).
+    entry_read_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         if (self.tls_cert_chain is None) != (self.tls_private_key is None):
@@ -255,13 +290,27 @@ class AgentServerConfig:
         for name in ("max_ledgers_per_call", "max_request_bytes", "max_response_bytes", "max_concurrent_calls"):
             if getattr(self, name) < 1:
                 raise AgentServerError(f"{name} must be at least 1")
+        if not self.entry_read_timeout_s > 0:
+            raise AgentServerError("entry_read_timeout_s must be positive")
 
 
 class AgentServer:
-    """The gRPC server around a backend. ``start`` binds and serves; ``stop`` drains and closes the backend."""
+    """The gRPC server around a backend. ``start`` binds and serves; ``stop`` drains and closes the backend.
 
-    def __init__(self, backend: ListingBackend, config: AgentServerConfig, metrics: AgentMetrics | None = None) -> None:
+    ``header_reader`` answers ``ReadEntryHeaders`` (None: that call is UNIMPLEMENTED); ``stop`` closes it too, unless
+    it is the backend itself.
+    """
+
+    def __init__(
+        self,
+        backend: ListingBackend,
+        config: AgentServerConfig,
+        metrics: AgentMetrics | None = None,
+        *,
+        header_reader: HeaderReader | None = None,
+    ) -> None:
         self.backend = backend
+        self.header_reader = header_reader
         self.config = config
         self.metrics = metrics if metrics is not None else AgentMetrics()
         self._server: Any = None
@@ -319,7 +368,12 @@ class AgentServer:
             self._server.stop(grace).wait(grace + 5.0)
         if self._executor is not None:
             self._executor.shutdown(wait=True)
-        self.backend.close()
+        try:
+            self.backend.close()
+        finally:
+            reader: object = self.header_reader
+            if self.header_reader is not None and reader is not self.backend:
+                self.header_reader.close()
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Block until ``stop`` was called (or the timeout passes); True when stopped."""
@@ -341,6 +395,11 @@ class AgentServer:
                 self._timed("ListLedgers", self._list_ledgers),
                 request_deserializer=pb.LedgersRequest.FromString,
                 response_serializer=pb.LedgersPage.SerializeToString,
+            ),
+            "ReadEntryHeaders": grpc.unary_unary_rpc_method_handler(
+                self._timed("ReadEntryHeaders", self._read_entry_headers),
+                request_deserializer=pb.EntryHeadersRequest.FromString,
+                response_serializer=pb.EntryHeadersResponse.SerializeToString,
             ),
         }
         return grpc.method_handlers_generic_handler(SERVICE_NAME, methods)
@@ -429,6 +488,49 @@ class AgentServer:
         context.abort(code, problem)
         raise AssertionError("unreachable: abort raises")
 
+    def _read_entry_headers(self, request: pb.EntryHeadersRequest, context: Any) -> pb.EntryHeadersResponse:
+        pairs = list(dict.fromkeys((entry.ledger_id, entry.entry_id) for entry in request.entries))
+        limit = self.config.max_ledgers_per_call
+        if len(pairs) > limit:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{len(pairs)} entries in one call; at most {limit}")
+        bad = next((pair for pair in pairs if pair[0] < 0 or pair[1] < 0), None)
+        if bad is not None:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"entry {bad[0]}:{bad[1]}: ids are never negative")
+        reader = self.header_reader
+        if reader is None:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, NO_HEADER_READER)
+            raise AssertionError("unreachable: abort raises")
+        headers: dict[EntryRef, EntryHeader | str] = {}
+        problem = ""
+        if pairs:
+            try:
+                headers = reader.read_entry_headers(pairs, timeout_s=self._entry_read_timeout(context))
+            except Exception as error:
+                log.exception("the entry reader failed on a batch of %d entries", len(pairs))
+                problem = f"cannot read entries from the bookie: {type(error).__name__}: {error}"
+        if problem:
+            context.abort(grpc.StatusCode.UNAVAILABLE, problem)
+        response = pb.EntryHeadersResponse(bookie_id=self.config.bookie_id)
+        budget = self.config.max_response_bytes - _RESPONSE_SLACK_BYTES
+        for pair in pairs:
+            result = _header_result(pair, headers.get(pair, "the agent's entry reader gave no answer"))
+            size = result.ByteSize() + 8
+            if size > budget:
+                result = pb.EntryHeaderResult(ledger_id=pair[0], entry_id=pair[1], reason=_TOO_LARGE)
+                size = result.ByteSize() + 8
+            budget -= size
+            response.results.append(result)
+            self.metrics.entry_headers.labels(found=str(result.found).lower()).inc()
+        return response
+
+    def _entry_read_timeout(self, context: Any) -> float:
+        """The configured read timeout, shortened to end before the caller's deadline (at least a little time)."""
+        seconds = self.config.entry_read_timeout_s
+        remaining = context.time_remaining() if hasattr(context, "time_remaining") else None
+        if remaining is not None:
+            seconds = min(seconds, max(remaining - _ANSWER_MARGIN_S, 0.05))
+        return seconds
+
     def _health(self, _request: pb.HealthRequest, _context: Any) -> pb.HealthResponse:
         response = pb.HealthResponse(bookie_id=self.config.bookie_id)
         for source in self.backend.health():
@@ -456,6 +558,22 @@ def _page_problem(page: LedgerPage, after: int, limit: int) -> str:
             return f"ledger {ledger.ledger_id} after {previous}: not strictly ascending above {after}"
         previous = ledger.ledger_id
     return ""
+
+
+def _header_result(pair: EntryRef, header: EntryHeader | str) -> pb.EntryHeaderResult:
+    """One entry's wire answer: its header, or why there is none (a header for another entry is none)."""
+    ledger_id, entry_id = pair
+    if isinstance(header, EntryHeader):
+        if (header.ledger_id, header.entry_id) == pair:
+            return pb.EntryHeaderResult(
+                ledger_id=ledger_id,
+                entry_id=entry_id,
+                found=True,
+                last_add_confirmed=header.last_add_confirmed,
+                length=header.length,
+            )
+        header = f"the bookie returned the header of entry {header.ledger_id}:{header.entry_id}"
+    return pb.EntryHeaderResult(ledger_id=ledger_id, entry_id=entry_id, reason=header or "no reason given")
 
 
 def _held_ledger_proto(ledger: HeldLedger) -> pb.HeldLedger:

@@ -1,5 +1,8 @@
 """``scrutiny agent``: run the bookie agent on a bookie host (DbLedgerStorage listings over gRPC).
 
+With ``--bookie-address`` (``--ledger-dirs`` mode) or ``--forward-v3`` it also forwards ``ReadEntryHeaders`` to the
+local bookie's v3 protocol; otherwise that call is answered UNIMPLEMENTED.
+
 Binds 127.0.0.1 unless told otherwise, and refuses a non-loopback address without a token.
 Runs until SIGINT or SIGTERM, then stops accepting calls, lets in-flight calls finish within
 the grace period and exits 0. Configuration problems end it with exit code 2 and one line.
@@ -17,9 +20,10 @@ from scrutiny.agent.server import (
     AgentMetrics,
     AgentServer,
     AgentServerConfig,
+    HeaderReader,
     ListingBackend,
 )
-from scrutiny.agent.v3_forward import V3ForwardBackend
+from scrutiny.agent.v3_forward import V3ForwardBackend, V3HeaderReader, V3Link
 from scrutiny.cli.commands import COMMAND_HELP
 from scrutiny.cli.common import (
     MAX_PORT,
@@ -63,6 +67,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--forward-v3",
         metavar="HOST:PORT",
         help="Sorted/Interleaved storage: forward to the bookie's own v3 protocol at HOST:PORT",
+    )
+    agent.add_argument(
+        "--bookie-address",
+        metavar="HOST:PORT",
+        help="the local bookie's v3 address (usually 127.0.0.1:3181), to forward entry header reads to it "
+        "(--ledger-dirs mode; --forward-v3 forwards them to its own address and accepts only that one here)",
     )
     agent.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help=f"default {DEFAULT_LISTEN}")
     agent.add_argument("--token-file", metavar="FILE", help="file holding the shared secret callers must present")
@@ -108,6 +118,12 @@ def _run(args: argparse.Namespace) -> int:
     configure_logging()
     host, _port = split_listen(args.listen)
     forward = split_listen(args.forward_v3, "--forward-v3") if args.forward_v3 else None
+    bookie_address = split_listen(args.bookie_address, "--bookie-address") if args.bookie_address else None
+    if forward is not None and bookie_address not in (None, forward):
+        raise InputError(
+            f"--bookie-address {args.bookie_address} differs from --forward-v3 {args.forward_v3}: "
+            "a forwarding agent reads entries from the bookie it forwards to (leave --bookie-address out)"
+        )
     token = read_token_file(args.token_file) if args.token_file else None
     if token is None and not is_loopback(host):
         raise InputError(f"refusing to listen on non-loopback {args.listen} without --token-file")
@@ -130,14 +146,17 @@ def _run(args: argparse.Namespace) -> int:
         log.warning("the token travels in clear text on %s: use --tls-cert/--tls-key", args.listen)
     metrics = AgentMetrics()
     backend: ListingBackend
+    header_reader: HeaderReader | None = None
     if forward is not None:
-        backend = V3ForwardBackend(*forward)
+        backend = header_reader = V3ForwardBackend(*forward)
         sources = 1
     else:
         dirs = [d for d in args.ledger_dirs.split(",") if d]
         backend = DbLedgerStorageBackend(dirs, state_dir=args.state_dir, on_catch_up=metrics.observe_catch_up)
         sources = len(dirs)
-    server = AgentServer(backend, config, metrics)
+        if bookie_address is not None:
+            header_reader = V3HeaderReader(V3Link(*bookie_address))
+    server = AgentServer(backend, config, metrics, header_reader=header_reader)
     try:
         _start(server, metrics, args, sources)
         _wait_for_signal()
@@ -155,14 +174,16 @@ def _start(server: AgentServer, metrics: AgentMetrics, args: argparse.Namespace,
     port = server.start()
     host, _ = split_listen(args.listen)
     shown = f"[{host}]" if ":" in host else host
+    reads = args.forward_v3 or args.bookie_address
     log.info(
-        "scrutiny agent listening on %s:%d (bookie id %r, %d sources, TLS %s, token %s)",
+        "scrutiny agent listening on %s:%d (bookie id %r, %d sources, TLS %s, token %s, entry reads %s)",
         shown,
         port,
         args.bookie_id,
         dirs,
         "on" if server.config.tls_cert_chain is not None else "off",
         "required" if server.config.token is not None else "off",
+        f"forwarded to {reads}" if reads else "off (no --bookie-address)",
     )
     if args.metrics_port is not None:
         metrics_port = metrics.serve(args.metrics_port, args.metrics_host)

@@ -14,8 +14,9 @@ initialised first with BookKeeper's own ``shell initnewcluster``). Layout under 
 
 A bookie keeps its port for life: the id is in its cookie (in ZooKeeper and in its directories), so a restart on
 another port would be refused by BookKeeper's cookie check. DbLedgerStorage (Pulsar's storage, the default) never
-answers BookKeeper's v3 listing request, so beside each such bookie runs ``scrutiny agent`` over the bookie's index,
-as docs/agent.md tells an operator to deploy it; SortedLedgerStorage bookies answer v3 themselves and get no agent.
+answers BookKeeper's v3 listing request, so beside each such bookie runs ``scrutiny agent`` over the bookie's index
+(forwarding entry header reads to the bookie's v3 port: ``--bookie-address``), as docs/agent.md tells an operator to
+deploy it; SortedLedgerStorage bookies answer v3 themselves and get no agent.
 
 ``stop`` kills a bookie (SIGKILL: a crash, not a clean shutdown) and leaves its agent serving the index on disk;
 ``wipe`` kills it, deletes its journal, ledger and index directories and its cookie as an operator replacing a disk
@@ -450,6 +451,8 @@ class LocalBookies:
             f"{LOOPBACK}:{identity.agent_port}",
             "--bookie-id",
             identity.id,
+            "--bookie-address",  # entry header reads are forwarded to the bookie's own v3 port
+            f"{LOOPBACK}:{identity.port}",
             "--state-dir",
             str(directory),
         ]

@@ -3,10 +3,11 @@
 A :class:`SimBookie` serves GetListOfEntriesOfLedger and a plain READ_ENTRY (the entry's bytes, its
 header first: :meth:`EntryStore.entry`) with a
 :class:`~scrutiny.simulator.v3_server.BookieV3Server` and ``BookieAgent.GetListings``
-with an :class:`~scrutiny.agent.server.AgentServer` over a :class:`MemoryListingBackend`,
-both on ``127.0.0.1`` (free ports unless told otherwise), both answering from one
-:class:`EntryStore`: per ledger the entries as sequence groups (never per-entry lists), filled
-explicitly or lazily by a loader (the simulated cluster derives them from its scenario).
+with an :class:`~scrutiny.agent.server.AgentServer` over a :class:`MemoryListingBackend`
+(its ``ReadEntryHeaders`` forwarded to the bookie's own v3 server, as a real agent's are), both on
+``127.0.0.1`` (free ports unless told otherwise), both answering from one :class:`EntryStore`: per ledger the
+entries as sequence groups (never per-entry lists), filled explicitly or lazily by a loader (the simulated cluster
+derives them from its scenario).
 
 Faults (:class:`~scrutiny.simulator.model.FaultSpec`, switchable at runtime) behave the
 same way on both APIs as far as each protocol allows:
@@ -46,6 +47,7 @@ from scrutiny.agent.server import (
     SourceHealth,
     never,
 )
+from scrutiny.agent.v3_forward import V3HeaderReader, V3Link
 from scrutiny.connectors.bookies.agent_protocol import AGENT_ENDPOINT_PROTOCOL
 from scrutiny.core.entry_header import EntryHeader, encode_entry_header
 from scrutiny.core.errors import ScrutinyError
@@ -377,11 +379,14 @@ class SimBookie:
             config = AgentServerConfig(
                 listen=f"{self.host}:{port}", bookie_id=self.bookie_id, max_concurrent_calls=8, grace_s=0.5
             )
-            agent = AgentServer(backend, config)
+            # the v3 server is up (started first): the agent forwards entry reads to it, as a real bookie's agent does
+            headers = V3HeaderReader(V3Link(self.host, self._v3_port))
+            agent = AgentServer(backend, config, header_reader=headers)
             try:
                 bound = agent.start()
             except AgentServerError as error:
                 log.info("bookie %s: agent port %d unavailable (%s)", self.bookie_id, port, error)
+                headers.close()
                 continue
             self._agent, self._backend = agent, backend
             return bound

@@ -185,6 +185,34 @@ def test_each_agent_lists_exactly_the_ledgers_its_bookie_holds(cluster: Cluster)
         assert {h.ledger_id for h in held} <= in_zookeeper, bookie  # every other id: another test's ledger
 
 
+def test_each_agent_reads_entry_headers_from_its_bookie_as_bookkeeper_wrote_them(cluster: Cluster) -> None:
+    """ReadEntryHeaders through each agent of the ensemble: the agent forwards plain READ_ENTRY requests to its own
+    bookie (``--bookie-address``, set by ``services``) and returns the header BookKeeper's client wrote, the same one
+    the bookie returns over v3; an entry the bookie does not hold is not found, with the bookie's status."""
+    (ledger,) = ledger_tool(cluster.uri, "create", "--entries", str(ENTRIES))
+    ledger_id = ledger["ledger_id"]
+    (segment,) = ledger["segments"]
+    assert len(segment["bookies"]) == BOOKIES
+    for bookie in segment["bookies"]:
+        held = held_by(ledger, bookie)
+        first, last = min(held), max(held)
+        lacking = min(set(range(ENTRIES)) - held)
+        asked = [(ledger_id, first), (ledger_id, last), (ledger_id, lacking)]
+        with AgentClient(cluster.agents[bookie], expected_bookie_id=bookie) as client:
+            through_agent = client.read_entry_headers(asked)
+        host, port = bookie.split(":")
+        direct = asyncio.run(_entry_headers(host, int(port), asked[:2]))
+        for entry in (first, last):
+            header = through_agent[ledger_id, entry]
+            assert isinstance(header, EntryHeader), (bookie, entry, header)
+            assert (header.ledger_id, header.entry_id) == (ledger_id, entry)
+            # Written one at a time: when the writer sent entry e, every entry before it was acknowledged.
+            assert header.last_add_confirmed == entry - 1, (bookie, header)
+            assert header == direct[ledger_id, entry], bookie
+        missing = through_agent[ledger_id, lacking]
+        assert isinstance(missing, str) and "ENOENTRY" in missing, (bookie, missing)
+
+
 def _ledger_ids_in_zookeeper(cluster: Cluster) -> set[int]:
     """The ids of every ledger whose metadata node is in the cluster's ZooKeeper."""
     client = KazooClient(hosts=cluster.zookeeper)

@@ -507,3 +507,40 @@ def test_a_simulated_bookie_s_agent_lists_exactly_the_ledgers_the_scenario_puts_
         assert {h.ledger_id: (h.first_entry_id, h.last_entry_id) for h in held} == expected, bookie_id
         listed_somewhere |= bool(held)
     assert listed_somewhere
+
+
+TOO_LOW = """
+[scenario]
+seed = 5
+[cluster]
+bookies = 3
+[defaults]
+ensemble_size = 3
+write_quorum = 3
+ack_quorum = 2
+last_entry = 59
+[[ledgers]]
+id = 1
+ensemble = ["bookie-1", "bookie-2", "bookie-3"]
+too_low = 5
+"""
+
+
+def test_the_proof_beyond_the_end_comes_through_the_agent_when_the_bookie_itself_is_out_of_reach(
+    sim: Sim, fetchers: Callable[..., ListingFetcher], readers: Callable[..., CachedClusterReader]
+) -> None:
+    cluster = sim.start(TOO_LOW)
+    spec = cluster.state.ledgers[1]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    # Every bookie's own v3 address is a closed port: only the agents can be reached.
+    unreachable = {bookie: f"127.0.0.1:{closed}" for bookie in cluster.bookies}
+    fetcher = fetchers(protocol="agent", v3_overrides=unreachable)
+    wanted = {1: set(spec.segments[0].ensemble)}
+    result = fetcher.fetch(wanted, readers().get().registrations, ends={1: spec.last_entry})
+    assert spec.kept_by is not None
+    keeper = result.answers[1][spec.kept_by]
+    assert keeper.beyond == cluster.state.entry_header(1, spec.written)  # the highest entry kept: its LAC proves it
+    assert keeper.beyond is not None and keeper.beyond.last_add_confirmed > spec.last_entry
+    assert all(answer.beyond is None for bookie, answer in result.answers[1].items() if bookie != spec.kept_by)
