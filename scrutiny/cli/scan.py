@@ -47,6 +47,7 @@ from scrutiny.core.utc_text import format_duration_ms
 from scrutiny.core.vocabulary import Severity
 from scrutiny.settings.loader import Settings, load_settings
 from scrutiny.streaming.scan.fix import FixOptions, check_fix_options, fix_json, fix_lines, run_fix
+from scrutiny.streaming.scan.held import HeldSurvey
 from scrutiny.streaming.scan.job import DEFAULT_CHUNK_SIZE, ScanOptions, ScanResult, ScanRun, probe_zookeeper
 from scrutiny.streaming.session import build_spark_session
 
@@ -180,8 +181,51 @@ def scan_lines(result: ScanResult, data_dir: str, settings: Settings, *, selecti
         ("Tables", f"{data_dir} ({result.batches} batches, source scan)"),
     ]
     lines = [field_line(label, value) for label, value in rows]
+    if result.held is not None:
+        lines += held_lines(result.held)
     lines += [f"WARNING: {warning}" for warning in result.warnings]
     return lines
+
+
+def held_lines(survey: HeldSurvey) -> list[str]:
+    """What the agents' bookies hold without metadata: a total, then a line per bookie that holds some or was not
+    listed."""
+    with_some = [b for b in survey.bookies if b.count]
+    summary = f"{survey.total} on {len(with_some)} of {len(survey.bookies)} bookies listed through their agents"
+    lines = [field_line("Held without metadata", summary)]
+    for found in with_some:
+        named = ", ".join(str(h.ledger_id) for h in found.ledgers)
+        more = ", ..." if found.count > len(found.ledgers) else ""
+        lines.append(f"  {found.bookie}: {found.count} of {found.listed} ledgers held (ledgers {named}{more})")
+    lines += [f"  {bookie}: not listed ({why})" for bookie, why in sorted(survey.not_listed.items())]
+    return lines
+
+
+def held_json(survey: HeldSurvey | None) -> dict[str, object] | None:
+    """The survey for ``--format json`` (key ``scan.held_without_metadata``; None when no survey ran)."""
+    if survey is None:
+        return None
+    return {
+        "total": survey.total,
+        "bookies": {
+            found.bookie: {
+                "listed": found.listed,
+                "count": found.count,
+                "ledgers": [
+                    {
+                        "ledger_id": h.ledger_id,
+                        "first_entry_id": h.first_entry_id,
+                        "last_entry_id": h.last_entry_id,
+                        "has_ledger_record": h.has_ledger_record,
+                        "limbo": h.limbo,
+                    }
+                    for h in found.ledgers
+                ],
+            }
+            for found in survey.bookies
+        },
+        "not_listed": dict(sorted(survey.not_listed.items())),
+    }
 
 
 def scan_json(result: ScanResult, data_dir: str) -> dict[str, object]:
@@ -202,6 +246,7 @@ def scan_json(result: ScanResult, data_dir: str) -> dict[str, object]:
         "data_dir": data_dir,
         "interrupted": result.interrupted,
         "warnings": list(result.warnings),
+        "held_without_metadata": held_json(result.held),
     }
 
 

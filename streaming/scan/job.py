@@ -31,6 +31,7 @@ from pyspark.sql import SparkSession
 from scrutiny.connectors.tables.delta import TableError
 from scrutiny.connectors.tables.schemas import OPEN_VIOLATIONS, RunRecord, output_table
 from scrutiny.connectors.zookeeper.client import close_zookeeper_client, start_zookeeper_client, zookeeper_target
+from scrutiny.connectors.zookeeper.cluster_cache import CachedClusterReader, ClusterCacheError
 from scrutiny.connectors.zookeeper.tree import TreeLayout, read_autorecovery, read_cluster, read_locks
 from scrutiny.core.autorecovery_health import scan_warnings
 from scrutiny.core.errors import FormatError, ScrutinyError
@@ -53,6 +54,7 @@ from scrutiny.settings.loader import Settings
 from scrutiny.streaming.checker.job import job_config
 from scrutiny.streaming.checker.records import NARROW_DDL, Record, widen_table
 from scrutiny.streaming.delta_writer import CheckerTables, read_delta
+from scrutiny.streaming.scan.held import HeldSurvey, KnownLedgers, survey_held_ledgers
 from scrutiny.streaming.scan.progress import ProgressListener
 from scrutiny.streaming.scan.tasks import INPUT_SCHEMA, SOURCE, ScanConfig, ScanLedgers, encode_keys, step_records
 
@@ -96,6 +98,8 @@ class ScanSnapshot:
     read_seconds: float
     #: The bookies with an open ``BOOKIE_LOST`` in the tables (the streaming job declared them lost).
     lost_bookies: frozenset[str] = frozenset()
+    #: Every ledger id of the walk, selected or not (what the bookies may hold with metadata).
+    known: KnownLedgers = field(default_factory=lambda: KnownLedgers(()))
 
 
 @dataclass
@@ -115,6 +119,8 @@ class ScanResult:
     violations: list[Record] = field(default_factory=list)
     interrupted: bool = False
     warnings: list[str] = field(default_factory=list)
+    #: What the agents' bookies hold without metadata (a deep scan of every ledger that ran to the end; else None).
+    held: HeldSurvey | None = None
     read_seconds: float = 0.0
     check_seconds: float = 0.0
 
@@ -192,7 +198,35 @@ class ScanRun:
             rows = [r for lid, keys in snapshot.gone.items() for r in _gone_records(lid, keys)]
             self._write(tables, result.batches, rows, started=datetime.now(UTC), examined=0, result=result)
         result.check_seconds = time.monotonic() - clock
+        if not result.interrupted and self.options.mode is ScanMode.DEEP and self.options.selection.everything:
+            try:
+                result.held = self._survey_held(snapshot, config, report)
+            except ClusterCacheError as error:
+                result.warnings.append(f"what the bookies hold without metadata was not surveyed: {error}")
         return result
+
+    def _survey_held(self, snapshot: ScanSnapshot, config: ScanConfig, report: Progress) -> HeldSurvey:
+        """What the agents' bookies hold without metadata (:mod:`~scrutiny.streaming.scan.held`)."""
+        listed = 0
+
+        def more(ledgers: int) -> None:
+            nonlocal listed
+            listed += ledgers
+            report("held ledgers listed", listed, None)
+
+        target = zookeeper_target(self.settings.zookeeper)
+        reader = CachedClusterReader(self.settings.zookeeper, target.ledgers_root)
+        try:
+            return survey_held_ledgers(
+                snapshot.registrations,
+                config.fetch,
+                snapshot.known,
+                reader.ledgers_present,
+                only_bookie=self.options.bookie,
+                progress=more,
+            )
+        finally:
+            reader.close()
 
     def _config(self, snapshot: ScanSnapshot) -> ScanConfig:
         job = job_config(self.settings, source=SOURCE)
@@ -386,6 +420,7 @@ def _select(
         warnings=warnings,
         read_seconds=0.0,
         lost_bookies=frozenset(k[1] for k in prior.get(CLUSTER_LEDGER_ID, ()) if k[0] == Category.BOOKIE_LOST.value),
+        known=KnownLedgers(observed.ledgers),
     )
 
 

@@ -7,8 +7,10 @@ import io
 import pytest
 
 from scrutiny.cli.scan import ProgressLine, scan_json, scan_lines
+from scrutiny.core.held_ledgers import HeldLedger
 from scrutiny.core.ledger_scan import ScanMode, parse_ledger_selection
 from scrutiny.settings.loader import load_settings
+from scrutiny.streaming.scan.held import NAMED_LEDGERS, HeldSurvey, HeldWithoutMetadata
 from scrutiny.streaming.scan.job import ScanResult
 
 pytestmark = pytest.mark.unit
@@ -72,3 +74,32 @@ def test_the_figures_block_names_the_selection_and_the_rate() -> None:
     assert any(line.endswith("(0.2 ledgers/s)") for line in scan_lines(result, "data", load_settings(env={})))
     document = scan_json(result, "data")
     assert document["ledgers_skipped"] == 1 and document["mode"] == "fast" and not document["interrupted"]
+
+
+def test_what_the_bookies_hold_without_metadata_is_summed_named_and_in_the_json() -> None:
+    result = ScanResult("scan-1", ScanMode.DEEP, 0)
+    assert not any("Held without metadata" in line for line in scan_lines(result, "data", load_settings(env={})))
+    assert scan_json(result, "data")["held_without_metadata"] is None  # no survey ran
+    many = [HeldLedger(i, first_entry_id=0, last_entry_id=4) for i in range(NAMED_LEDGERS)]
+    result.held = HeldSurvey(
+        [
+            HeldWithoutMetadata("bk1:3181", listed=900, count=25, ledgers=many),
+            HeldWithoutMetadata("bk2:3181", listed=800),
+        ],
+        {"bk3:3181": "UNIMPLEMENTED: this agent cannot list its bookie's ledgers"},
+    )
+    lines = scan_lines(result, "data", load_settings(env={}))
+    assert any(line.endswith("25 on 1 of 2 bookies listed through their agents") for line in lines)
+    assert "  bk1:3181: 25 of 900 ledgers held (ledgers 0, 1, 2" in "\n".join(lines) and ", ...)" in "\n".join(lines)
+    assert "  bk3:3181: not listed (UNIMPLEMENTED: this agent cannot list its bookie's ledgers)" in lines
+    assert not any(line.startswith("  bk2:3181") for line in lines)  # listed, holds nothing without metadata
+    held = scan_json(result, "data")["held_without_metadata"]
+    assert isinstance(held, dict) and held["total"] == 25 and list(held["not_listed"]) == ["bk3:3181"]
+    assert held["bookies"]["bk1:3181"]["ledgers"][0] == {
+        "ledger_id": 0,
+        "first_entry_id": 0,
+        "last_entry_id": 4,
+        "has_ledger_record": True,
+        "limbo": False,
+    }
+    assert held["bookies"]["bk2:3181"] == {"listed": 800, "count": 0, "ledgers": []}

@@ -103,6 +103,19 @@ def test_deep_scan_finds_the_truth_writes_it_and_a_rescan_resolves_a_deleted_led
     resolved = [r for r in table_rows(data, "open_violations") if r["resolved_at"] is not None]
     assert {r["ledger_id"] for r in resolved} == {lost}
 
+    # Every ledger the agents listed had metadata in the first scan; the deleted one is held without it now, on each
+    # bookie of the scenario that holds entries of it (the simulated bookies never collect garbage).
+    state = ClusterState.from_scenario(scenario)
+    assert result.held is not None and again.held is not None
+    assert result.held.total == 0 and result.held.bookies and all(b.listed for b in result.held.bookies)
+    holders = {b for b in state.bookies if state.held_groups(b, lost)}
+    listed = {b.bookie for b in again.held.bookies}
+    assert holders & listed, (holders, again.held)
+    assert {b.bookie: [h.ledger_id for h in b.ledgers] for b in again.held.bookies if b.count} == {
+        b: [lost] for b in holders & listed
+    }
+    assert set(again.held.not_listed) <= set(state.bookies) - listed
+
 
 def test_progress_counts_ledgers_as_they_finish_inside_one_chunk(spark: SparkSession, example: Example) -> None:
     """One chunk (one Spark job) whose re-checks wait: progress moves as ledgers finish, not only when it ends."""
