@@ -31,7 +31,7 @@ from scrutiny.connectors.bookies.agent_protocol import (
 )
 from scrutiny.core.entry_header import EntryHeader
 from scrutiny.core.errors import ScrutinyError
-from scrutiny.core.held_ledgers import LISTING_START, NO_ENTRY, HeldLedger, LedgerPage
+from scrutiny.core.held_ledgers import LISTING_START, NO_ENTRY, HeldLedger, LedgerPage, page_problem
 from scrutiny.core.listing_codec import decode_listing_compact
 from scrutiny.core.verdict import BookieAnswer
 from scrutiny.proto import bookie_agent_pb2 as pb
@@ -340,15 +340,11 @@ class _NotSent:
 
 def _page_problem(page: pb.LedgersPage, after: int, asked: int) -> str:
     """Why a ``LedgersPage`` cannot be trusted (empty when it can)."""
-    if asked and len(page.ledgers) > asked:
-        return f"{len(page.ledgers)} ledgers, {asked} asked"
-    if not page.ledgers and not page.end:
-        return "an empty page that does not end the listing"
-    previous = after
+    ids = [held.ledger_id for held in page.ledgers]
+    problem = page_problem(ids, end=page.end, after_ledger_id=after, limit=asked)
+    if problem:
+        return problem
     for held in page.ledgers:
-        if held.ledger_id <= previous:
-            return f"ledger {held.ledger_id} after {previous}: ids not strictly ascending above {after}"
-        previous = held.ledger_id
         first, last = held.first_entry_id, held.last_entry_id
         if (first, last) != (NO_ENTRY, NO_ENTRY) and not 0 <= first <= last:
             return f"ledger {held.ledger_id}: entries {first} to {last}"

@@ -40,7 +40,7 @@ from scrutiny.connectors.bookies.agent_protocol import (
 )
 from scrutiny.core.entry_header import EntryHeader
 from scrutiny.core.errors import ScrutinyError
-from scrutiny.core.held_ledgers import LISTING_START, HeldLedger, LedgerPage
+from scrutiny.core.held_ledgers import LISTING_START, HeldLedger, LedgerPage, page_problem
 from scrutiny.proto import bookie_agent_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -477,7 +477,8 @@ class AgentServer:
             code = grpc.StatusCode.UNAVAILABLE
             problem = f"cannot list the bookie's ledgers: {type(error).__name__}: {error}"
         else:
-            problem = _page_problem(page, after, limit)
+            ids = [ledger.ledger_id for ledger in page.ledgers]
+            problem = page_problem(ids, end=page.end, after_ledger_id=after, limit=limit)
             if not problem:
                 response = pb.LedgersPage(end=page.end, bookie_id=self.config.bookie_id, as_of_ms=page.as_of_ms)
                 response.ledgers.extend(_held_ledger_proto(ledger) for ledger in page.ledgers)
@@ -544,20 +545,6 @@ class AgentServer:
                 )
             )
         return response
-
-
-def _page_problem(page: LedgerPage, after: int, limit: int) -> str:
-    """Why a backend's page breaks the backend contract (empty when it keeps it)."""
-    if len(page.ledgers) > limit:
-        return f"{len(page.ledgers)} ledgers in a page of at most {limit}"
-    if not page.ledgers and not page.end:
-        return "an empty page that does not end the listing"
-    previous = after
-    for ledger in page.ledgers:
-        if ledger.ledger_id <= previous:
-            return f"ledger {ledger.ledger_id} after {previous}: not strictly ascending above {after}"
-        previous = ledger.ledger_id
-    return ""
 
 
 def _header_result(pair: EntryRef, header: EntryHeader | str) -> pb.EntryHeaderResult:

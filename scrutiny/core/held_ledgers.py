@@ -8,6 +8,7 @@ read in bounded memory (one page at a time on both sides).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 #: ``after_ledger_id`` of a listing's first page: every ledger id is above it.
@@ -52,3 +53,18 @@ class LedgerPage:
         if self.end:
             return None
         return self.ledgers[-1].ledger_id if self.ledgers else None
+
+
+def page_problem(ledger_ids: Sequence[int], *, end: bool, after_ledger_id: int, limit: int) -> str:
+    """Why a page breaks the listing's order (empty when it keeps it): more than ``limit`` ledgers (0: any number), no
+    ledger in a page that does not end the listing, ids not strictly ascending above ``after_ledger_id``."""
+    if limit and len(ledger_ids) > limit:
+        return f"{len(ledger_ids)} ledgers in a page of at most {limit}"
+    if not ledger_ids and not end:
+        return "an empty page that does not end the listing"
+    previous = after_ledger_id
+    for ledger_id in ledger_ids:
+        if ledger_id <= previous:
+            return f"ledger {ledger_id} after {previous}: ids not strictly ascending above {after_ledger_id}"
+        previous = ledger_id
+    return ""

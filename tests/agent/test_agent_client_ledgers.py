@@ -106,7 +106,7 @@ def test_an_agent_that_gives_fewer_than_asked_is_paged_all_the_same() -> None:
         (pb.LedgersPage(ledgers=[held(7), held(7)], end=True), "ledger 7 after 7: ids not strictly ascending"),
         (pb.LedgersPage(ledgers=[held(5)], end=True), "ledger 5 after 5: ids not strictly ascending above 5"),
         (pb.LedgersPage(ledgers=[held(-1)], end=True), "ledger -1 after 5"),
-        (pb.LedgersPage(ledgers=[held(i) for i in range(6, 10)], end=False), "4 ledgers, 3 asked"),
+        (pb.LedgersPage(ledgers=[held(i) for i in range(6, 10)], end=False), "4 ledgers in a page of at most 3"),
         (pb.LedgersPage(end=False), "an empty page that does not end the listing"),
         (pb.LedgersPage(ledgers=[held(6, 9, 4)], end=True), "ledger 6: entries 9 to 4"),
         (pb.LedgersPage(ledgers=[held(6, NO_ENTRY, 4)], end=True), "ledger 6: entries -1 to 4"),

@@ -693,7 +693,7 @@ def test_storage_trouble_is_unavailable_never_a_short_listing(bookie: FakeBookie
     assert "ledger 7: undecodable ledger record" in str(failures["undecodable"])
     assert "ledger directory 0" in str(failures["missing"]) and "does not exist" in str(failures["missing"])
     assert "RuntimeError: disk on fire" in str(failures["failing"])
-    assert "bad page: ledger 8 after 9: not strictly ascending" in str(failures["descending"])
+    assert "bad page: ledger 8 after 9: ids not strictly ascending" in str(failures["descending"])
     assert "bad page: ledger -1 after -1" in str(failures["not above"])
     assert "bad page: an empty page that does not end" in str(failures["empty"])
 
