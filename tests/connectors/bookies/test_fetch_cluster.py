@@ -20,6 +20,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.security import OPEN_ACL_UNSAFE, make_acl
 
+from scrutiny.agent.server import AgentServer, AgentServerConfig
 from scrutiny.connectors.bookies.agent_client import AgentClient
 from scrutiny.connectors.bookies.fetch import FetchConfig, FetchResult, ListingFetcher, shared_fetcher
 from scrutiny.connectors.zookeeper.cluster_cache import CachedClusterReader, ClusterCacheError, shared_reader
@@ -29,6 +30,7 @@ from scrutiny.core.verdict import AnswerKind
 from scrutiny.core.zk_paths import LedgerManager, available_path, layout_path, ledger_path
 from scrutiny.core.zk_records import Layout, format_layout, format_lock_data, parse_bookie_service_info
 from scrutiny.settings.loader import Settings
+from scrutiny.simulator.bookie import MemoryListingBackend
 from scrutiny.simulator.cluster import SimCluster
 from scrutiny.simulator.model import Action, Event
 from scrutiny.simulator.scenario import parse_scenario
@@ -544,3 +546,26 @@ def test_the_proof_beyond_the_end_comes_through_the_agent_when_the_bookie_itself
     assert keeper.beyond == cluster.state.entry_header(1, spec.written)  # the highest entry kept: its LAC proves it
     assert keeper.beyond is not None and keeper.beyond.last_add_confirmed > spec.last_entry
     assert all(answer.beyond is None for bookie, answer in result.answers[1].items() if bookie != spec.kept_by)
+
+
+def test_an_agent_that_cannot_read_entries_is_passed_by_for_the_bookie_itself(
+    sim: Sim, fetchers: Callable[..., ListingFetcher], readers: Callable[..., CachedClusterReader]
+) -> None:
+    cluster = sim.start(TOO_LOW)
+    spec = cluster.state.ledgers[1]
+    assert spec.kept_by is not None
+    keeper = cluster.bookies[spec.kept_by]
+    # An agent of the keeper's storage without the bookie's address (an older agent, or none given): UNIMPLEMENTED.
+    backend = MemoryListingBackend(keeper.store, keeper.faults)
+    older = AgentServer(backend, AgentServerConfig(bookie_id=spec.kept_by))
+    port = older.start()
+    try:
+        fetcher = fetchers(protocol="agent", agent_overrides={spec.kept_by: f"127.0.0.1:{port}"})
+        wanted = {1: {spec.kept_by}}
+        result = fetcher.fetch(wanted, readers().get().registrations, ends={1: spec.last_entry})
+        assert result.answers[1][spec.kept_by].beyond == cluster.state.entry_header(1, spec.written)
+        asked = {"method": "ReadEntryHeaders", "code": "UNIMPLEMENTED"}
+        assert older.metrics.registry.get_sample_value("scrutiny_agent_requests_total", asked) == 1
+    finally:
+        older.stop(0)
+        backend.close()
