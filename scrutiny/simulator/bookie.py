@@ -31,10 +31,12 @@ nothing: :meth:`SimBookie.stop`, then :meth:`SimBookie.start` again (same ports 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final
 
 from scrutiny.agent.server import (
@@ -141,14 +143,15 @@ class EntryStore:
         with self._lock:
             self._held[ledger_id] = held or None
 
-    def ledger_ids(self) -> list[int]:
-        """The ids of the ledgers the store holds entries of, ascending: those stored, those loaded so far, and those
-        of ``ids`` (see the class doc) its loader gives entries for."""
+    def ledger_ids(self, *, after: int = -1) -> Iterator[int]:
+        """The ids above ``after`` of the ledgers the store holds entries of, ascending: those stored, those loaded so
+        far, and those of ``ids`` (see the class doc) its loader gives entries for. Lazy: a ledger is loaded only when
+        the iteration reaches it."""
         with self._lock:
-            candidates = set(self._held)
+            candidates = {i for i in self._held if i > after}
         if self._ids is not None:
-            candidates.update(self._ids())
-        return sorted(ledger_id for ledger_id in candidates if self.get(ledger_id))
+            candidates.update(i for i in self._ids() if i > after)
+        return (ledger_id for ledger_id in sorted(candidates) if self.get(ledger_id))
 
     def invalidate(self, ledger_ids: Iterable[int]) -> None:
         """Forget these ledgers (the loader is asked again next time)."""
@@ -243,11 +246,14 @@ class MemoryListingBackend:
             raise ValueError(f"cannot list {max_ledgers} ledgers after {after_ledger_id}")
         now_ms = int(time.time() * 1000)
         limbo = self._faults.limbo
-        candidates = sorted(
+        in_limbo = sorted(i for i in limbo if i > after_ledger_id)
+        held = heapq.merge(self._store.ledger_ids(after=after_ledger_id), in_limbo)
+        listed = (
             ledger_id
-            for ledger_id in {*self._store.ledger_ids(), *limbo}
-            if ledger_id > after_ledger_id and (self._indexed is None or self._indexed(ledger_id, now_ms))
+            for ledger_id, _ in itertools.groupby(held)
+            if self._indexed is None or self._indexed(ledger_id, now_ms)
         )
+        candidates = list(itertools.islice(listed, max_ledgers + 1))  # one more: whether the listing ends here
         page = candidates[:max_ledgers]
         fault = self._faults.fault
         if fault is not None and (fault.ledgers is None or not fault.ledgers.isdisjoint(page)):

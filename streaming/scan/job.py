@@ -98,7 +98,8 @@ class ScanSnapshot:
     read_seconds: float
     #: The bookies with an open ``BOOKIE_LOST`` in the tables (the streaming job declared them lost).
     lost_bookies: frozenset[str] = frozenset()
-    #: Every ledger id of the walk, selected or not (what the bookies may hold with metadata).
+    #: Every ledger id of the walk, selected or not (what the bookies may hold with metadata), when the scan surveys
+    #: what they hold without (empty otherwise).
     known: KnownLedgers = field(default_factory=lambda: KnownLedgers(()))
 
 
@@ -198,7 +199,7 @@ class ScanRun:
             rows = [r for lid, keys in snapshot.gone.items() for r in _gone_records(lid, keys)]
             self._write(tables, result.batches, rows, started=datetime.now(UTC), examined=0, result=result)
         result.check_seconds = time.monotonic() - clock
-        if not result.interrupted and self.options.mode is ScanMode.DEEP and self.options.selection.everything:
+        if not result.interrupted and _surveys_held(self.options):
             try:
                 result.held = self._survey_held(snapshot, config, report)
             except ClusterCacheError as error:
@@ -420,8 +421,14 @@ def _select(
         warnings=warnings,
         read_seconds=0.0,
         lost_bookies=frozenset(k[1] for k in prior.get(CLUSTER_LEDGER_ID, ()) if k[0] == Category.BOOKIE_LOST.value),
-        known=KnownLedgers(observed.ledgers),
+        known=KnownLedgers(observed.ledgers if _surveys_held(options) else ()),
     )
+
+
+def _surveys_held(options: ScanOptions) -> bool:
+    """Whether the scan surveys what the bookies hold without metadata: a deep scan of every ledger (it needs them
+    all to tell)."""
+    return options.mode is ScanMode.DEEP and options.selection.everything
 
 
 def input_table(items: list[ScanItem]) -> pa.Table:

@@ -72,11 +72,11 @@ def test_ledgers_still_in_the_write_cache_are_not_listed() -> None:
 def test_a_loaded_store_lists_the_ledgers_its_source_names() -> None:
     source = {3: (SequenceGroup.run(0, 4),), 8: None, 9: (SequenceGroup.run(5, 5),)}
     lazy = EntryStore(source.get, ids=lambda: source)
-    assert lazy.ledger_ids() == [3, 9]
+    assert list(lazy.ledger_ids()) == [3, 9] and list(lazy.ledger_ids(after=3)) == [9]
     unnamed = EntryStore(source.get)  # without ``ids``: only what was asked for so far
-    assert unnamed.ledger_ids() == []
+    assert list(unnamed.ledger_ids()) == []
     unnamed.get(9)
-    assert unnamed.ledger_ids() == [9]
+    assert list(unnamed.ledger_ids()) == [9]
     backend = MemoryListingBackend(lazy, FaultSwitch())
     assert listed(backend, 10) == [HeldLedger(3, True, False, 0, 4), HeldLedger(9, True, False, 5, 5)]
 
