@@ -58,6 +58,7 @@ from scrutiny.connectors.tables.schemas import (
     LEDGER_CHECKS,
     OPEN_VIOLATIONS,
     OPEN_VIOLATIONS_MERGE,
+    ORPHAN_SIGHTINGS,
     READABLE_SCHEMAS,
     REJECTED_EVENTS,
     REPAIR_ACTIONS,
@@ -102,6 +103,7 @@ DESCRIPTIONS: Final[Mapping[str, str]] = {
     REJECTED_EVENTS: "Scrutiny: every record of the topic the checker could not use (append-only)",
     VERIFICATION_AGES: "Scrutiny: ledgers by the age of their last verification, over time (append-only)",
     REPAIR_ACTIONS: "Scrutiny: every under-replication mark a fix made or skipped (append-only)",
+    ORPHAN_SIGHTINGS: "Scrutiny: when each ledger held without metadata was first seen, per bookie (MERGE)",
 }
 
 
@@ -263,13 +265,7 @@ class CheckerTables:
         self._merge_session = spark.newSession()  # holds the MERGE's transaction settings while it runs
         self.data_dir = data_dir
         self.app_id = app_id
-        self._retrying = Retrying(
-            retry=retry_if_exception_type(CONFLICTS),
-            stop=stop_after_attempt(conflict_attempts),
-            wait=wait_random_exponential(multiplier=0.2, max=5.0),
-            before_sleep=_log_conflict,
-            reraise=True,
-        )
+        self._retrying = conflict_retrying(conflict_attempts)
         self._ready = False
         self._created: set[str] = set()
 
@@ -393,6 +389,18 @@ class CheckerTables:
             return 0, 0
         row = metrics[0].asDict()
         return int(row.get("num_inserted_rows") or 0), int(row.get("num_updated_rows") or 0)
+
+
+def conflict_retrying(attempts: int = DEFAULT_CONFLICT_ATTEMPTS) -> Retrying:
+    """Calls a write, trying it again (``attempts`` times in all) while it meets another writer's commit, waiting a
+    random, growing time (0.2 s up to 5 s) between tries."""
+    return Retrying(
+        retry=retry_if_exception_type(CONFLICTS),
+        stop=stop_after_attempt(attempts),
+        wait=wait_random_exponential(multiplier=0.2, max=5.0),
+        before_sleep=_log_conflict,
+        reraise=True,
+    )
 
 
 def _log_conflict(state: RetryCallState) -> None:

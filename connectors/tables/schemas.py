@@ -223,17 +223,29 @@ VERIFICATION_AGES_SCHEMA: Final = pa.schema(
         _field("run_id", pa.string(), nullable=False),
     ]
 )
+#: The first sightings of ledgers a bookie holds without metadata (docs/tables.md), kept by the deep scan's survey:
+#: one row per (bookie, ledger) until the ledger is no longer held without metadata. ``ORPHAN_LEDGER``'s grace runs
+#: from ``first_seen``.
+ORPHAN_SIGHTINGS: Final = "orphan_sightings"
+ORPHAN_SIGHTINGS_SCHEMA: Final = pa.schema(
+    [
+        _field("bookie", pa.string(), nullable=False),
+        _field("ledger_id", pa.int64(), nullable=False),
+        _field("first_seen", UTC_TIMESTAMP, nullable=False),
+    ]
+)
 #: The tables the checker's writer commits per batch, in order (``checker_runs`` last: the "batch done" marker).
 WRITTEN_TABLES: Final = (VIOLATIONS, LEDGER_CHECKS, OPEN_VIOLATIONS, REJECTED_EVENTS, VERIFICATION_AGES, CHECKER_RUNS)
 #: Tables created with their first row (most data directories never have one, or not at first).
 CREATED_ON_FIRST_ROW: Final = (REJECTED_EVENTS, VERIFICATION_AGES)
-#: Every table a reader may ask for by name: the checker's four, the rejected records, the verification ages and the
-#: fix's record.
+#: Every table a reader may ask for by name: the checker's four, the rejected records, the verification ages, the
+#: fix's record and the orphan sightings.
 READABLE_SCHEMAS: Final[Mapping[str, pa.Schema]] = {
     **TABLE_SCHEMAS,
     REJECTED_EVENTS: REJECTED_EVENTS_SCHEMA,
     VERIFICATION_AGES: VERIFICATION_AGES_SCHEMA,
     REPAIR_ACTIONS: REPAIR_ACTIONS_SCHEMA,
+    ORPHAN_SIGHTINGS: ORPHAN_SIGHTINGS_SCHEMA,
 }
 
 #: The MERGE source of ``open_violations``: one row per key with the batch's net effect on it.

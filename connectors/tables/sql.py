@@ -33,7 +33,7 @@ import duckdb
 from deltalake import DeltaTable
 
 from scrutiny.connectors.tables.delta import live_dataset, table_uri
-from scrutiny.connectors.tables.schemas import CREATED_ON_FIRST_ROW, REPAIR_ACTIONS, TABLE_NAMES
+from scrutiny.connectors.tables.schemas import CREATED_ON_FIRST_ROW, ORPHAN_SIGHTINGS, REPAIR_ACTIONS, TABLE_NAMES
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.paths import SQL_VIEWS_DIR
 
@@ -283,7 +283,8 @@ class SqlEngine:
                 self._catalog.missing.append(name)
         if not self._catalog.tables:
             raise DataDirError(f"data directory {self.data_dir} holds none of the tables {', '.join(TABLE_NAMES)}")
-        for optional in (REPAIR_ACTIONS, *CREATED_ON_FIRST_ROW):  # only after a `scan --fix`, a rejected record...
+        # Only after a `scan --fix`, a rejected record, a deep scan's first sighting of a ledger without metadata...
+        for optional in (REPAIR_ACTIONS, *CREATED_ON_FIRST_ROW, ORPHAN_SIGHTINGS):
             if not self._register(optional):
                 self._catalog.missing.append(optional)
 

@@ -192,11 +192,14 @@ def held_lines(survey: HeldSurvey) -> list[str]:
     listed."""
     with_some = [b for b in survey.bookies if b.count]
     summary = f"{survey.total} on {len(with_some)} of {len(survey.bookies)} bookies listed through their agents"
+    if survey.orphans:
+        summary += f", {survey.orphans} past the orphan grace (ORPHAN_LEDGER)"
     lines = [field_line("Held without metadata", summary)]
     for found in with_some:
         named = ", ".join(str(h.ledger_id) for h in found.ledgers)
         more = ", ..." if found.count > len(found.ledgers) else ""
-        lines.append(f"  {found.bookie}: {found.count} of {found.listed} ledgers held (ledgers {named}{more})")
+        orphans = f", {found.orphans} orphans" if found.orphans else ""
+        lines.append(f"  {found.bookie}: {found.count} of {found.listed} ledgers held{orphans} (ledgers {named}{more})")
     lines += [f"  {bookie}: not listed ({why})" for bookie, why in sorted(survey.not_listed.items())]
     return lines
 
@@ -207,10 +210,12 @@ def held_json(survey: HeldSurvey | None) -> dict[str, object] | None:
         return None
     return {
         "total": survey.total,
+        "orphans": survey.orphans,
         "bookies": {
             found.bookie: {
                 "listed": found.listed,
                 "count": found.count,
+                "orphans": found.orphans,
                 "ledgers": [
                     {
                         "ledger_id": h.ledger_id,

@@ -52,6 +52,7 @@ class Category(StrEnum):
     LEDGER_IN_LIMBO = "LEDGER_IN_LIMBO"
     AUTORECOVERY_DISABLED = "AUTORECOVERY_DISABLED"
     NO_AUDITOR = "NO_AUDITOR"
+    ORPHAN_LEDGER = "ORPHAN_LEDGER"
 
 
 #: The severity of each category whose severity does not depend on the evidence.
@@ -76,6 +77,7 @@ FIXED_SEVERITY: dict[Category, Severity] = {
     Category.OPEN_LEDGER_STALLED: Severity.WARNING,
     Category.LEDGER_IN_LIMBO: Severity.WARNING,
     Category.NO_AUDITOR: Severity.WARNING,
+    Category.ORPHAN_LEDGER: Severity.WARNING,
 }
 
 

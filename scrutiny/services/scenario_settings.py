@@ -19,7 +19,7 @@ ASSUMED_SECTIONS = ("placement", "verdict", "watcher", "checker")
 def scenario_checker_settings(base: Settings, scenario: Scenario) -> Settings:
     """``base`` with the settings the scenario's ground truth assumes (placement policy, mark grace, when a stopped
     bookie is lost and how long its ledgers may stay unmarked, when disabled auto-recovery is critical, whether an
-    auditor is expected and how long it may be missing)."""
+    auditor is expected and how long it may be missing, how long a bookie may hold a ledger without metadata)."""
     spec = scenario.checker
     placement = replace(
         base.placement,
@@ -47,6 +47,7 @@ def scenario_checker_settings(base: Settings, scenario: Scenario) -> Settings:
             base.checker,
             under_replication_mark_grace_seconds=spec.under_replication_mark_grace_s,
             recovery_stalled_grace_seconds=spec.recovery_stalled_grace_s,
+            orphan_grace_seconds=spec.orphan_grace_s,
         ),
     )
 

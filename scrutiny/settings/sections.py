@@ -134,6 +134,7 @@ _NOT_NEGATIVE = (
     "verification_ages_seconds",
     "under_replication_mark_grace_seconds",
     "recovery_stalled_grace_seconds",
+    "orphan_grace_seconds",
     "open_violation_gauges_seconds",
 )
 
@@ -163,6 +164,7 @@ class CheckerSection:
     verification_ages_seconds: float = 60.0
     under_replication_mark_grace_seconds: float = 300.0
     recovery_stalled_grace_seconds: float = 600.0
+    orphan_grace_seconds: float = 3600.0
     write_conflict_attempts: int = 8
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"

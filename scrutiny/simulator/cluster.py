@@ -19,6 +19,9 @@ ZooKeeper (a started kazoo client, chrooted or not):
 * the replication workers' locks on marked ledgers: an ephemeral ``<root>/underreplication/locks/urL%010d`` holding
   ``LockDataFormat`` as protobuf text (``bookieId: "<the worker's bookie>"``) while a worker holds the ledger, on the
   cluster's session too;
+* orphans (ledgers without metadata whose entries bookies still hold): no znode, no mark, no lock, ever (an
+  ``orphan`` change deletes the ledger's, as ``delete`` does); their bookies list them (the agent's ``ListLedgers``)
+  and serve their entries on both APIs like any other ledger's;
 * the schedule's changes at their times (seconds after :attr:`SimCluster.started_at_ms`), each
   carried out in ZooKeeper and on the bookies.
 
@@ -519,7 +522,7 @@ class SimCluster:
                 cluster.racks_path, format_pulsar_racks({cluster.rack_group: racks}, hostnames=hosts), makepath=True
             )
         prepared = time.perf_counter()
-        specs = list(self.state.ledgers.values())
+        specs = list(self.state.ledgers.values())  # the ledgers with metadata: an orphan has no znode
         paths = [ledger_path(spec.ledger_id, root=root) for spec in specs]
         self._pipeline.ensure_parents(paths, self._known_dirs)
         nodes = ((path, self._metadata(spec)) for path, spec in zip(paths, specs, strict=True))

@@ -27,7 +27,12 @@ corrupt         the znode does not decode                                      M
 aq1             written with AQ = 1                                            ACK_QUORUM_ONE
 open            still open (one segment)                                       nothing
 limbo           in limbo on ensemble position 0                                BOOKIE_UNRESPONSIVE
+orphan          no metadata while its bookies hold its entries                 ORPHAN_LEDGER per bookie holding
+                (``orphan = true``)                                            some, after ``orphan_grace_s``
 ==============  ==============================================================  =============================
+
+``orphan`` is in no preset, and the ledger faults are drawn in the order above with ``orphan`` last: a mix without it
+gives exactly the scenario it gave before the kind existed.
 
 Bookie faults: ``unresponsive``, ``slow`` (answers after 0.2 s, within any sane deadline),
 ``too_slow`` (after twice the checker's request timeout), ``eio``, ``garbage``, ``stopped``,
@@ -66,6 +71,7 @@ LEDGER_FAULTS: Final = (
     "aq1",
     "open",
     "limbo",
+    "orphan",
 )
 BOOKIE_FAULTS: Final = ("unresponsive", "slow", "too_slow", "eio", "garbage", "stopped", "wiped", "readonly")
 _GRACE_S: Final = 3600
@@ -94,6 +100,7 @@ class FaultMix:
     aq1: float = 0.0
     open: float = 0.0
     limbo: float = 0.0
+    orphan: float = 0.0
     unresponsive: int = 0
     slow: int = 0
     too_slow: int = 0
@@ -417,6 +424,8 @@ def _fault_lines(kind: str, shape: _Shape, index: int) -> list[str]:
         return [f'corrupt_metadata = "{_CORRUPT_KINDS[index % len(_CORRUPT_KINDS)]}"']
     if kind == "open":
         return ['state = "OPEN"']
+    if kind == "orphan":
+        return ["orphan = true"]
     return []
 
 

@@ -5,7 +5,8 @@ these types; :mod:`scrutiny.simulator.state` steps them through the schedule. In
 scenario names the bookies (racks, read-only / stopped / wiped, faults, ledgers in limbo), the
 ledgers (E/WQ/AQ, state, last entry, segments or "auto" ensembles, custom metadata, what each
 bookie holds when it deviates from its stripe, under-replication marks and the replication workers' locks on them,
-a recovery that closed it too low, corrupt metadata), BookKeeper's auto-recovery (disabled or not, an auditor
+a recovery that closed it too low, corrupt metadata, or no metadata at all while bookies still hold its entries: an
+orphan), BookKeeper's auto-recovery (disabled or not, an auditor
 elected or not), what the ground truth assumes of the checker, and a schedule of timed changes.
 
 Every entry a bookie holds starts with the header its writer put on it; its last-add-confirmed
@@ -109,6 +110,7 @@ class Action(StrEnum):
     LOCK = "lock"
     UNLOCK = "unlock"
     DELETE = "delete"
+    ORPHAN = "orphan"
     CREATE = "create"
     REPAIR = "repair"
     DISABLE_AUTORECOVERY = "disable_autorecovery"
@@ -223,6 +225,10 @@ class LedgerSpec:
       leaves when the one bookie that still had the entries was down while the others came back empty.
 
     ``holdings`` maps bookie ids to their deviations, applied on top of all that.
+
+    ``orphan_since_s`` is None for a ledger with metadata. Otherwise the ledger is an *orphan*: ZooKeeper has no
+    znode for it (deleted, or never written) while its bookies still hold its entries (their garbage collection never
+    removed them), since then (seconds after the start; 0 for one that is an orphan from the start).
     """
 
     ledger_id: int
@@ -239,6 +245,12 @@ class LedgerSpec:
     corrupt: CorruptKind | None = None
     mark: MarkSpec | None = None
     entry_size: int = DEFAULT_ENTRY_SIZE
+    orphan_since_s: float | None = None
+
+    @property
+    def orphan(self) -> bool:
+        """Whether the ledger has no metadata while its bookies hold its entries (see the class doc)."""
+        return self.orphan_since_s is not None
 
     @property
     def closed(self) -> bool:
@@ -358,6 +370,8 @@ class CheckerSpec:
     no_auditor_grace_s: float = 300.0
     #: Whether the cluster runs BookKeeper's AutoRecovery, so that an auditor must be elected.
     auditor_expected: bool = True
+    #: A ledger a bookie still lists this long after the checker first saw it there without metadata: ``ORPHAN_LEDGER``.
+    orphan_grace_s: float = 3600.0
 
     def as_json_dict(self) -> dict[str, object]:
         """The assumptions, for the truth file."""
@@ -376,6 +390,7 @@ class CheckerSpec:
             "autorecovery_disabled_critical_s": self.autorecovery_disabled_critical_s,
             "no_auditor_grace_s": self.no_auditor_grace_s,
             "auditor_expected": self.auditor_expected,
+            "orphan_grace_s": self.orphan_grace_s,
         }
 
 
@@ -409,7 +424,10 @@ class Event:
 
 @dataclass(frozen=True)
 class Scenario:
-    """A parsed, validated scenario (its schedule too: every change applies to the state it meets)."""
+    """A parsed, validated scenario (its schedule too: every change applies to the state it meets).
+
+    ``ledgers`` are the ledgers with metadata, ``orphans`` those the bookies hold without any from the start.
+    """
 
     name: str
     description: str
@@ -419,6 +437,7 @@ class Scenario:
     bookies: tuple[BookieSpec, ...]
     ledgers: tuple[LedgerSpec, ...]
     schedule: tuple[Event, ...] = ()
+    orphans: tuple[LedgerSpec, ...] = ()
 
     def bookie_ids(self) -> list[str]:
         """The bookie ids in declaration order."""

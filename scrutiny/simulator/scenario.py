@@ -466,6 +466,7 @@ def _parse_checker(doc: Mapping[str, Any]) -> CheckerSpec:
             table.get("no_auditor_grace_s", defaults.no_auditor_grace_s), where.at("no_auditor_grace_s")
         ),
         auditor_expected=_bool(table.get("auditor_expected", defaults.auditor_expected), where.at("auditor_expected")),
+        orphan_grace_s=_number(table.get("orphan_grace_s", defaults.orphan_grace_s), where.at("orphan_grace_s")),
     )
     return spec
 
@@ -491,6 +492,7 @@ _LEDGER_KEYS: Final = (
     "under_replicated",
     "holdings",
     "entry_size",
+    "orphan",
 )
 _DEFAULTABLE: Final = tuple(k for k in _LEDGER_KEYS if k not in ("id", "ids"))
 #: A ledger's own key that makes the default of the other one not apply.
@@ -626,6 +628,7 @@ class _LedgerShape:
     entry_size: int
     custom: tuple[tuple[str, str], ...]
     topic: str | None
+    orphan: bool = False
 
     @classmethod
     def of(cls, table: Mapping[str, Any], where: Where) -> _LedgerShape:
@@ -658,6 +661,11 @@ class _LedgerShape:
             corrupt = _enum(CorruptKind, corrupt_value, where.at("corrupt_metadata"))
         custom = _table(table.get("custom", {}), where.at("custom"))
         topic = table.get("pulsar_topic")
+        orphan = _bool(table.get("orphan", False), where.at("orphan"))
+        if orphan and corrupt is not None:
+            raise where.at("orphan").fail("an orphan has no metadata: it cannot be corrupt_metadata too")
+        if orphan and table.get("under_replicated", False) is not False:
+            raise where.at("orphan").fail("an orphan has no metadata: it cannot be under_replicated too")
         return cls(
             ensemble_size=size,
             write_quorum=write,
@@ -671,6 +679,7 @@ class _LedgerShape:
             entry_size=_int(table.get("entry_size", DEFAULT_ENTRY_SIZE), where.at("entry_size"), 0, MAX_ENTRY_SIZE),
             custom=tuple((str(k), _str(v, where.at("custom").at(k))) for k, v in custom.items()),
             topic=None if topic is None else _str(topic, where.at("pulsar_topic")),
+            orphan=orphan,
         )
 
     def build(self, ledger_id: int, table: Mapping[str, Any], context: _LedgerContext, where: Where) -> LedgerSpec:
@@ -703,6 +712,7 @@ class _LedgerShape:
             corrupt=self.corrupt,
             mark=mark,
             entry_size=self.entry_size,
+            orphan_since_s=0.0 if self.orphan else None,
         )
         check_ledger(spec, context.bookie_ids, where)
         return spec
@@ -824,6 +834,7 @@ _EVENT_FIELDS: Final[dict[Action, tuple[str, ...]]] = {
     Action.LOCK: ("ledger", "bookie"),
     Action.UNLOCK: ("ledger",),
     Action.DELETE: ("ledger",),
+    Action.ORPHAN: ("ledger",),
     Action.CREATE: ("ledger",),
     Action.REPAIR: ("ledger", "bookie"),
     Action.DISABLE_AUTORECOVERY: (),
@@ -869,6 +880,8 @@ def _parse_event(raw: object, index: int, context: _LedgerContext) -> Event:
         specs = ledger_specs(_with_defaults(context.defaults, own), context, where.at("ledger"))
         if len(specs) != 1:
             raise where.at("ledger").fail("create defines exactly one ledger (id, not ids)")
+        if specs[0].orphan:
+            raise where.at("ledger").at("orphan").fail("create writes a ledger's metadata: it makes no orphan")
         fields.update(ledger=specs[0].ledger_id, spec=specs[0])
     elif "ledger" in table:
         fields["ledger"] = _int(table["ledger"], where.at("ledger"), 0)
@@ -926,6 +939,7 @@ def parse_scenario(text: str, *, name: str = "scenario") -> Scenario:
     defaults = _table(doc.get("defaults", {}), Where("defaults"))
     _check_keys(defaults, _DEFAULTABLE, Where("defaults"))
     context = _LedgerContext(ids, racks, checker, seed, defaults, budget=budget)
+    specs = _parse_ledgers(doc, context)
     scenario = Scenario(
         name=_str(head.get("name", name), Where("scenario").at("name")),
         description=_str(head.get("description", ""), Where("scenario").at("description")),
@@ -933,8 +947,9 @@ def parse_scenario(text: str, *, name: str = "scenario") -> Scenario:
         cluster=cluster,
         checker=checker,
         bookies=tuple(bookies),
-        ledgers=tuple(_parse_ledgers(doc, context)),
+        ledgers=tuple(spec for spec in specs if not spec.orphan),
         schedule=tuple(_parse_schedule(doc, context)),
+        orphans=tuple(spec for spec in specs if spec.orphan),
     )
     validate_schedule(scenario)
     return scenario

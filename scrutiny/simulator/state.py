@@ -10,10 +10,17 @@ its own. BookKeeper's auto-recovery is cluster-wide: whether it is disabled and 
 with the time it last changed (:attr:`ClusterState.disabled_since_s`, :attr:`ClusterState.no_auditor_since_s`).
 A replication worker's lock belongs to the mark it took (:attr:`MarkSpec.lock`, all of them in
 :attr:`ClusterState.locks`): it goes with the mark, and a worker releases it once done (``repair``) or on ``unlock``.
+
+An *orphan* (:attr:`ClusterState.orphans`) is a ledger without metadata whose entries its bookies still hold: declared
+so, or made so by an ``orphan`` change (its metadata deleted, its entries left). Its bookies list it and hold its
+entries like any other ledger's (:meth:`ClusterState.ledgers_of`, :meth:`ClusterState.held_groups`); nothing in
+ZooKeeper names it. :attr:`ClusterState.sightings` says since when a checker that lists every bookie's ledgers
+continuously has seen each orphan on each bookie (:meth:`ClusterState.lists`, :meth:`ClusterState.listing_answered`).
 """
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -116,6 +123,13 @@ class ScheduledChange:
     autorecovery: bool = False  # the disable node to create or delete (per the state)
     auditor: bool = False  # the auditor's vote to create or delete (per the state)
 
+    @property
+    def bookie_level(self) -> bool:
+        """Whether the change may alter what a bookie lists, or whether its listing is answered."""
+        return bool(
+            self.data or self.deleted or self.stopped or self.started or self.wiped or self.registration or self.faults
+        )
+
     def touch(self, bookies: Iterable[str], ledger_id: int) -> None:
         """Record that these bookies' holdings of the ledger changed."""
         for bookie in bookies:
@@ -126,12 +140,24 @@ class ClusterState:
     """The scenario at one moment; :meth:`apply` moves it through the schedule (see the module doc)."""
 
     def __init__(
-        self, scenario: Scenario, bookies: dict[str, BookieState], ledgers: dict[int, LedgerSpec], now_s: float = 0.0
+        self,
+        scenario: Scenario,
+        bookies: dict[str, BookieState],
+        ledgers: dict[int, LedgerSpec],
+        now_s: float = 0.0,
+        orphans: dict[int, LedgerSpec] | None = None,
     ) -> None:
         self.scenario = scenario
         self.checker = scenario.checker
         self.bookies = bookies
+        #: The ledgers with metadata.
         self.ledgers = ledgers
+        #: The orphans: ledgers without metadata whose entries bookies still hold (see the module doc).
+        self.orphans: dict[int, LedgerSpec] = orphans if orphans is not None else {}
+        #: (orphan, bookie) -> since when (seconds after the start) a checker listing the bookie continuously has seen
+        #: the orphan there: the first moment the bookie listed it and its listing was answered. Kept while the bookie
+        #: lists it (answered or not), dropped when it no longer does.
+        self.sightings: dict[tuple[int, str], float] = {}
         self.now_s = now_s
         #: Since when auto-recovery has been disabled (its ``disable`` node exists; None: enabled).
         self.disabled_since_s: float | None = 0.0 if scenario.cluster.autorecovery_disabled else None
@@ -140,7 +166,7 @@ class ClusterState:
         self._auto_rng = random.Random(f"schedule:{scenario.seed}")
         self._index: dict[str, set[int]] = {}
         self._placement: dict[tuple[tuple[str, ...], int], PlacementResult] = {}
-        for spec in ledgers.values():
+        for spec in itertools.chain(ledgers.values(), self.orphans.values()):
             self._index_ledger(spec)
 
     @classmethod
@@ -159,10 +185,12 @@ class ClusterState:
             for b in scenario.bookies
         }
         ledgers = {spec.ledger_id: spec for spec in scenario.ledgers}
-        state = cls(scenario, bookies, ledgers)
+        orphans = {spec.ledger_id: spec for spec in scenario.orphans}
+        state = cls(scenario, bookies, ledgers, orphans=orphans)
         for bookie in scenario.bookies:
             if bookie.wiped:
                 state._lose_everything(bookie.bookie_id)
+        state._sight()
         return state
 
     @property
@@ -189,8 +217,13 @@ class ClusterState:
         return outcome
 
     def ledgers_of(self, bookie_id: str) -> set[int]:
-        """The ledgers whose ensembles or holdings name the bookie."""
+        """The ledgers whose ensembles or holdings name the bookie, orphans included."""
         return set(self._index.get(bookie_id, ()))
+
+    def spec(self, ledger_id: int) -> LedgerSpec | None:
+        """The ledger, with metadata or an orphan (None: neither)."""
+        spec = self.ledgers.get(ledger_id)
+        return self.orphans.get(ledger_id) if spec is None else spec
 
     def _index_ledger(self, spec: LedgerSpec) -> None:
         for bookie in spec.bookies():
@@ -201,17 +234,17 @@ class ClusterState:
             self._index.get(bookie, set()).discard(spec.ledger_id)
 
     def _put(self, spec: LedgerSpec) -> None:
-        old = self.ledgers.get(spec.ledger_id)
+        old = self.spec(spec.ledger_id)
         if old is not None:
             self._unindex_ledger(old)
-        self.ledgers[spec.ledger_id] = spec
+        (self.orphans if spec.orphan else self.ledgers)[spec.ledger_id] = spec
         self._index_ledger(spec)
 
     # ------------------------------------------------------------------- what a bookie holds
 
     def held_groups(self, bookie_id: str, ledger_id: int) -> tuple[SequenceGroup, ...] | None:
-        """The entries the bookie holds of the ledger, as disjoint sorted groups; None when none."""
-        spec = self.ledgers.get(ledger_id)
+        """The entries the bookie holds of the ledger (an orphan's too), as disjoint sorted groups; None when none."""
+        spec = self.spec(ledger_id)
         if spec is None:
             return None
         holding = spec.holding(bookie_id)
@@ -235,7 +268,55 @@ class ClusterState:
         """The header the writer put on an entry: its last-add-confirmed per
         :func:`~scrutiny.simulator.model.entry_lac` (the entry before it for every entry the writer sent), the
         ledger's length ``(entry + 1) × entry_size`` (at most a signed 64-bit length)."""
-        return entry_header(ledger_id, entry_id, self.ledgers.get(ledger_id))
+        return entry_header(ledger_id, entry_id, self.spec(ledger_id))
+
+    # ------------------------------------------------------------------- what a checker lists
+
+    def lists(self, bookie_id: str, ledger_id: int) -> bool:
+        """Whether the bookie's agent lists the ledger among those it holds (``ListLedgers``): it holds an entry of
+        it, or has it in limbo (its record of the ledger says so, entries or not)."""
+        return ledger_id in self.bookies[bookie_id].limbo or self.held_groups(bookie_id, ledger_id) is not None
+
+    def listing_answered(self, bookie_id: str) -> bool:
+        """Whether a checker gets the bookie's listing of the ledgers it holds within ``request_timeout_s``.
+
+        Not when it is stopped (no agent, no registration), nor when a fault that holds a listing up (``unresponsive``,
+        or a delay not shorter than the timeout) applies to every ledger or to a ledger it lists (the listing is taken
+        as one page). A ``status`` or ``garbage`` fault concerns its answers about a ledger's entries, not its index:
+        its listing is answered.
+        """
+        bookie = self.bookies[bookie_id]
+        if bookie.mode is BookieMode.STOPPED:
+            return False
+        fault = bookie.fault
+        if fault is None or fault.kind in (FaultKind.STATUS, FaultKind.GARBAGE):
+            return True
+        if fault.kind is FaultKind.SLOW and fault.delay_s < self.checker.request_timeout_s:
+            return True
+        if fault.ledgers is None:
+            return False
+        candidates = fault.ledgers & (self._index.get(bookie_id, set()) | bookie.limbo)
+        return not any(self.lists(bookie_id, ledger_id) for ledger_id in candidates)
+
+    def _sight(self) -> None:
+        """Bring :attr:`sightings` up to now: a bookie listing an orphan is seen doing so from the first moment its
+        listing is answered; a sighting goes when the bookie no longer lists the orphan (or it is no orphan any
+        more)."""
+        seen: dict[tuple[int, str], float] = {}
+        answered: dict[str, bool] = {}
+        for ledger_id, spec in self.orphans.items():
+            listers = {b for b in spec.bookies() if self.held_groups(b, ledger_id) is not None}
+            listers.update(b for b, s in self.bookies.items() if ledger_id in s.limbo)
+            for bookie in listers:
+                since = self.sightings.get((ledger_id, bookie))
+                if since is None:
+                    if bookie not in answered:
+                        answered[bookie] = self.listing_answered(bookie)
+                    if not answered[bookie]:
+                        continue
+                    since = self.now_s
+                seen[ledger_id, bookie] = since
+        self.sightings = seen
 
     # ------------------------------------------------------------------- changes
 
@@ -246,12 +327,16 @@ class ClusterState:
         change = ScheduledChange()
         handler = _HANDLERS[event.action]
         handler(self, event, change, where)
+        if change.bookie_level and (self.orphans or self.sightings):
+            self._sight()
         return change
 
     def _ledger(self, event: Event, where: Where) -> LedgerSpec:
         assert event.ledger is not None
         spec = self.ledgers.get(event.ledger)
         if spec is None:
+            if event.ledger in self.orphans:
+                raise where.fail(f"ledger {event.ledger} is an orphan at {event.at_s} s: it has no metadata")
             raise where.fail(f"ledger {event.ledger} does not exist at {event.at_s} s")
         return spec
 
@@ -369,7 +454,8 @@ class ClusterState:
     def _lose_everything(self, bookie_id: str) -> set[int]:
         touched = self.ledgers_of(bookie_id)
         for ledger_id in touched:
-            spec = self.ledgers[ledger_id]
+            spec = self.spec(ledger_id)
+            assert spec is not None
             holdings = dict(spec.holdings)
             holdings[bookie_id] = Holding(EVERYTHING, ())
             self._put(replace(spec, holdings=holdings))
@@ -450,11 +536,37 @@ class ClusterState:
             change.locks.add(spec.ledger_id)
 
     def _delete(self, event: Event, change: ScheduledChange, where: Where) -> None:
+        """Its metadata, mark and lock go, and its bookies drop it (entries and limbo record). An orphan's bookies drop
+        it: their garbage collection removed it at last."""
+        assert event.ledger is not None
+        orphan = self.orphans.pop(event.ledger, None)
+        if orphan is not None:
+            self._unindex_ledger(orphan)
+            change.touch(orphan.bookies(), orphan.ledger_id)
+            self._drop_limbo(orphan.ledger_id, change)
+            return
         spec = self._ledger(event, where)
         self._unindex_ledger(spec)
         del self.ledgers[spec.ledger_id]
         change.deleted.add(spec.ledger_id)
         change.touch(spec.bookies(), spec.ledger_id)
+        self._note_lock(spec, change)
+        self._drop_limbo(spec.ledger_id, change)
+
+    def _drop_limbo(self, ledger_id: int, change: ScheduledChange) -> None:
+        """A dropped ledger leaves every bookie's limbo set (its record goes with its entries)."""
+        for bookie in self.bookies.values():
+            if ledger_id in bookie.limbo:
+                bookie.limbo = bookie.limbo - {ledger_id}
+                change.faults.add(bookie.bookie_id)
+
+    def _orphan(self, event: Event, change: ScheduledChange, where: Where) -> None:
+        """Its metadata, mark and lock go as with ``delete``, but its bookies keep its entries (and any limbo record):
+        their garbage collection never removes them. It stays an orphan from now on."""
+        spec = self._ledger(event, where)
+        del self.ledgers[spec.ledger_id]
+        self._put(replace(spec, mark=None, corrupt=None, orphan_since_s=event.at_s))
+        change.deleted.add(spec.ledger_id)
         self._note_lock(spec, change)
 
     def _repair(self, event: Event, change: ScheduledChange, where: Where) -> None:
@@ -472,6 +584,8 @@ class ClusterState:
         assert event.spec is not None
         if event.spec.ledger_id in self.ledgers:
             raise where.fail(f"ledger {event.spec.ledger_id} already exists")
+        if event.spec.ledger_id in self.orphans:
+            raise where.fail(f"ledger {event.spec.ledger_id} is an orphan: its bookies still hold its entries")
         spec = replace(event.spec, mark=_shifted(event.spec.mark, event.at_s))
         self._put(spec)
         change.metadata.add(spec.ledger_id)
@@ -526,6 +640,7 @@ _HANDLERS: Final = {
     Action.LOCK: ClusterState._lock,
     Action.UNLOCK: ClusterState._unlock,
     Action.DELETE: ClusterState._delete,
+    Action.ORPHAN: ClusterState._orphan,
     Action.CREATE: ClusterState._create,
     Action.REPAIR: ClusterState._repair,
     Action.DISABLE_AUTORECOVERY: ClusterState._disable_autorecovery,

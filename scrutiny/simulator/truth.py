@@ -35,7 +35,13 @@ so that it can catch their mistakes. The rules are those of ``docs/verdict.md``:
 * BookKeeper's auto-recovery (cluster-level, ledger id -1, no bookie): ``AUTORECOVERY_DISABLED`` while the
   ``disable`` node exists, a warning, critical once it was made strictly more than
   ``autorecovery_disabled_critical_s`` ago; ``NO_AUDITOR`` (a warning) when an auditor is expected
-  (``auditor_expected``) and no vote has existed for strictly longer than ``no_auditor_grace_s``, until one exists.
+  (``auditor_expected``) and no vote has existed for strictly longer than ``no_auditor_grace_s``, until one exists;
+* orphans (a ledger without metadata whose entries bookies still hold): nothing but ``ORPHAN_LEDGER`` (a warning, no
+  segment) per bookie whose agent lists it (it holds an entry of it, or has it in limbo) and answers its listing
+  (registered; no fault that holds a listing up applies to a ledger it lists: ``unresponsive``, or a delay not shorter
+  than the request timeout; ``status`` and ``garbage`` faults leave listings alone), strictly ``orphan_grace_s`` after
+  the checker first saw it there (:attr:`~scrutiny.simulator.state.ClusterState.sightings`: when the ledger became an
+  orphan, or later, when the bookie's listing was first answered).
 
 The file format written by :func:`truth_document` is documented in ``docs/simulator.md``.
 """
@@ -57,6 +63,8 @@ from scrutiny.core.sequence_groups import SequenceGroup
 from scrutiny.core.vocabulary import CLUSTER_LEDGER_ID, Category, Severity
 from scrutiny.simulator.model import (
     MAX_ENTRY,
+    BookieMode,
+    FaultKind,
     LedgerSpec,
     Range,
     Scenario,
@@ -293,10 +301,11 @@ def _metadata_spans(spec: LedgerSpec) -> list[_Span]:
 
 
 def ledger_truth(state: ClusterState, ledger_id: int, now_s: float) -> list[TruthViolation]:
-    """What a perfect checker reports for one ledger at ``now_s`` seconds after the start."""
+    """What a perfect checker reports for one ledger (or orphan) at ``now_s`` seconds after the start."""
     spec = state.ledgers.get(ledger_id)
     if spec is None:
-        return []
+        orphan = state.orphans.get(ledger_id)
+        return [] if orphan is None else orphan_truth(state, orphan, now_s)
     if spec.corrupt is not None:
         return [TruthViolation(ledger_id, Category.METADATA_UNREADABLE, Severity.CRITICAL)]
     spans = _metadata_spans(spec)
@@ -518,6 +527,72 @@ def _metadata_truth(state: ClusterState, spec: LedgerSpec, checked: Sequence[_Sp
     return out
 
 
+# --------------------------------------------------------------------------- orphans
+
+
+def orphan_truth(state: ClusterState, spec: LedgerSpec, now_s: float) -> list[TruthViolation]:
+    """``ORPHAN_LEDGER`` per bookie that lists the orphan, answers its listing and was seen listing it strictly longer
+    than ``orphan_grace_s`` ago; nothing else (without metadata a ledger cannot be checked)."""
+    lid = spec.ledger_id
+    grace = state.checker.orphan_grace_s
+    out = []
+    for bookie in _listers(state, spec):
+        since = state.sightings.get((lid, bookie))
+        if since is not None and now_s > since + grace and _listing_answered(state, bookie):
+            out.append(TruthViolation(lid, Category.ORPHAN_LEDGER, Severity.WARNING, bookie=bookie))
+    return out
+
+
+def _listers(state: ClusterState, spec: LedgerSpec) -> list[str]:
+    """The bookies whose agents list the ledger: those holding an entry of it, those with it in limbo; sorted."""
+    holders = {b for b in spec.bookies() if holds_an_entry(spec, b)}
+    holders.update(b for b, s in state.bookies.items() if spec.ledger_id in s.limbo)
+    return sorted(holders)
+
+
+def holds_an_entry(spec: LedgerSpec, bookie: str) -> bool:
+    """Whether the bookie holds at least one entry of the ledger: its ``add`` ranges, or an entry of its stripe
+    (residues mod E) among those written in one of its segments, less what it lost or a too-low close dropped."""
+    holding = spec.holding(bookie)
+    if holding.add:
+        return True
+    cut = normalize_ranges((*holding.missing, *spec.dropped(bookie)))
+    size = spec.ensemble_size
+    for index, segment in enumerate(spec.segments):
+        if bookie not in segment.ensemble:
+            continue
+        hi = spec.segments[index + 1].first - 1 if index + 1 < len(spec.segments) else spec.written
+        if hi < segment.first:
+            continue
+        residues = _stripe_residues(segment.ensemble.index(bookie), size, spec.write_quorum)
+        for lo, top in subtract_ranges(((segment.first, hi),), cut):
+            if top - lo + 1 >= size or any(e % size in residues for e in range(lo, top + 1)):
+                return True
+    return False
+
+
+def _listing_answered(state: ClusterState, bookie: str) -> bool:
+    """Whether the checker gets the bookie's listing in time: registered, and no fault that holds a listing up
+    (unresponsive, or a delay not shorter than the request timeout) for every ledger or for one it lists."""
+    status = state.bookies[bookie]
+    if status.mode is BookieMode.STOPPED:
+        return False
+    fault = status.fault
+    if fault is None or fault.kind in (FaultKind.STATUS, FaultKind.GARBAGE):
+        return True
+    if fault.kind is FaultKind.SLOW and fault.delay_s < state.checker.request_timeout_s:
+        return True
+    if fault.ledgers is None:
+        return False
+    for lid in fault.ledgers:
+        if lid in status.limbo:
+            return False
+        held = state.spec(lid)
+        if held is not None and bookie in held.bookies() and holds_an_entry(held, bookie):
+            return False
+    return True
+
+
 # --------------------------------------------------------------------------- the whole cluster over time
 
 
@@ -595,9 +670,9 @@ def cluster_level_truth(state: ClusterState, now_s: float) -> list[TruthViolatio
 
 
 def cluster_truth(state: ClusterState, now_s: float) -> list[TruthViolation]:
-    """Every violation of every ledger at ``now_s`` (the cluster-level ones first), sorted."""
+    """Every violation of every ledger and orphan at ``now_s`` (the cluster-level ones first), sorted."""
     out: list[TruthViolation] = cluster_level_truth(state, now_s)
-    for ledger_id in sorted(state.ledgers):
+    for ledger_id in sorted(state.ledgers.keys() | state.orphans.keys()):
         out += ledger_truth(state, ledger_id, now_s)
     return out
 
@@ -605,19 +680,20 @@ def cluster_truth(state: ClusterState, now_s: float) -> list[TruthViolation]:
 def truth_timeline(scenario: Scenario, *, horizon_s: float | None = None) -> list[TruthState]:
     """The truth at the start and after every scheduled change and every grace period's end (a mark's, a stopped
     bookie's loss, a lost bookie's ledgers' deadline, disabled auto-recovery turning critical, the lack of an auditor
-    becoming ``NO_AUDITOR``).
+    becoming ``NO_AUDITOR``, an orphan seen on a bookie).
 
     Several changes at the same time make one state. Grace points beyond ``horizon_s`` are left out; scheduled
-    changes always count. Only ledgers a change touches are judged again, so long schedules on large clusters stay
-    cheap.
+    changes always count. Only ledgers a change touches are judged again (and the orphans, few, after a change of what
+    bookies hold or of how they answer), so long schedules on large clusters stay cheap.
     """
     state = ClusterState.from_scenario(scenario)
-    per_ledger = {lid: ledger_truth(state, lid, 0.0) for lid in state.ledgers}
+    per_ledger = {lid: ledger_truth(state, lid, 0.0) for lid in state.ledgers.keys() | state.orphans.keys()}
     per_ledger[CLUSTER_LEDGER_ID] = cluster_level_truth(state, 0.0)
     timeline = [TruthState(0.0, ("start",), _flatten(per_ledger))]
     waiting: list[tuple[float, int, str]] = []
     for lid, spec in state.ledgers.items():
         _wait_for_grace(waiting, state, lid, spec, 0.0)
+    _wait_for_orphans(waiting, state, {}, 0.0)
     for bookie in state.bookies:
         _wait_for_loss(waiting, state, bookie, 0.0)
     _wait_for_autorecovery(waiting, state, 0.0)
@@ -634,7 +710,7 @@ def truth_timeline(scenario: Scenario, *, horizon_s: float | None = None) -> lis
             before = per_ledger.get(lid)
             if lid == CLUSTER_LEDGER_ID:
                 per_ledger[lid] = cluster_level_truth(state, next_grace + GRACE_STEP_S)
-            elif lid in state.ledgers:
+            elif lid in state.ledgers or lid in state.orphans:
                 per_ledger[lid] = ledger_truth(state, lid, next_grace + GRACE_STEP_S)
             if per_ledger.get(lid) != before:
                 timeline.append(TruthState(next_grace, (why,), _flatten(per_ledger)))
@@ -643,6 +719,7 @@ def truth_timeline(scenario: Scenario, *, horizon_s: float | None = None) -> lis
         causes: list[str] = []
         touched: set[int] = set()
         autorecovery = False
+        sightings = dict(state.sightings)
         while position < len(events) and events[position].at_s == next_event:
             event = events[position]
             change = state.apply(event)
@@ -654,10 +731,13 @@ def truth_timeline(scenario: Scenario, *, horizon_s: float | None = None) -> lis
             position += 1
         if autorecovery:
             _wait_for_autorecovery(waiting, state, next_event)
+        _wait_for_orphans(waiting, state, sightings, next_event)
         for lid in touched:
             if lid in state.ledgers:
                 per_ledger[lid] = ledger_truth(state, lid, next_event)
                 _wait_for_grace(waiting, state, lid, state.ledgers[lid], next_event)
+            elif lid in state.orphans:
+                per_ledger[lid] = ledger_truth(state, lid, next_event)
             else:
                 per_ledger.pop(lid, None)
         per_ledger[CLUSTER_LEDGER_ID] = cluster_level_truth(state, next_event)
@@ -682,14 +762,15 @@ def _wait_for_loss(waiting: list[tuple[float, int, str]], state: ClusterState, b
     lost = _lost_at(state, bookie)
     if lost is None:
         return
+    ledgers = sorted(lid for lid in state.ledgers_of(bookie) if lid in state.ledgers)  # orphans are never lost
     if lost >= now:
         heapq.heappush(waiting, (lost, CLUSTER_LEDGER_ID, f"bookie {bookie} lost"))
-        for lid in sorted(state.ledgers_of(bookie)):  # an open ledger's writer may be stalled by the loss
+        for lid in ledgers:  # an open ledger's writer may be stalled by the loss
             if state.ledgers[lid].state is LedgerState.OPEN:
                 heapq.heappush(waiting, (lost, lid, f"ledger {lid}'s writer after bookie {bookie}'s loss"))
     deadline = lost + state.checker.under_replication_mark_grace_s
     if deadline >= now:
-        for lid in sorted(state.ledgers_of(bookie)):
+        for lid in ledgers:
             heapq.heappush(waiting, (deadline, lid, f"ledger {lid}'s deadline after bookie {bookie}'s loss"))
 
 
@@ -704,13 +785,29 @@ def _wait_for_autorecovery(waiting: list[tuple[float, int, str]], state: Cluster
         heapq.heappush(waiting, (no_auditor, CLUSTER_LEDGER_ID, "no auditor past its grace"))
 
 
+def _wait_for_orphans(
+    waiting: list[tuple[float, int, str]], state: ClusterState, before: Mapping[tuple[int, str], float], now: float
+) -> None:
+    """The end of the grace of each orphan's sightings new since ``before``, one moment per orphan and time (a change
+    that ends a sighting before makes it a moment when nothing changes)."""
+    grace = state.checker.orphan_grace_s
+    due: dict[tuple[float, int], list[str]] = {}
+    for (lid, bookie), since in sorted(state.sightings.items()):
+        if before.get((lid, bookie)) != since and since + grace >= now:
+            due.setdefault((since + grace, lid), []).append(bookie)
+    for (at, lid), bookies in due.items():
+        heapq.heappush(waiting, (at, lid, f"grace period of orphan ledger {lid} on {', '.join(bookies)}"))
+
+
 def _touched(state: ClusterState, change: ScheduledChange) -> set[int]:
-    """The ledgers whose truth a change may alter."""
+    """The ledgers (and orphans) whose truth a change may alter."""
     out = change.metadata | change.deleted | change.marks
     for ledgers in change.data.values():
         out |= ledgers
     for bookie in change.stopped | change.started | change.wiped | change.registration | change.faults:
         out |= state.ledgers_of(bookie)
+    if change.bookie_level:  # an orphan's listers, or whether they answer (a fault's ledgers), may have changed
+        out.update(state.orphans)
     return out
 
 
@@ -739,6 +836,7 @@ def truth_document(
             "ledgers_root": scenario.cluster.ledgers_root,
             "racks_path": scenario.cluster.racks_path,
             "ledgers": len(scenario.ledgers),
+            "orphans": len(scenario.orphans),
             "bookies": len(scenario.bookies),
         },
         "checker": scenario.checker.as_json_dict(),

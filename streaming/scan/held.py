@@ -8,6 +8,10 @@ unknown ledgers are read again in ZooKeeper (after a ``sync``) and only the ones
 shortly before is among them until its bookies' garbage collection removes its entries, so the survey reports what
 it saw, per bookie, without judging it; a bookie whose agent cannot list (the v3 forward, an older agent, trouble)
 is named with the reason.
+
+With a judge (:data:`RangeJudge`), the survey also hands it each id range of a bookie's listing with the range's
+ledgers without metadata (after the re-read), up to :data:`JUDGE_BATCH` of them at a time, so the judge decides
+``ORPHAN_LEDGER`` (:mod:`scrutiny.core.orphans`) range by range in bounded memory.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from dataclasses import dataclass, field
 
 from scrutiny.connectors.bookies.agent_client import AgentCallError
 from scrutiny.connectors.bookies.fetch import FetchConfig, agent_roots, open_agent_client, plan_route
-from scrutiny.core.held_ledgers import HeldLedger
+from scrutiny.core.held_ledgers import LISTING_START, HeldLedger
+from scrutiny.core.orphans import IdRange
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +33,10 @@ log = logging.getLogger(__name__)
 NAMED_LEDGERS = 20
 #: Held ledgers per ListLedgers page.
 PAGE_SIZE = 10_000
+#: Ledgers without metadata handed to the judge at once (one id range): its memory, and its writes per bookie.
+JUDGE_BATCH = 100_000
+#: (bookie, id range, the range's held ledgers without metadata, ascending) → how many of them are orphans.
+RangeJudge = Callable[[str, IdRange, list[HeldLedger]], int]
 
 
 @dataclass
@@ -41,6 +50,8 @@ class HeldWithoutMetadata:
     count: int = 0
     #: The first :data:`NAMED_LEDGERS` of them, ascending.
     ledgers: list[HeldLedger] = field(default_factory=list)
+    #: How many of them the judge called orphans (held without metadata past the grace).
+    orphans: int = 0
 
 
 @dataclass
@@ -55,6 +66,11 @@ class HeldSurvey:
     def total(self) -> int:
         """Ledger copies held without metadata, over every bookie listed."""
         return sum(b.count for b in self.bookies)
+
+    @property
+    def orphans(self) -> int:
+        """Ledger copies held without metadata past the grace, over every bookie listed."""
+        return sum(b.orphans for b in self.bookies)
 
 
 class KnownLedgers:
@@ -78,11 +94,13 @@ def survey_held_ledgers(
     *,
     only_bookie: str | None = None,
     progress: Callable[[int], None] | None = None,
+    judge: RangeJudge | None = None,
 ) -> HeldSurvey:
     """List every agent bookie's held ledgers and keep those without metadata.
 
     ``registrations``: the snapshot's registered bookies; ``known``: the snapshot's ledger ids; ``present_now(ids)``:
-    those of ``ids`` that have metadata now (a ZooKeeper re-read); ``progress(n)``: n more ledgers listed.
+    those of ``ids`` that have metadata now (a ZooKeeper re-read); ``progress(n)``: n more ledgers listed;
+    ``judge``: see the module doc (a listing that fails leaves the ranges not yet judged unjudged).
     """
     survey = HeldSurvey()
     roots: bytes | None = None
@@ -99,6 +117,8 @@ def survey_held_ledgers(
         if not roots_read:
             roots, roots_read = agent_roots(config), True
         found = HeldWithoutMetadata(bookie_id)
+        after = LISTING_START
+        pending: list[HeldLedger] = []
         try:
             with open_agent_client(config, bookie_id, route.target, roots) as client:
                 for page in client.ledger_pages(PAGE_SIZE):
@@ -107,6 +127,12 @@ def survey_held_ledgers(
                     still = _without_metadata(unknown, present_now)
                     found.count += len(still)
                     found.ledgers += still[: NAMED_LEDGERS - len(found.ledgers)]
+                    if judge is not None:
+                        pending += still
+                        if page.end or len(pending) >= JUDGE_BATCH:
+                            last = None if page.end else page.ledgers[-1].ledger_id
+                            found.orphans += judge(bookie_id, IdRange(after, last), pending)
+                            after, pending = last if last is not None else after, []
                     if progress is not None:
                         progress(len(page.ledgers))
         except AgentCallError as error:

@@ -35,6 +35,7 @@ from scrutiny.connectors.zookeeper.cluster_cache import CachedClusterReader, Clu
 from scrutiny.connectors.zookeeper.tree import TreeLayout, read_autorecovery, read_cluster, read_locks
 from scrutiny.core.autorecovery_health import scan_warnings
 from scrutiny.core.errors import FormatError, ScrutinyError
+from scrutiny.core.held_ledgers import HeldLedger
 from scrutiny.core.ledger_scan import (
     LedgerSelection,
     ScanItem,
@@ -43,9 +44,10 @@ from scrutiny.core.ledger_scan import (
     gone,
     involves_bookie,
 )
-from scrutiny.core.ledger_tracker import ViolationKey
+from scrutiny.core.ledger_tracker import Outcome, ViolationKey
 from scrutiny.core.metadata_redaction import redacted_metadata
 from scrutiny.core.metadata_view import MetadataView
+from scrutiny.core.orphans import IdRange, judge_range, orphan_violation, resolved_orphans
 from scrutiny.core.replication_locks import ReplicationLock
 from scrutiny.core.verdict import ClusterView
 from scrutiny.core.vocabulary import CLUSTER_LEDGER_ID, Category
@@ -54,7 +56,8 @@ from scrutiny.settings.loader import Settings
 from scrutiny.streaming.checker.job import job_config
 from scrutiny.streaming.checker.records import NARROW_DDL, Record, widen_table
 from scrutiny.streaming.delta_writer import CheckerTables, read_delta
-from scrutiny.streaming.scan.held import HeldSurvey, KnownLedgers, survey_held_ledgers
+from scrutiny.streaming.orphan_sightings import merge_sightings, read_sightings
+from scrutiny.streaming.scan.held import HeldSurvey, KnownLedgers, RangeJudge, survey_held_ledgers
 from scrutiny.streaming.scan.progress import ProgressListener
 from scrutiny.streaming.scan.tasks import INPUT_SCHEMA, SOURCE, ScanConfig, ScanLedgers, encode_keys, step_records
 
@@ -65,6 +68,7 @@ _POLL_S = 0.25
 #: Ledgers per Spark job (and per table batch): the unit of progress and of a safe stop.
 DEFAULT_CHUNK_SIZE = 10_000
 _TABLE_RECORDS = ("violation", "resolved", "check")
+_ORPHAN = Category.ORPHAN_LEDGER.value
 #: (phase, done, total or None): progress of the walk and of the checks.
 Progress = Callable[[str, int, int | None], None]
 
@@ -101,6 +105,8 @@ class ScanSnapshot:
     #: Every ledger id of the walk, selected or not (what the bookies may hold with metadata), when the scan surveys
     #: what they hold without (empty otherwise).
     known: KnownLedgers = field(default_factory=lambda: KnownLedgers(()))
+    #: Bookie → the ledgers with an ``ORPHAN_LEDGER`` open for it in the tables.
+    open_orphans: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -201,12 +207,50 @@ class ScanRun:
         result.check_seconds = time.monotonic() - clock
         if not result.interrupted and _surveys_held(self.options):
             try:
-                result.held = self._survey_held(snapshot, config, report)
+                result.held = self._survey_held(snapshot, config, report, self._orphan_judge(snapshot, tables, result))
             except ClusterCacheError as error:
                 result.warnings.append(f"what the bookies hold without metadata was not surveyed: {error}")
         return result
 
-    def _survey_held(self, snapshot: ScanSnapshot, config: ScanConfig, report: Progress) -> HeldSurvey:
+    def _orphan_judge(self, snapshot: ScanSnapshot, tables: CheckerTables, result: ScanResult) -> RangeJudge:
+        """The survey's judge of ``ORPHAN_LEDGER``: each id range of a bookie's listing against the first sightings
+        kept in ``orphan_sightings`` (:mod:`~scrutiny.streaming.orphan_sightings`); the findings and the resolutions
+        written as a batch of their own."""
+        sightings = read_sightings(self.spark, self.data_dir)
+        grace_ms = round(self.settings.checker.orphan_grace_seconds * 1000)
+
+        def judge(bookie: str, ids: IdRange, without_metadata: list[HeldLedger]) -> int:
+            now_ms = int(time.time() * 1000)
+            before = {lid: ms for lid, ms in sightings.get(bookie, {}).items() if lid in ids}
+            judged = judge_range(without_metadata, ids, before, now_ms=now_ms, grace_ms=grace_ms)
+            if judged.sightings != before:
+                merge_sightings(
+                    self.spark,
+                    self.data_dir,
+                    bookie,
+                    ids,
+                    judged.sightings,
+                    conflict_attempts=self.settings.checker.write_conflict_attempts,
+                )
+            key = (Category.ORPHAN_LEDGER.value, bookie, -1)
+            steps = [
+                (o.ledger.ledger_id, Outcome(found=(orphan_violation(bookie, o, now_ms=now_ms),)))
+                for o in judged.orphans
+            ]
+            steps += [
+                (lid, Outcome(resolved=(key,)))
+                for lid in resolved_orphans(snapshot.open_orphans.get(bookie, ()), ids, judged)
+            ]
+            rows = [r for lid, outcome in steps for r in step_records(lid, ScanStep((outcome,)), now_ms)]
+            if rows:
+                self._write(tables, result.batches, rows, started=datetime.now(UTC), examined=0, result=result)
+            return len(judged.orphans)
+
+        return judge
+
+    def _survey_held(
+        self, snapshot: ScanSnapshot, config: ScanConfig, report: Progress, judge: RangeJudge
+    ) -> HeldSurvey:
         """What the agents' bookies hold without metadata (:mod:`~scrutiny.streaming.scan.held`)."""
         listed = 0
 
@@ -225,6 +269,7 @@ class ScanRun:
                 reader.ledgers_present,
                 only_bookie=self.options.bookie,
                 progress=more,
+                judge=judge,
             )
         finally:
             reader.close()
@@ -401,10 +446,20 @@ def _select(
             )
         )
     every_ledger = options.selection.everything and options.bookie is None
-    # Cluster-level findings (ledger id -1) are the streaming job's: no ledger of the walk stands for them.
+    # Cluster-level findings (ledger id -1) are the streaming job's: no ledger of the walk stands for them. An orphan
+    # has no metadata by definition: the survey of the bookies resolves its finding, not its absence here.
     gone_ids = {
-        lid: tuple(keys) for lid, keys in prior.items() if lid not in observed.ledgers and lid != CLUSTER_LEDGER_ID
+        lid: kept
+        for lid, keys in prior.items()
+        if lid not in observed.ledgers
+        and lid != CLUSTER_LEDGER_ID
+        and (kept := tuple(k for k in keys if k[0] != _ORPHAN))
     }
+    open_orphans: dict[str, list[int]] = {}
+    for lid, held_keys in prior.items():
+        for key in held_keys:
+            if key[0] == _ORPHAN:
+                open_orphans.setdefault(key[1], []).append(lid)
     racks: dict[str, str] = {}
     if observed.racks is not None:
         try:
@@ -422,6 +477,7 @@ def _select(
         read_seconds=0.0,
         lost_bookies=frozenset(k[1] for k in prior.get(CLUSTER_LEDGER_ID, ()) if k[0] == Category.BOOKIE_LOST.value),
         known=KnownLedgers(observed.ledgers if _surveys_held(options) else ()),
+        open_orphans=open_orphans,
     )
 
 

@@ -102,4 +102,11 @@ def test_what_the_bookies_hold_without_metadata_is_summed_named_and_in_the_json(
         "has_ledger_record": True,
         "limbo": False,
     }
-    assert held["bookies"]["bk2:3181"] == {"listed": 800, "count": 0, "ledgers": []}
+    assert held["bookies"]["bk2:3181"] == {"listed": 800, "count": 0, "orphans": 0, "ledgers": []}
+    assert held["orphans"] == 0 and not any("orphan" in line for line in lines)
+    result.held.bookies[0].orphans = 3  # past the grace: counted in the summary, per bookie and in the JSON
+    lines = scan_lines(result, "data", load_settings(env={}))
+    assert any(line.endswith("through their agents, 3 past the orphan grace (ORPHAN_LEDGER)") for line in lines)
+    assert "  bk1:3181: 25 of 900 ledgers held, 3 orphans (ledgers 0, 1, 2" in "\n".join(lines)
+    held = scan_json(result, "data")["held_without_metadata"]
+    assert isinstance(held, dict) and held["orphans"] == 3 and held["bookies"]["bk1:3181"]["orphans"] == 3

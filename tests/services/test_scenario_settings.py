@@ -88,3 +88,16 @@ def test_the_autorecovery_assumptions_are_the_watchers_settings() -> None:
         "SCRUTINY_WATCHER_NO_AUDITOR_GRACE_SECONDS": "45",
     }
     assert scenario_overrides(load_settings(env=overrides), changed) == {}
+
+
+def test_the_orphan_grace_is_the_checkers_setting() -> None:
+    scenario = load_scenario(SCENARIOS_DIR / "example.toml")
+    base = load_settings(env={})
+    assert scenario_checker_settings(base, scenario).checker.orphan_grace_seconds == scenario.checker.orphan_grace_s
+    changed = replace(scenario, checker=replace(scenario.checker, orphan_grace_s=90.0))
+    assert scenario_checker_settings(base, changed).checker.orphan_grace_seconds == 90.0
+    overrides = scenario_overrides(base, changed)
+    assert {k: v for k, v in overrides.items() if k.startswith("SCRUTINY_CHECKER_")} == {
+        "SCRUTINY_CHECKER_ORPHAN_GRACE_SECONDS": "90.0"
+    }
+    assert scenario_overrides(load_settings(env=overrides), changed) == {}

@@ -32,7 +32,14 @@ from scrutiny.simulator.state import ClusterState
 from scrutiny.streaming.scan.job import ScanOptions, ScanResult, ScanRun
 from tests.streaming.checker.test_checker import EXAMPLE, truth_ids
 from tests.support.checker_harness import ViolationId, harness_settings, simulated_cluster
-from tests.support.checker_process import child_env, child_process, table_rows, wait_for, write_config
+from tests.support.checker_process import (
+    child_env,
+    child_process,
+    settings_replace,
+    table_rows,
+    wait_for,
+    write_config,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -96,7 +103,9 @@ def test_deep_scan_finds_the_truth_writes_it_and_a_rescan_resolves_a_deleted_led
     assert "; locked by the replication worker on bookie-5 since " in stuck["details"]  # the lock, read with the walk
 
     lost = next(lid for lid, category, _ in sorted(expected) if category == "NO_REPLICA")
-    zk_client.delete(ledger_path(lost, root=settings.zookeeper.ledgers_root))
+    znode = ledger_path(lost, root=settings.zookeeper.ledgers_root)
+    metadata, _ = zk_client.get(znode)
+    zk_client.delete(znode)
     again = scan(spark, settings)
     assert found_ids(again) == {v for v in expected if v[0] != lost}
     assert open_ids(data) == {v for v in expected if v[0] != lost}
@@ -115,6 +124,44 @@ def test_deep_scan_finds_the_truth_writes_it_and_a_rescan_resolves_a_deleted_led
         b: [lost] for b in holders & listed
     }
     assert set(again.held.not_listed) <= set(state.bookies) - listed
+
+    # Seen once without metadata: a sighting per holder, no finding before the grace (an hour by default).
+    assert again.held.orphans == 0 and not [v for v in open_ids(data) if v[1] == "ORPHAN_LEDGER"]
+    sightings = {(r["bookie"], r["ledger_id"]): r["first_seen"] for r in table_rows(data, "orphan_sightings")}
+    assert set(sightings) == {(b, lost) for b in holders & listed}
+    # Past the grace (none now): ORPHAN_LEDGER on each holder, counted from the first sighting, which stays.
+    orphaned = scan(spark, settings_replace(settings, orphan_grace_seconds=0.0))
+    orphans = {(lost, "ORPHAN_LEDGER", b) for b in holders & listed}
+    assert found_ids(orphaned) == {v for v in expected if v[0] != lost} | orphans
+    assert open_ids(data) == {v for v in expected if v[0] != lost} | orphans
+    assert orphaned.held is not None and orphaned.held.orphans == len(orphans)
+    assert {(r["bookie"], r["ledger_id"]): r["first_seen"] for r in table_rows(data, "orphan_sightings")} == sightings
+    for row in (r for r in orphaned.violations if r["category"] == "ORPHAN_LEDGER"):
+        details = json.loads(str(row["details"]))
+        assert row["severity"] == "warning" and details["first_entry_id"] >= 0, details
+        assert details["first_seen_without_metadata"] == sightings[(row["bookie"], lost)].strftime("%Y-%m-%dT%H:%M:%SZ")
+    # The metadata back (held with it, no orphan): the findings resolve, the sightings go.
+    zk_client.create(znode, metadata)
+    back = scan(spark, settings_replace(settings, orphan_grace_seconds=0.0))
+    assert found_ids(back) == expected and open_ids(data) == expected
+    assert table_rows(data, "orphan_sightings") == []
+
+
+def test_orphans_of_the_simulator_are_found_by_a_deep_scan_exactly_as_its_truth_says(
+    spark: SparkSession, zk_client: KazooClient, service_settings: Settings, tmp_path: Path
+) -> None:
+    """Ledgers the simulated bookies hold with no metadata (its ``orphan`` fault), past a grace of nothing: the
+    first deep scan's findings are the truth, orphans on every bookie that holds some of their entries included."""
+    text, plan = generate(300, parse_fault_mix("orphan=0.02,missing=0.01"), seed=5)
+    scenario = parse_scenario(text.replace("[checker]", "[checker]\norphan_grace_s = 0", 1))
+    assert scenario.checker.orphan_grace_s == 0 and plan.ledgers.get("orphan")
+    expected = truth_ids(ClusterState.from_scenario(scenario), 0.01)
+    assert {v for v in expected if v[1] == "ORPHAN_LEDGER"}
+    settings = harness_settings(service_settings, scenario, zk_client.chroot, "unused", tmp_path)
+    with simulated_cluster(zk_client, settings, scenario, watch=False):
+        result = scan(spark, settings)
+    assert found_ids(result) == expected
+    assert open_ids(settings.checker.data_dir) == expected
 
 
 def test_progress_counts_ledgers_as_they_finish_inside_one_chunk(spark: SparkSession, example: Example) -> None:
