@@ -47,8 +47,8 @@ from tests.support.servers import KafkaTopicFactory
 
 pytestmark = pytest.mark.integration
 
-LEDGERS = 3000
-BATCH = 300
+LEDGERS = 1500
+BATCH = 250
 #: Ledger faults of every kind whose ledger has no unknown answer besides (limbo's only finding is
 #: BOOKIE_UNRESPONSIVE): each violation is then reported by exactly one check. Without "marked": the
 #: watcher publishes marks after all ledgers, so a capped batch checks a marked ledger before its mark.
@@ -121,7 +121,7 @@ def test_sigkill_mid_batch_and_restart_writes_every_row_exactly_once(
         with run_checker(config, env, tmp_path / "second.log") as second:
             wait_for(
                 settled,
-                300,  # ten batches of 300 events; each writes its five tables in a new JVM: ~10 s a batch cold
+                300,  # six batches of 250 events; each writes its five tables in a new JVM: ~10 s a batch cold
                 "every event counted, every closed ledger checked, the truth open, no retry pending",
                 child=second,
             )
