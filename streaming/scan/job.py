@@ -208,8 +208,10 @@ class ScanRun:
         if not result.interrupted and _surveys_held(self.options):
             try:
                 result.held = self._survey_held(snapshot, config, report, self._orphan_judge(snapshot, tables, result))
-            except ClusterCacheError as error:
+            except (ClusterCacheError, TableError) as error:
                 result.warnings.append(f"what the bookies hold without metadata was not surveyed: {error}")
+            except PySparkException as error:  # the orphan_sightings table unreadable or unwritable
+                result.warnings.append(f"the orphan sightings were not read or written: {_first_line(error)}")
         return result
 
     def _orphan_judge(self, snapshot: ScanSnapshot, tables: CheckerTables, result: ScanResult) -> RangeJudge:
@@ -232,7 +234,7 @@ class ScanRun:
                     judged.sightings,
                     conflict_attempts=self.settings.checker.write_conflict_attempts,
                 )
-            key = (Category.ORPHAN_LEDGER.value, bookie, -1)
+            key = (_ORPHAN, bookie, -1)
             steps = [
                 (o.ledger.ledger_id, Outcome(found=(orphan_violation(bookie, o, now_ms=now_ms),)))
                 for o in judged.orphans

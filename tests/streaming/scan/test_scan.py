@@ -29,6 +29,7 @@ from scrutiny.simulator.generator import generate, parse_fault_mix
 from scrutiny.simulator.model import Scenario
 from scrutiny.simulator.scenario import load_scenario, parse_scenario
 from scrutiny.simulator.state import ClusterState
+from scrutiny.streaming.delta_writer import location
 from scrutiny.streaming.scan.job import ScanOptions, ScanResult, ScanRun
 from tests.streaming.checker.test_checker import EXAMPLE, truth_ids
 from tests.support.checker_harness import ViolationId, harness_settings, simulated_cluster
@@ -162,6 +163,16 @@ def test_orphans_of_the_simulator_are_found_by_a_deep_scan_exactly_as_its_truth_
         result = scan(spark, settings)
     assert found_ids(result) == expected
     assert open_ids(settings.checker.data_dir) == expected
+
+
+def test_an_orphan_sightings_table_that_does_not_read_is_a_warning_not_a_failed_scan(
+    spark: SparkSession, example: Example
+) -> None:
+    data = example.settings.checker.data_dir
+    spark.createDataFrame([(1,)], "other long").write.format("delta").save(location(data, "orphan_sightings"))
+    result = scan(spark, example.settings)
+    assert not result.interrupted and found_ids(result) == example.expected
+    assert [w for w in result.warnings if w.startswith("the orphan sightings were not read or written: ")], result
 
 
 def test_progress_counts_ledgers_as_they_finish_inside_one_chunk(spark: SparkSession, example: Example) -> None:
