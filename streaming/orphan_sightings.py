@@ -5,10 +5,10 @@ no time of a deletion, so the first sightings are kept between scans in this sma
 (bookie, ledger) held without metadata, dropped once the ledger is no longer held without metadata. A healthy
 cluster's table holds the ledgers deleted within the last garbage collection period; a leak's holds the leak.
 
-:func:`read_sightings` reads it whole (the candidates only, never a listing); :func:`merge_sightings` replaces one
-bookie's sightings within one id range of its listing by one MERGE (one commit: a crash leaves the range as it was
-or as it is now, never half of it), and is not called for a range whose sightings did not change, so a survey that
-found nothing new writes nothing.
+:func:`read_sightings` reads it whole (the candidates only, never a listing); :func:`merge_sightings` replaces the
+sightings of the bookies whose sightings changed by one MERGE (one commit: a crash leaves them as they were or as they
+are now, never half of it). It is not called when nothing changed, so a survey that found nothing new writes
+nothing.
 """
 
 from __future__ import annotations
@@ -18,16 +18,13 @@ from pathlib import Path
 
 import pyarrow as pa
 from delta.tables import DeltaTable
-from pyspark.sql import Column, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as sql
 
 from scrutiny.connectors.tables.delta import TableError
+from scrutiny.connectors.tables.orphan_rows import Sightings
 from scrutiny.connectors.tables.schemas import ORPHAN_SIGHTINGS, ORPHAN_SIGHTINGS_SCHEMA
-from scrutiny.core.orphans import IdRange
 from scrutiny.streaming.delta_writer import conflict_retrying, ensure_table, location, read_delta
-
-#: Bookie id → {ledger id: first sighting, ms since the epoch}.
-Sightings = dict[str, dict[int, int]]
 
 
 def read_sightings(spark: SparkSession, data_dir: str | Path) -> Sightings:
@@ -45,26 +42,28 @@ def read_sightings(spark: SparkSession, data_dir: str | Path) -> Sightings:
 def merge_sightings(
     spark: SparkSession,
     data_dir: str | Path,
-    bookie: str,
-    ids: IdRange,
-    sightings: Mapping[int, int],
+    sightings: Mapping[str, Mapping[int, int]],
     *,
     conflict_attempts: int,
 ) -> None:
-    """Make the bookie's sightings within ``ids`` exactly ``sightings`` (ledger id → first sighting, ms): insert the
-    new ones, delete those of the range not among them, leave the others (and other bookies') as they are."""
+    """Make each given bookie's sightings exactly the given ones (bookie → {ledger id: first sighting, ms}) in one
+    MERGE: insert the new ones, delete the bookie's others, leave those kept (and other bookies') as they are."""
+    if not sightings:
+        return
     ensure_table(spark, data_dir, ORPHAN_SIGHTINGS)
-    ordered = sorted(sightings.items())
+    ordered = [(bookie, lid, ms) for bookie in sorted(sightings) for lid, ms in sorted(sightings[bookie].items())]
     rows = pa.Table.from_arrays(
         [
-            pa.array([bookie] * len(ordered), pa.string()),
-            pa.array([lid for lid, _ in ordered], pa.int64()),
-            pa.array([ms for _, ms in ordered], pa.timestamp("ms", tz="UTC")).cast(
+            pa.array([bookie for bookie, _, _ in ordered], pa.string()),
+            pa.array([lid for _, lid, _ in ordered], pa.int64()),
+            pa.array([ms for _, _, ms in ordered], pa.timestamp("ms", tz="UTC")).cast(
                 ORPHAN_SIGHTINGS_SCHEMA.field("first_seen").type
             ),
         ],
         schema=ORPHAN_SIGHTINGS_SCHEMA,
     )
+    # Columns and literals: no text of a bookie id in SQL.
+    theirs = sql.col("t.bookie").isin([sql.lit(bookie) for bookie in sorted(sightings)])
 
     def merge() -> None:
         source = spark.createDataFrame(rows).alias("s")
@@ -72,16 +71,8 @@ def merge_sightings(
         (
             target.merge(source, "t.bookie = s.bookie AND t.ledger_id = s.ledger_id")
             .whenNotMatchedInsertAll()
-            .whenNotMatchedBySourceDelete(condition=_in_range(bookie, ids))
+            .whenNotMatchedBySourceDelete(condition=theirs)
             .execute()
         )
 
     conflict_retrying(conflict_attempts)(merge)
-
-
-def _in_range(bookie: str, ids: IdRange) -> Column:
-    """The target rows of the bookie within the range (columns and literals: no text of the bookie id in SQL)."""
-    condition = (sql.col("t.bookie") == sql.lit(bookie)) & (sql.col("t.ledger_id") > sql.lit(ids.after))
-    if ids.last is not None:
-        condition = condition & (sql.col("t.ledger_id") <= sql.lit(ids.last))
-    return condition

@@ -135,6 +135,7 @@ _NOT_NEGATIVE = (
     "under_replication_mark_grace_seconds",
     "recovery_stalled_grace_seconds",
     "orphan_grace_seconds",
+    "orphan_sweep_seconds",
     "open_violation_gauges_seconds",
 )
 
@@ -165,6 +166,9 @@ class CheckerSection:
     under_replication_mark_grace_seconds: float = 300.0
     recovery_stalled_grace_seconds: float = 600.0
     orphan_grace_seconds: float = 3600.0
+    orphan_sweep_seconds: float = 60.0
+    orphan_sweep_page_ledgers: int = 10_000
+    orphan_sweep_write_seconds: float = 600.0
     write_conflict_attempts: int = 8
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
@@ -180,11 +184,13 @@ class CheckerSection:
             "retry_initial_seconds",
             "retry_max_seconds",
             "fetch_timeout_seconds",
+            "orphan_sweep_write_seconds",
         ):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"checker.{key} must be positive, not {getattr(self, key)!r}")
-        if self.shuffle_partitions < 1:
-            raise ConfigError(f"checker.shuffle_partitions must be at least 1, not {self.shuffle_partitions!r}")
+        for key in ("shuffle_partitions", "orphan_sweep_page_ledgers"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"checker.{key} must be at least 1, not {getattr(self, key)!r}")
         if self.kafka_fetch_wait_ms < 0:
             raise ConfigError(f"checker.kafka_fetch_wait_ms must not be negative, not {self.kafka_fetch_wait_ms!r}")
         if self.retry_attempts < 0 or self.max_offsets_per_trigger < 0:

@@ -37,6 +37,7 @@ from scrutiny.streaming.checker.buckets import BUCKET_EXPRESSION
 from scrutiny.streaming.checker.config import JobConfig
 from scrutiny.streaming.checker.metrics import JobMetrics
 from scrutiny.streaming.checker.open_gauges import OpenGauges
+from scrutiny.streaming.checker.orphan_sweep import OrphanSweep, job_sweep
 from scrutiny.streaming.checker.prepare import PREPARED_DDL, PrepareEvents
 from scrutiny.streaming.checker.processor import LedgerProcessor
 from scrutiny.streaming.checker.records import NARROW_DDL
@@ -104,6 +105,7 @@ class RunningChecker:
     query: StreamingQuery
     sink: BatchSink
     waker: Waker | None = None
+    sweep: OrphanSweep | None = None
     batches: int = 0
     idle_since: float = field(default_factory=time.monotonic)
     write_seconds: list[float] = field(default_factory=list)
@@ -125,6 +127,8 @@ class RunningChecker:
 
     def stop(self) -> None:
         """Stop the query (the current batch is finished or abandoned; the checkpoint stays consistent)."""
+        if self.sweep is not None:
+            self.sweep.stop()
         if self.waker is not None:
             self.waker.stop()
         self.query.stop()
@@ -253,6 +257,17 @@ def start_checker(
     if waker is not None:
         waker.alive = lambda: bool(query.isActive)
         waker.start()
+    if checker.orphan_sweep_seconds > 0:
+        tables.ensure_tables()  # here, not by the sweep's thread while the first batch creates them too
+        running.sweep = job_sweep(
+            spark,
+            settings,
+            fetch=config.fetch,
+            ledgers_root=config.ledgers_root,
+            run_id=run_id or stream_id,
+            lag=running.lag,
+        )
+        running.sweep.start()
     log.info("checker started: query %s, tables under %s", query.id, checker.data_dir)
     return running
 

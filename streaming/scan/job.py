@@ -44,19 +44,20 @@ from scrutiny.core.ledger_scan import (
     gone,
     involves_bookie,
 )
-from scrutiny.core.ledger_tracker import Outcome, ViolationKey
+from scrutiny.core.ledger_tracker import ViolationKey
 from scrutiny.core.metadata_redaction import redacted_metadata
 from scrutiny.core.metadata_view import MetadataView
-from scrutiny.core.orphans import IdRange, judge_range, orphan_violation, resolved_orphans
+from scrutiny.core.orphans import IdRange
 from scrutiny.core.replication_locks import ReplicationLock
 from scrutiny.core.verdict import ClusterView
 from scrutiny.core.vocabulary import CLUSTER_LEDGER_ID, Category
 from scrutiny.core.zk_records import parse_pulsar_racks, parse_underreplication_mark
 from scrutiny.settings.loader import Settings
 from scrutiny.streaming.checker.job import job_config
+from scrutiny.streaming.checker.orphan_judge import OrphanJudge
 from scrutiny.streaming.checker.records import NARROW_DDL, Record, widen_table
 from scrutiny.streaming.delta_writer import CheckerTables, read_delta
-from scrutiny.streaming.orphan_sightings import merge_sightings, read_sightings
+from scrutiny.streaming.orphan_sightings import read_sightings
 from scrutiny.streaming.scan.held import HeldSurvey, KnownLedgers, RangeJudge, survey_held_ledgers
 from scrutiny.streaming.scan.progress import ProgressListener
 from scrutiny.streaming.scan.tasks import INPUT_SCHEMA, SOURCE, ScanConfig, ScanLedgers, encode_keys, step_records
@@ -215,40 +216,29 @@ class ScanRun:
         return result
 
     def _orphan_judge(self, snapshot: ScanSnapshot, tables: CheckerTables, result: ScanResult) -> RangeJudge:
-        """The survey's judge of ``ORPHAN_LEDGER``: each id range of a bookie's listing against the first sightings
-        kept in ``orphan_sightings`` (:mod:`~scrutiny.streaming.orphan_sightings`); the findings and the resolutions
-        written as a batch of their own."""
-        sightings = read_sightings(self.spark, self.data_dir)
-        grace_ms = round(self.settings.checker.orphan_grace_seconds * 1000)
+        """The survey's judge of ``ORPHAN_LEDGER`` (:class:`~scrutiny.streaming.checker.orphan_judge.OrphanJudge`),
+        flushed after each range: the findings and the resolutions of each range written as a batch of their own."""
 
-        def judge(bookie: str, ids: IdRange, without_metadata: list[HeldLedger]) -> int:
-            now_ms = int(time.time() * 1000)
-            before = {lid: ms for lid, ms in sightings.get(bookie, {}).items() if lid in ids}
-            judged = judge_range(without_metadata, ids, before, now_ms=now_ms, grace_ms=grace_ms)
-            if judged.sightings != before:
-                merge_sightings(
-                    self.spark,
-                    self.data_dir,
-                    bookie,
-                    ids,
-                    judged.sightings,
-                    conflict_attempts=self.settings.checker.write_conflict_attempts,
-                )
-            key = (_ORPHAN, bookie, -1)
-            steps = [
-                (o.ledger.ledger_id, Outcome(found=(orphan_violation(bookie, o, now_ms=now_ms),)))
-                for o in judged.orphans
-            ]
-            steps += [
-                (lid, Outcome(resolved=(key,)))
-                for lid in resolved_orphans(snapshot.open_orphans.get(bookie, ()), ids, judged)
-            ]
-            rows = [r for lid, outcome in steps for r in step_records(lid, ScanStep((outcome,)), now_ms)]
-            if rows:
-                self._write(tables, result.batches, rows, started=datetime.now(UTC), examined=0, result=result)
-            return len(judged.orphans)
+        def write(rows: list[Record]) -> None:
+            self._write(tables, result.batches, rows, started=datetime.now(UTC), examined=0, result=result)
 
-        return judge
+        judge = OrphanJudge(
+            self.spark,
+            self.data_dir,
+            read=lambda: (read_sightings(self.spark, self.data_dir), snapshot.open_orphans),
+            grace_ms=round(self.settings.checker.orphan_grace_seconds * 1000),
+            conflict_attempts=self.settings.checker.write_conflict_attempts,
+            source=SOURCE,
+            write=write,
+        )
+        judge.load()
+
+        def judge_and_write(bookie: str, ids: IdRange, without_metadata: list[HeldLedger]) -> int:
+            orphans = judge(bookie, ids, without_metadata)
+            judge.flush()
+            return orphans
+
+        return judge_and_write
 
     def _survey_held(
         self, snapshot: ScanSnapshot, config: ScanConfig, report: Progress, judge: RangeJudge

@@ -26,7 +26,9 @@ from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
 
 from scrutiny.connectors.bookies.agent_client import AgentClient
+from scrutiny.connectors.bookies.fetch import fetch_config_from_settings
 from scrutiny.connectors.bookies.v3_client import BookieV3Client
+from scrutiny.connectors.zookeeper.cluster_cache import CachedClusterReader
 from scrutiny.core.entry_header import EntryHeader
 from scrutiny.core.ledger_metadata import LedgerState, decode_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.ledger_scan import ScanMode, parse_ledger_selection
@@ -40,7 +42,9 @@ from scrutiny.services.bookkeeper_tools import METADATA_ROOT, entries_read_from_
 from scrutiny.services.local_stack import EmbeddedServices, UpResult
 from scrutiny.services.servers import ServiceState, is_same_process, read_record
 from scrutiny.settings.loader import load_settings
+from scrutiny.streaming.checker.orphan_sweep import OrphanSweep
 from scrutiny.streaming.scan.job import ScanOptions, ScanRun
+from tests.streaming.checker.test_orphan_sweep import RecordingJudge
 from tests.support.checker_harness import quick_checker, streaming_job
 
 pytestmark = pytest.mark.integration
@@ -183,6 +187,56 @@ def test_each_agent_lists_exactly_the_ledgers_its_bookie_holds(cluster: Cluster)
     in_zookeeper = _ledger_ids_in_zookeeper(cluster)
     for bookie, held in listings.items():
         assert {h.ledger_id for h in held} <= in_zookeeper, bookie  # every other id: another test's ledger
+
+
+def test_the_orphan_sweep_finds_a_ledger_without_metadata_on_each_bookie_holding_it(cluster: Cluster) -> None:
+    """The streaming job's sweep over real bookies: a ledger whose metadata node is deleted (its entries kept, as
+    BookKeeper's garbage collection leaves them for ``gcWaitTime``) is held without metadata on exactly the bookies
+    its striping put entries on, by the agents' listings and BookKeeper's own ZooKeeper layout; with its node back,
+    a pass finds nothing."""
+    orphan, kept = ledger_tool(cluster.uri, "create", "--entries", "1", "--count", "2")  # E=3 WQ=2: on two bookies
+    expected = {(orphan["ledger_id"], b) for b in cluster.agents if held_by(orphan, b)}
+    assert len(expected) == 2
+    settings = load_settings(env=cluster.env)
+    reader = CachedClusterReader(settings.zookeeper, METADATA_ROOT, ttl_s=0.0)
+    client = KazooClient(hosts=cluster.zookeeper)
+    client.start(timeout=10)
+    path = ledger_path(orphan["ledger_id"], root=METADATA_ROOT)
+    data, _ = client.get(path)
+
+    def full_pass(judge: RecordingJudge) -> set[tuple[int, str]]:
+        sweep = OrphanSweep(
+            registrations=lambda: reader.get().registrations,
+            fetch=fetch_config_from_settings(settings.bookies),
+            present_now=reader.ledgers_present,
+            judge=judge,
+            page_ledgers=3,
+            interval_s=60.0,
+            write_s=600.0,
+        )
+        ended: set[str] = set()
+        for _ in range(500):
+            swept = sweep.step()
+            if swept is not None and swept.end:
+                ended.add(swept.bookie)
+            if ended >= set(cluster.agents):
+                break
+        assert ended >= set(cluster.agents)
+        return {(lid, bookie) for lid, bookie in judge.orphans if lid in (orphan["ledger_id"], kept["ledger_id"])}
+
+    try:
+        client.delete(path)
+        deadline = time.monotonic() + 30  # the bookies flush their index every FLUSH_MS; a loaded machine later
+        while (found := full_pass(RecordingJudge())) != expected and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert found == expected
+    finally:
+        if client.exists(path) is None:
+            client.create(path, data)
+    assert full_pass(RecordingJudge()) == set()
+    client.stop()
+    client.close()
+    reader.close()
 
 
 def test_each_agent_reads_entry_headers_from_its_bookie_as_bookkeeper_wrote_them(cluster: Cluster) -> None:

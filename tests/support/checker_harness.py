@@ -124,6 +124,7 @@ def quick_checker(settings: Settings, topic: str, tmp: Path) -> Settings:
             fetch_timeout_seconds=3.0,
             cluster_cache_seconds=0.5,
             shuffle_partitions=2,
+            orphan_sweep_seconds=0.0,  # on where a test asks for it: its Spark writes would come at any moment
         ),
         bookies=replace(settings.bookies, request_timeout_seconds=1.0),
     )

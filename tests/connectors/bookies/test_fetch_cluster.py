@@ -23,7 +23,12 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_acl
 from scrutiny.agent.server import AgentServer, AgentServerConfig
 from scrutiny.connectors.bookies.agent_client import AgentClient
 from scrutiny.connectors.bookies.fetch import FetchConfig, FetchResult, ListingFetcher, shared_fetcher
-from scrutiny.connectors.zookeeper.cluster_cache import CachedClusterReader, ClusterCacheError, shared_reader
+from scrutiny.connectors.zookeeper.cluster_cache import (
+    LEAF_LISTING_MIN,
+    CachedClusterReader,
+    ClusterCacheError,
+    shared_reader,
+)
 from scrutiny.connectors.zookeeper.tree import read_locks
 from scrutiny.core.replication_locks import ReplicationLock
 from scrutiny.core.verdict import AnswerKind
@@ -461,6 +466,36 @@ def test_ledgers_present_reads_the_znodes_after_a_sync_in_the_layout_s_manager(
     # Bytes that cannot be searched for a password are not given, only why they do not decode.
     assert read[5].data == b"" and "missing header" in read[5].decode_error
     assert read[5].mtime_ms == zk_client.exists(ledger_path(5, root="/ledgers")).mtime
+
+
+def test_ledgers_present_lists_a_leaf_once_for_many_of_its_ids_and_asks_for_the_few_one_by_one(
+    zk_client: KazooClient, readers: Callable[..., CachedClusterReader], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page of held ledgers spans a leaf or two: one ``get_children`` per leaf answers for the ids of a leaf with
+    many of them, with the same answer as an ``exists`` per id; a leaf with few stays one ``exists`` per id."""
+    many = list(range(20_000, 20_000 + LEAF_LISTING_MIN * 3, 3))  # one leaf (ids 20,000-29,999)
+    few = [30_001, 2**40 + 1]
+    held = {i for i in many if i % 2} | {30_001}
+    for ledger in held:
+        zk_client.create(ledger_path(ledger, root="/ledgers"), b"x", makepath=True)
+    reader = readers()
+    assert reader.ledgers_present([5]) == frozenset()  # connected, the layout read
+    client = reader._client
+    assert client is not None
+    calls: dict[str, list[str]] = {"get_children_async": [], "exists_async": []}
+    for name, paths in calls.items():
+        original = getattr(client, name)
+
+        def counted(path: str, *args: Any, _original: Any = original, _paths: list[str] = paths) -> Any:
+            _paths.append(path)
+            return _original(path, *args)
+
+        monkeypatch.setattr(client, name, counted)
+    assert reader.ledgers_present([*many, *few]) == frozenset(held)
+    assert calls["get_children_async"] == [ledger_path(20_000, root="/ledgers").rpartition("/")[0]]
+    assert sorted(calls["exists_async"]) == sorted(ledger_path(i, root="/ledgers") for i in few)
+    # A missing leaf: none of its ids has metadata.
+    assert reader.ledgers_present(list(range(50_000, 50_000 + LEAF_LISTING_MIN))) == frozenset()
 
 
 def test_ledgers_present_follows_a_flat_layout_and_fails_loudly_without_zookeeper(

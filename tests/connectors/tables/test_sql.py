@@ -25,6 +25,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from scrutiny.cli.main import main
+from scrutiny.connectors.tables.orphan_rows import read_sightings_rows
 from scrutiny.connectors.tables.repair_log import repair_log_rows
 from scrutiny.connectors.tables.schemas import (
     LEDGER_CHECKS,
@@ -42,8 +43,6 @@ from scrutiny.connectors.tables.sql import (
     SqlError,
     load_views,
 )
-from scrutiny.core.held_ledgers import LISTING_START
-from scrutiny.core.orphans import IdRange
 from scrutiny.core.repair_plan import RepairAction, RepairOutcome
 from scrutiny.dashboard.data import load_snapshot
 from scrutiny.streaming.delta_writer import CheckerTables, append_rows, ensure_table
@@ -412,20 +411,22 @@ def test_repair_actions_time_reads_unquoted_as_fixed_at(spark: SparkSession, dat
     assert result.rows == [(5, at(5), at(5))]
 
 
-def test_orphan_sightings_are_merged_range_by_range_and_read_by_sql(
+def test_orphan_sightings_are_merged_bookie_by_bookie_and_read_by_sql(
     spark: SparkSession, data_dir: Path, tmp_path: Path
 ) -> None:
     sighted = tmp_path / "data"
     shutil.copytree(data_dir, sighted)
     ms = {lid: int(at(lid).timestamp() * 1000) for lid in (3, 7, 9)}
-    merge_sightings(spark, sighted, B1, IdRange(LISTING_START, None), {3: ms[3], 7: ms[7]}, conflict_attempts=1)
-    merge_sightings(spark, sighted, "b2:3181", IdRange(LISTING_START, None), {7: ms[9]}, conflict_attempts=1)
-    # The range above 5 of b1 now holds 9 alone: 7 goes, 3 (below the range) and b2's 7 stay, first sightings kept.
-    merge_sightings(spark, sighted, B1, IdRange(5, None), {9: ms[9]}, conflict_attempts=1)
+    merge_sightings(spark, sighted, {B1: {3: ms[3], 7: ms[7]}, "b2:3181": {7: ms[9]}}, conflict_attempts=1)
+    # b1's sightings are now 3 (its first sighting kept, whatever is given) and 9: 7 goes; b2's stay as they were.
+    merge_sightings(spark, sighted, {B1: {3: ms[9], 9: ms[9]}}, conflict_attempts=1)
     assert read_sightings(spark, sighted) == {B1: {3: ms[3], 9: ms[9]}, "b2:3181": {7: ms[9]}}
+    assert read_sightings_rows(str(sighted)) == read_sightings(spark, sighted)  # the same, read without Spark
     with SqlEngine(sighted, now=NOW) as engine:
         result = engine.query("SELECT bookie, ledger_id, first_seen FROM orphan_sightings ORDER BY 1, 2")
     assert result.rows == [(B1, 3, at(3)), (B1, 9, at(9)), ("b2:3181", 7, at(9))]
+    merge_sightings(spark, sighted, {"b2:3181": {}}, conflict_attempts=1)  # none left: its rows go
+    assert read_sightings(spark, sighted) == {B1: {3: ms[3], 9: ms[9]}}
 
 
 @pytest.mark.parametrize("table", ["repair_actions", "rejected_events", "orphan_sightings"])
