@@ -206,7 +206,8 @@ def add_summary_arguments(parser: argparse.ArgumentParser) -> None:
 def stop_on_signals(
     on_signal: Callable[[int], None] | None = None, *, until_exit: bool = False
 ) -> Iterator[threading.Event]:
-    """While the block runs, SIGINT and SIGTERM set the yielded event (after calling ``on_signal(signum)``).
+    """While the block runs, the first SIGINT or SIGTERM sets the yielded event (after calling ``on_signal(signum)``);
+    the ones after it do nothing more.
 
     The previous handlers are back when the block ends, unless ``until_exit``: then both signals are ignored from
     there on (the command's work is done and it is exiting), so a second stop signal sent while it winds down
@@ -215,8 +216,16 @@ def stop_on_signals(
     gateway starts.
     """
     stop = threading.Event()
+    handled = False
 
     def handle(signum: int, _frame: object) -> None:
+        # Once only. Python runs a handler between two bytecodes of the main thread, also those of a handler still
+        # running: a signal storm (`kill` in a loop) would run one inside another's ``stop.set()``, which holds the
+        # event's lock, and wait for that lock forever.
+        nonlocal handled
+        if handled:
+            return
+        handled = True
         if on_signal is not None:
             on_signal(signum)
         stop.set()
