@@ -152,7 +152,8 @@ class OrphanSweep:
         self._pass.orphans += orphans
         if last is None:
             done = self._pass
-            log.info(
+            log.log(
+                logging.INFO if done.orphans else logging.DEBUG,  # a healthy cluster's passes say nothing
                 "orphan sweep: %s listed to the end: %d ledgers held, %d without metadata, %d orphans",
                 bookie,
                 done.listed,
