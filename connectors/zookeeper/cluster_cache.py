@@ -53,8 +53,8 @@ from scrutiny.core.zk_records import parse_layout, parse_pulsar_racks
 logger = logging.getLogger(__name__)
 
 DEFAULT_TTL_S: Final = 2.0
-#: Ids of one leaf znode from which :meth:`CachedClusterReader.ledgers_present` lists the leaf rather than asking
-#: for each id (a full leaf lists 10,000 names in about the time of a hundred ``exists``).
+#: Ids of one leaf znode from which :meth:`CachedClusterReader.ledgers_present` lists the leaf (one answer of up to
+#: 10,000 names) rather than asking for each id (one request and answer per id).
 LEAF_LISTING_MIN: Final = 100
 DEFAULT_RACKS_PATH: Final = "/bookies"
 _K = TypeVar("_K")

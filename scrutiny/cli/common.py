@@ -207,7 +207,7 @@ def stop_on_signals(
     on_signal: Callable[[int], None] | None = None, *, until_exit: bool = False
 ) -> Iterator[threading.Event]:
     """While the block runs, the first SIGINT or SIGTERM sets the yielded event (after calling ``on_signal(signum)``);
-    the ones after it do nothing more.
+    the ones after it do nothing more. A signal the process was started ignoring stays ignored.
 
     The previous handlers are back when the block ends, unless ``until_exit``: then both signals are ignored from
     there on (the command's work is done and it is exiting), so a second stop signal sent while it winds down
@@ -230,7 +230,10 @@ def stop_on_signals(
             on_signal(signum)
         stop.set()
 
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # A signal ignored from the start stays ignored: a shell script's background job (`cmd &`) is started with SIGINT
+    # ignored, so the Ctrl-C meant for the foreground command does not stop it (it would not reach it from a terminal).
+    signals = [sig for sig in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(sig) is not signal.SIG_IGN]
+    previous = {sig: signal.signal(sig, handle) for sig in signals}
     try:
         yield stop
     finally:
