@@ -5,10 +5,10 @@ no time of a deletion, so the first sightings are kept between scans in this sma
 (bookie, ledger) held without metadata, dropped once the ledger is no longer held without metadata. A healthy
 cluster's table holds the ledgers deleted within the last garbage collection period; a leak's holds the leak.
 
-:func:`read_sightings` reads it whole (the candidates only, never a listing); :func:`merge_sightings` replaces the
-sightings of the bookies whose sightings changed by one MERGE (one commit: a crash leaves them as they were or as they
-are now, never half of it). It is not called when nothing changed, so a survey that found nothing new writes
-nothing.
+It is read whole, without Spark (:func:`~scrutiny.connectors.tables.orphan_rows.read_sightings`: the candidates
+only, never a listing). :func:`merge_sightings` replaces the sightings of the bookies whose sightings changed by one
+MERGE (one commit: a crash leaves them as they were or as they are now, never half of it). It is not called when
+nothing changed, so a survey that found nothing new writes nothing.
 """
 
 from __future__ import annotations
@@ -21,22 +21,8 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as sql
 
-from scrutiny.connectors.tables.delta import TableError
-from scrutiny.connectors.tables.orphan_rows import Sightings
 from scrutiny.connectors.tables.schemas import ORPHAN_SIGHTINGS, ORPHAN_SIGHTINGS_SCHEMA
-from scrutiny.streaming.delta_writer import conflict_retrying, ensure_table, location, read_delta
-
-
-def read_sightings(spark: SparkSession, data_dir: str | Path) -> Sightings:
-    """Every sighting of the table (none when there is no table yet)."""
-    try:
-        frame = read_delta(spark, data_dir, ORPHAN_SIGHTINGS)
-    except TableError:
-        return {}
-    out: Sightings = {}
-    for row in frame.selectExpr("bookie", "ledger_id", "unix_millis(first_seen) AS first_seen_ms").collect():
-        out.setdefault(row["bookie"], {})[row["ledger_id"]] = row["first_seen_ms"]
-    return out
+from scrutiny.streaming.delta_writer import conflict_retrying, ensure_table, location
 
 
 def merge_sightings(

@@ -48,7 +48,7 @@ class TableMissingError(TableReadError):
 
 def read_open_violations(data_dir: str) -> list[OpenViolation]:
     """The open rows (``resolved_at`` null) of ``open_violations`` under ``data_dir``."""
-    table = _read(data_dir, OPEN_VIOLATIONS, _OPEN_COLUMNS)
+    table = read_columns(data_dir, OPEN_VIOLATIONS, _OPEN_COLUMNS)
     table = table.filter(pc.is_null(table["resolved_at"]))
     out: list[OpenViolation] = []
     for row in table.to_pylist():
@@ -59,16 +59,16 @@ def read_open_violations(data_dir: str) -> list[OpenViolation]:
 
 def read_ledgers_checked(data_dir: str) -> int:
     """Distinct ledgers with a completed check in ``ledger_checks``."""
-    ids = _read(data_dir, LEDGER_CHECKS, ["ledger_id"])["ledger_id"]
+    ids = read_columns(data_dir, LEDGER_CHECKS, ["ledger_id"])["ledger_id"]
     return int(pc.count_distinct(ids).as_py()) if len(ids) else 0
 
 
 def read_checker_figures(data_dir: str, *, now_ms: int, stall_after_ms: int) -> CheckerFigures:
     """The last batch of ``checker_runs`` (latest ``finished_at``), its lag, the batches of the last 10 min, and the
     records of the topic the checker skipped (``rejected_events``, absent until there is one)."""
-    runs = _read(data_dir, CHECKER_RUNS, _RUN_COLUMNS).to_pylist()
+    runs = read_columns(data_dir, CHECKER_RUNS, _RUN_COLUMNS).to_pylist()
     try:
-        rejected_at = _read(data_dir, REJECTED_EVENTS, ["rejected_at"])["rejected_at"]
+        rejected_at = read_columns(data_dir, REJECTED_EVENTS, ["rejected_at"])["rejected_at"]
     except TableMissingError:
         rejected_at = pa.chunked_array([], pa.timestamp("us", tz="UTC"))
     last_rejected = pc.max(rejected_at).as_py() if len(rejected_at) else None
@@ -92,7 +92,7 @@ def read_checker_figures(data_dir: str, *, now_ms: int, stall_after_ms: int) -> 
     )
 
 
-def _read(data_dir: str, name: str, columns: Sequence[str]) -> pa.Table:
+def read_columns(data_dir: str, name: str, columns: Sequence[str]) -> pa.Table:
     """Columns of table ``name`` (live files only); TableReadError naming the table or directory when it cannot."""
     if "://" not in data_dir and not Path(data_dir).is_dir():
         raise TableReadError(f"data directory {data_dir} does not exist (give --data-dir or set checker.data_dir)")

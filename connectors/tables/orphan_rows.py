@@ -1,14 +1,15 @@
-"""What the tables hold of ``ORPHAN_LEDGER``, read without Spark (delta-rs, live files only): the first sightings
-(``orphan_sightings``) and the open findings (``open_violations``), for the streaming job's sweep, which reads them
-every few minutes and must not pay a Spark job each time."""
+"""What the tables hold of ``ORPHAN_LEDGER``, read without Spark (delta-rs, live files only, through
+:mod:`~scrutiny.connectors.tables.health`'s readers): the first sightings (``orphan_sightings``) and the open findings
+(``open_violations``). The streaming job's sweep reads them every few minutes and must not pay a Spark job each time;
+the deep scan reads them once. :class:`~scrutiny.connectors.tables.health.TableReadError` when a table does not
+read."""
 
 from __future__ import annotations
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from scrutiny.connectors.tables.delta import TableError, read_table
-from scrutiny.connectors.tables.schemas import OPEN_VIOLATIONS, ORPHAN_SIGHTINGS
+from scrutiny.connectors.tables.health import TableMissingError, TableReadError, read_columns, read_open_violations
+from scrutiny.connectors.tables.schemas import ORPHAN_SIGHTINGS
 from scrutiny.core.vocabulary import Category
 
 #: Bookie id → {ledger id: first sighting, ms since the epoch}.
@@ -17,12 +18,14 @@ Sightings = dict[str, dict[int, int]]
 OpenOrphans = dict[str, set[int]]
 
 
-def read_sightings_rows(data_dir: str) -> Sightings:
+def read_sightings(data_dir: str) -> Sightings:
     """Every row of ``orphan_sightings`` (none when there is no table yet)."""
     try:
-        table = read_table(data_dir, ORPHAN_SIGHTINGS, columns=["bookie", "ledger_id", "first_seen"])
-    except TableError:
+        table = read_columns(data_dir, ORPHAN_SIGHTINGS, ["bookie", "ledger_id", "first_seen"])
+    except TableMissingError:
         return {}
+    if any(table[name].null_count for name in table.column_names):  # NOT NULL in the schema: not Scrutiny's table
+        raise TableReadError(f"table {ORPHAN_SIGHTINGS!r} under {data_dir} has rows without a bookie, ledger or time")
     micros = table["first_seen"].cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_pylist()
     out: Sightings = {}
     for bookie, ledger_id, at in zip(table["bookie"].to_pylist(), table["ledger_id"].to_pylist(), micros, strict=True):
@@ -31,14 +34,13 @@ def read_sightings_rows(data_dir: str) -> Sightings:
 
 
 def read_open_orphans(data_dir: str) -> OpenOrphans:
-    """The ``ORPHAN_LEDGER`` rows of ``open_violations`` still open, by bookie (none when there is no table yet)."""
+    """The ``ORPHAN_LEDGER`` findings open now, by bookie (none when there is no table yet)."""
     try:
-        table = read_table(data_dir, OPEN_VIOLATIONS, columns=["ledger_id", "category", "bookie", "resolved_at"])
-    except TableError:
+        found = read_open_violations(data_dir)
+    except TableMissingError:
         return {}
-    mask = pc.and_(pc.is_null(table["resolved_at"]), pc.equal(table["category"], Category.ORPHAN_LEDGER.value))
-    rows = table.filter(mask)
     out: OpenOrphans = {}
-    for bookie, ledger_id in zip(rows["bookie"].to_pylist(), rows["ledger_id"].to_pylist(), strict=True):
-        out.setdefault(bookie or "", set()).add(int(ledger_id))
+    for violation in found:
+        if violation.category is Category.ORPHAN_LEDGER:
+            out.setdefault(violation.bookie or "", set()).add(violation.ledger_id)
     return out

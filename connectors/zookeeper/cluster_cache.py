@@ -28,7 +28,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
@@ -192,11 +193,7 @@ class CachedClusterReader:
         """
         if not ledger_ids:
             return frozenset()
-        try:
-            with self._lock:
-                client = self._connected_client()
-            client.sync(self.ledgers_root)
-            manager = self._ledger_manager(client)
+        with self._ledger_reads() as (client, manager):
             leaves: dict[str, dict[str, int]] = {}
             for ledger in ledger_ids:
                 parent, _, name = ledger_path(ledger, manager=manager, root=self.ledgers_root).rpartition("/")
@@ -218,9 +215,6 @@ class CachedClusterReader:
                 names = set(children)
                 present.update(ledger for name, ledger in leaves[parent].items() if name in names)
             return frozenset(present)
-        except (*ZOOKEEPER_ERRORS, _NotConnectedError) as error:
-            reason = str(error) or type(error).__name__
-            raise ClusterCacheError(f"cannot read the ledgers' znodes from ZooKeeper: {reason}") from error
 
     def ledger_versions(self, ledger_ids: Collection[int]) -> dict[int, int]:
         """The metadata version of those of ``ledger_ids`` that exist now, read as in :meth:`ledgers_present`."""
@@ -257,15 +251,21 @@ class CachedClusterReader:
         of those that exist."""
         if not ledger_ids:
             return {}
-        try:
-            with self._lock:
-                client = self._connected_client()
-            client.sync(self.ledgers_root)
-            manager = self._ledger_manager(client)
+        with self._ledger_reads() as (client, manager):
             root = self.ledgers_root
             where = path_of or (lambda ledger, manager: ledger_path(ledger, manager=manager, root=root))
             pending = {ledger: request(client, where(ledger, manager)) for ledger in ledger_ids}
             return _answered(pending, time.monotonic() + self.connect_timeout_s)
+
+    @contextmanager
+    def _ledger_reads(self) -> Iterator[tuple[KazooClient, LedgerManager]]:
+        """The connected client, after a ``sync`` of the ledgers root, and the layout's ledger manager, for reads of
+        ledgers' znodes; a ZooKeeper failure in the block is a ClusterCacheError."""
+        try:
+            with self._lock:
+                client = self._connected_client()
+            client.sync(self.ledgers_root)
+            yield client, self._ledger_manager(client)
         except (*ZOOKEEPER_ERRORS, _NotConnectedError) as error:
             reason = str(error) or type(error).__name__
             raise ClusterCacheError(f"cannot read the ledgers' znodes from ZooKeeper: {reason}") from error

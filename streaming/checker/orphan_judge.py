@@ -67,11 +67,6 @@ class OrphanJudge:
         self._changed: set[str] = set()  # bookies whose sightings changed since the last flush
         self._records: list[Record] = []  # findings and resolutions not written yet
 
-    @property
-    def pending(self) -> bool:
-        """Whether something judged is not written yet."""
-        return bool(self._changed or self._records)
-
     def load(self) -> None:
         """Start again from what the tables hold (``read``): what was judged and not flushed yet is dropped."""
         sightings, found = self.read()

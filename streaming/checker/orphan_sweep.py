@@ -44,7 +44,7 @@ from pyspark.sql import SparkSession
 
 from scrutiny.connectors.bookies.agent_client import AgentCallError
 from scrutiny.connectors.bookies.fetch import FetchConfig, agent_roots, open_agent_client, plan_route
-from scrutiny.connectors.tables.orphan_rows import read_open_orphans, read_sightings_rows
+from scrutiny.connectors.tables.orphan_rows import read_open_orphans, read_sightings
 from scrutiny.connectors.tables.schemas import RunRecord, output_table
 from scrutiny.connectors.zookeeper.cluster_cache import CachedClusterReader
 from scrutiny.core.errors import ScrutinyError
@@ -263,7 +263,7 @@ def job_sweep(
     judge = OrphanJudge(
         spark,
         checker.data_dir,
-        read=lambda: (read_sightings_rows(checker.data_dir), read_open_orphans(checker.data_dir)),
+        read=lambda: (read_sightings(checker.data_dir), read_open_orphans(checker.data_dir)),
         grace_ms=round(checker.orphan_grace_seconds * 1000),
         conflict_attempts=checker.write_conflict_attempts,
         source=SOURCE,

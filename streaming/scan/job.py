@@ -29,6 +29,8 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from scrutiny.connectors.tables.delta import TableError
+from scrutiny.connectors.tables.health import TableReadError
+from scrutiny.connectors.tables.orphan_rows import read_sightings
 from scrutiny.connectors.tables.schemas import OPEN_VIOLATIONS, RunRecord, output_table
 from scrutiny.connectors.zookeeper.client import close_zookeeper_client, start_zookeeper_client, zookeeper_target
 from scrutiny.connectors.zookeeper.cluster_cache import CachedClusterReader, ClusterCacheError
@@ -57,7 +59,6 @@ from scrutiny.streaming.checker.job import job_config
 from scrutiny.streaming.checker.orphan_judge import OrphanJudge
 from scrutiny.streaming.checker.records import NARROW_DDL, Record, widen_table
 from scrutiny.streaming.delta_writer import CheckerTables, read_delta
-from scrutiny.streaming.orphan_sightings import read_sightings
 from scrutiny.streaming.scan.held import HeldSurvey, KnownLedgers, RangeJudge, survey_held_ledgers
 from scrutiny.streaming.scan.progress import ProgressListener
 from scrutiny.streaming.scan.tasks import INPUT_SCHEMA, SOURCE, ScanConfig, ScanLedgers, encode_keys, step_records
@@ -211,7 +212,7 @@ class ScanRun:
                 result.held = self._survey_held(snapshot, config, report, self._orphan_judge(snapshot, tables, result))
             except (ClusterCacheError, TableError) as error:
                 result.warnings.append(f"what the bookies hold without metadata was not surveyed: {error}")
-            except PySparkException as error:  # the orphan_sightings table unreadable or unwritable
+            except (PySparkException, TableReadError) as error:  # the orphan_sightings table unreadable or unwritable
                 result.warnings.append(f"the orphan sightings were not read or written: {_first_line(error)}")
         return result
 
@@ -225,7 +226,7 @@ class ScanRun:
         judge = OrphanJudge(
             self.spark,
             self.data_dir,
-            read=lambda: (read_sightings(self.spark, self.data_dir), snapshot.open_orphans),
+            read=lambda: (read_sightings(self.data_dir), snapshot.open_orphans),
             grace_ms=round(self.settings.checker.orphan_grace_seconds * 1000),
             conflict_attempts=self.settings.checker.write_conflict_attempts,
             source=SOURCE,

@@ -25,7 +25,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from scrutiny.cli.main import main
-from scrutiny.connectors.tables.orphan_rows import read_sightings_rows
+from scrutiny.connectors.tables.orphan_rows import read_sightings
 from scrutiny.connectors.tables.repair_log import repair_log_rows
 from scrutiny.connectors.tables.schemas import (
     LEDGER_CHECKS,
@@ -46,7 +46,7 @@ from scrutiny.connectors.tables.sql import (
 from scrutiny.core.repair_plan import RepairAction, RepairOutcome
 from scrutiny.dashboard.data import load_snapshot
 from scrutiny.streaming.delta_writer import CheckerTables, append_rows, ensure_table
-from scrutiny.streaming.orphan_sightings import merge_sightings, read_sightings
+from scrutiny.streaming.orphan_sightings import merge_sightings
 from tests.support.dashboard_tables import verification_age_rows
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -420,13 +420,12 @@ def test_orphan_sightings_are_merged_bookie_by_bookie_and_read_by_sql(
     merge_sightings(spark, sighted, {B1: {3: ms[3], 7: ms[7]}, "b2:3181": {7: ms[9]}}, conflict_attempts=1)
     # b1's sightings are now 3 (its first sighting kept, whatever is given) and 9: 7 goes; b2's stay as they were.
     merge_sightings(spark, sighted, {B1: {3: ms[9], 9: ms[9]}}, conflict_attempts=1)
-    assert read_sightings(spark, sighted) == {B1: {3: ms[3], 9: ms[9]}, "b2:3181": {7: ms[9]}}
-    assert read_sightings_rows(str(sighted)) == read_sightings(spark, sighted)  # the same, read without Spark
+    assert read_sightings(str(sighted)) == {B1: {3: ms[3], 9: ms[9]}, "b2:3181": {7: ms[9]}}  # read without Spark
     with SqlEngine(sighted, now=NOW) as engine:
         result = engine.query("SELECT bookie, ledger_id, first_seen FROM orphan_sightings ORDER BY 1, 2")
     assert result.rows == [(B1, 3, at(3)), (B1, 9, at(9)), ("b2:3181", 7, at(9))]
     merge_sightings(spark, sighted, {"b2:3181": {}}, conflict_attempts=1)  # none left: its rows go
-    assert read_sightings(spark, sighted) == {B1: {3: ms[3], 9: ms[9]}}
+    assert read_sightings(str(sighted)) == {B1: {3: ms[3], 9: ms[9]}}
 
 
 @pytest.mark.parametrize("table", ["repair_actions", "rejected_events", "orphan_sightings"])
