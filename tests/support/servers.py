@@ -83,6 +83,19 @@ def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+#: How the suite's Spark JVMs start (this process's session and every child's, which inherit the variable): each
+#: lives for one test or a few, so C1's quick compilation serves it better than C2's, and the serial collector spends
+#: no threads of two cores. Measured on a Spark start with three Delta appends and a MERGE: 70 → 41 s of CPU. The
+#: product's own JVMs keep the JVM's defaults (a long-running checker wants C2's code).
+SHORT_LIVED_SPARK = (
+    " ".join(
+        f"--conf spark.{side}.defaultJavaOptions='-XX:TieredStopAtLevel=1 -XX:+UseSerialGC'"
+        for side in ("driver", "executor")
+    )
+    + " pyspark-shell"
+)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Treat SIGTERM (e.g. from ``timeout``) like Ctrl-C, so that fixture teardown stops the servers.
 
@@ -96,19 +109,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS", SHORT_LIVED_SPARK)
-
-
-#: How the suite's Spark JVMs start (this process's session and every child's, which inherit the variable): each
-#: lives for one test or a few, so C1's quick compilation serves it better than C2's, and the serial collector spends
-#: no threads of two cores. Measured on a Spark start with three Delta appends and a MERGE: 70 → 41 s of CPU. The
-#: product's own JVMs keep the JVM's defaults (a long-running checker wants C2's code).
-SHORT_LIVED_SPARK = (
-    " ".join(
-        f"--conf spark.{side}.defaultJavaOptions='-XX:TieredStopAtLevel=1 -XX:+UseSerialGC'"
-        for side in ("driver", "executor")
-    )
-    + " pyspark-shell"
-)
 
 
 def _serve(

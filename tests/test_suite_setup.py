@@ -1,0 +1,64 @@
+"""What the suite's own set-up promises its tests: Ctrl-C reaches the commands they start, and Spark's JVMs start
+with the short-lived options."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from pyspark.sql import SparkSession
+
+from scrutiny.paths import PROJECT_ROOT
+from tests.support.servers import SHORT_LIVED_SPARK
+
+
+def test_a_suite_started_with_sigint_ignored_starts_its_children_with_ctrl_c_working() -> None:
+    """A process that ignores SIGINT (as a script's background job does) and then configures the suite starts children
+    that do not ignore it; without the configuration they would."""
+    probe = textwrap.dedent(
+        """
+        import signal, subprocess, sys
+        from tests.support.servers import pytest_configure
+
+        def child_ignores_sigint():
+            child = subprocess.run(
+                [sys.executable, "-c", "print(open('/proc/self/status').read())"],
+                capture_output=True, text=True, check=True,
+            )
+            mask = next(line for line in child.stdout.splitlines() if line.startswith("SigIgn:"))
+            return bool(int(mask.split()[1], 16) >> (signal.SIGINT - 1) & 1)  # a hex mask, bit N-1 for signal N
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        before = child_ignores_sigint()
+        pytest_configure(None)
+        print(before, child_ignores_sigint())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False"]
+
+
+def test_the_short_lived_options_reach_both_sides_of_spark_and_keep_the_submit_resource() -> None:
+    words = shlex.split(SHORT_LIVED_SPARK)
+    assert words[-1] == "pyspark-shell"  # pyspark appends nothing: without it spark-submit has no primary resource
+    confs = dict(word.split("=", 1) for word in words[1:-1:2])
+    assert words[0:-1:2] == ["--conf", "--conf"]
+    assert confs == {
+        "spark.driver.defaultJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        "spark.executor.defaultJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    }
+
+
+@pytest.mark.integration
+def test_the_suites_spark_session_runs_with_the_short_lived_options(spark: SparkSession) -> None:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    arguments = set(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert {"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"} <= arguments  # what the driver's JVM really runs with
+    assert "-Xss16m" in arguments  # the product's own options stay
