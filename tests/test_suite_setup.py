@@ -48,10 +48,12 @@ def test_the_short_lived_options_reach_both_sides_of_spark_and_keep_the_submit_r
     words = shlex.split(SHORT_LIVED_SPARK)
     assert words[-1] == "pyspark-shell"  # pyspark appends nothing: without it spark-submit has no primary resource
     confs = dict(word.split("=", 1) for word in words[1:-1:2])
-    assert words[0:-1:2] == ["--conf", "--conf"]
+    assert words[0:-1:2] == ["--conf"] * 4
     assert confs == {
         "spark.driver.defaultJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
         "spark.executor.defaultJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        "spark.sql.codegen.wholeStage": "false",
+        "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     }
 
 
@@ -62,3 +64,6 @@ def test_the_suites_spark_session_runs_with_the_short_lived_options(spark: Spark
     arguments = set(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
     assert {"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"} <= arguments  # what the driver's JVM really runs with
     assert "-Xss16m" in arguments  # the product's own options stay
+    conf = spark.sparkContext.getConf()
+    assert conf.get("spark.sql.codegen.wholeStage") == "false"
+    assert spark.conf.get("spark.sql.codegen.factoryMode") == "NO_CODEGEN"  # what the session's queries run with
