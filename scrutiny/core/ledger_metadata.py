@@ -619,6 +619,59 @@ def _check_ranges(metadata: LedgerMetadata) -> None:
             raise MetadataFormatError(f"{what} {value} does not fit in 64 bits")
 
 
+def plain_v3_message(body: bytes) -> pb.LedgerMetadataFormat | None:
+    """The message of a v3 body (the bytes after the length prefix) when it is metadata as BookKeeper writes it:
+    stored as protobuf writes it (each field once, in field-number order), no unknown field in it or in its parts,
+    and valid (:func:`decode_ledger_metadata` of a blob holding it returns). None says nothing about why: decode to
+    find out.
+
+    The checks of :func:`_from_message` and :func:`_validate`, asked of the message with no metadata built (about a
+    fifth of a decode's time): a watcher's first snapshot asks it of every ledger."""
+    msg = _Format()
+    try:
+        msg.MergeFromString(body)
+    except Exception:  # the runtime raises DecodeError and, on some inputs, others
+        return None
+    if msg.SerializePartialToString() != body:
+        return None
+    msg.DiscardUnknownFields()  # written again the same: there were none
+    if msg.SerializePartialToString() != body or not _required_fields(msg):
+        return None
+    size, write = msg.ensembleSize, msg.quorumSize
+    ack = msg.ackQuorumSize if msg.HasField("ackQuorumSize") else write
+    if not (1 <= size <= MAX_ENSEMBLE_SIZE and 1 <= write <= size and 1 <= ack <= write) or not msg.segment:
+        return None
+    previous = 0  # every 64-bit field is an int64: in range by its type
+    for segment in msg.segment:
+        if not segment.HasField("firstEntryId") or segment.firstEntryId < previous:
+            return None
+        previous = segment.firstEntryId
+        members = segment.ensembleMember
+        if len(members) != size or len(set(members)) != size:
+            return None
+        for member in members:
+            if not _is_text(member) or member == "readonly" or _BOOKIE_ID.fullmatch(member) is None:
+                return None
+    for entry in msg.customMetadata:
+        if not _is_text(entry.key):
+            return None
+    if msg.state == _Format.CLOSED and (msg.lastEntryId < -1 or msg.length < 0):  # unset: 0, read as -1: valid
+        return None
+    return msg
+
+
+def _is_text(value: object) -> bool:
+    """Whether a protobuf string field's value is text: the runtime hands over bytes when they are not UTF-8."""
+    return isinstance(value, str)
+
+
+def _required_fields(msg: pb.LedgerMetadataFormat) -> bool:
+    """Whether ``msg`` holds every field of :data:`_REQUIRED` (spelt out: a third of the time of a loop over them)."""
+    return (
+        msg.HasField("quorumSize") and msg.HasField("ensembleSize") and msg.HasField("length") and msg.HasField("state")
+    )
+
+
 # --------------------------------------------------------------------------- encoding
 
 

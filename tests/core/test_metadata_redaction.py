@@ -17,6 +17,7 @@ from scrutiny.core import metadata_redaction
 from scrutiny.core.errors import MetadataFormatError
 from scrutiny.core.ledger_metadata import decode_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.metadata_redaction import RedactedMetadata, redact_ledger_metadata, redacted_metadata
+from scrutiny.proto import bookkeeper_formats_pb2 as pb
 from tests.core.test_ledger_metadata import (
     HEADER,
     SECRET,
@@ -259,7 +260,7 @@ def walked(blob: bytes) -> RedactedMetadata:
     """What :func:`redacted_metadata` returns when every v3 message goes through the walk over its fields."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(metadata_redaction, "_v3_canonical_emptied", lambda data, start: None)
-        return redacted_metadata(blob)
+        return metadata_redaction._decoded_and_redacted(blob)
 
 
 def not_walked(data: bytes, start: int, *, parsed: bool) -> bytes | None:
@@ -398,3 +399,83 @@ def test_v3_not_as_protobuf_writes_it_is_walked(body: bytes) -> None:
     assert metadata_redaction._v3_canonical_emptied(blob, V3_START) is None
     redacted = redacted_metadata(blob)
     assert redacted == walked(blob) and PASSWORD not in redacted.data
+
+
+# --------------------------------------------------------------------------- metadata as BookKeeper writes it
+
+
+def test_metadata_as_bookkeeper_writes_it_is_redacted_as_a_decode_would_redact_it() -> None:
+    """Whatever the bytes, :func:`redacted_metadata` gives what decoding and then redacting give; the short path for
+    valid v3 as BookKeeper writes it, when it takes the bytes, gives exactly that. It must have taken them, and
+    declined them, often enough."""
+    outcomes: Counter[str] = Counter()
+
+    @PROPERTIES
+    @given(st.one_of(stored_v3().map(lambda stored: stored[0]), valid_blobs().map(lambda valid: write_body(*valid))))
+    def run(blob: bytes) -> None:
+        general = metadata_redaction._decoded_and_redacted(blob)
+        assert redacted_metadata(blob) == general
+        plain = metadata_redaction._plain_v3(blob)
+        if plain is None:
+            outcomes["declined"] += 1
+        else:
+            assert plain == general and plain.decode_error == ""
+            assert (plain.data is blob) == (general.data is blob)  # unchanged bytes are handed back, not copied
+            outcomes["taken"] += 1
+
+    run()
+    assert outcomes["taken"] >= 0.2 * outcomes.total() and outcomes["declined"] >= 0.2 * outcomes.total(), outcomes
+
+
+def test_a_pulsar_ledger_is_redacted_with_no_metadata_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    blob = v3(pulsar_body(password=PASSWORD))
+    expected = metadata_redaction._decoded_and_redacted(blob)
+
+    def no_decode(data: bytes) -> None:
+        raise AssertionError("decoded")
+
+    monkeypatch.setattr(metadata_redaction, "decode_ledger_metadata", no_decode)
+    assert redacted_metadata(blob) == expected and PASSWORD not in expected.data
+
+
+NOT_PLAIN = {
+    "write quorum above E": minimal_body(quorum=4),
+    "write quorum 0": minimal_body(quorum=0),
+    "ensemble size 0": minimal_body(ensemble=0, segments=((0, ()),)),
+    "ack quorum above WQ": minimal_body(ack=3),
+    "ack quorum 0": minimal_body(ack=0),
+    "no segments": minimal_body(segments=()),
+    "short ensemble": minimal_body(segments=((0, ("a:1", "b:1")),)),
+    "bookie twice": minimal_body(segments=((0, ("a:1", "b:1", "a:1")),)),
+    "bad bookie id": minimal_body(segments=((0, ("a:1", "b 1", "c:1")),)),
+    "empty bookie id": minimal_body(segments=((0, ("a:1", "", "c:1")),)),
+    "readonly": minimal_body(segments=((0, ("a:1", "readonly", "c:1")),)),
+    "segments out of order": minimal_body(segments=((5, ("a:1", "b:1", "c:1")), (3, ("a:1", "b:1", "c:1")))),
+    "negative first entry": minimal_body(segments=((-1, ("a:1", "b:1", "c:1")),)),
+    "closed below -1": minimal_body(last=-5),
+    "closed with negative length": minimal_body(length=-1),
+    "non-UTF-8 bookie id": minimal_body(ensemble=1, quorum=1, segments=())
+    + bytes_field(6, bytes_field(1, b"a\xff") + int_field(2, 0)),
+    "non-UTF-8 custom key": minimal_body() + bytes_field(11, bytes_field(1, b"k\xff") + bytes_field(2, b"v")),
+    "missing state": int_field(1, 2) + int_field(2, 3) + int_field(3, 100),
+    "unknown field last": minimal_body() + int_field(99, 5),
+    "unknown field in a segment": minimal_body(ensemble=1, quorum=1, segments=())
+    + bytes_field(6, bytes_field(1, b"a:1") + int_field(2, 0) + int_field(15, 1)),
+}
+
+
+@pytest.mark.parametrize("body", NOT_PLAIN.values(), ids=NOT_PLAIN.keys())
+def test_metadata_not_as_bookkeeper_writes_it_takes_the_general_path(body: bytes) -> None:
+    blob = v3(body)
+    assert metadata_redaction._plain_v3(blob) is None
+    assert redacted_metadata(blob) == metadata_redaction._decoded_and_redacted(blob)
+
+
+@pytest.mark.parametrize("name", ["quorumSize", "ensembleSize", "length", "state"])
+def test_metadata_without_a_required_field_takes_the_general_path(name: str) -> None:
+    msg = pb.LedgerMetadataFormat.FromString(minimal_body())
+    msg.ClearField(name)
+    blob = v3(msg.SerializePartialToString())
+    assert metadata_redaction._plain_v3(blob) is None
+    assert redacted_metadata(blob) == metadata_redaction._decoded_and_redacted(blob)
+    assert "missing required field(s): " + name in redacted_metadata(blob).decode_error
