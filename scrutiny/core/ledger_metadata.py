@@ -619,6 +619,17 @@ def _check_ranges(metadata: LedgerMetadata) -> None:
             raise MetadataFormatError(f"{what} {value} does not fit in 64 bits")
 
 
+def canonical_v3_message(body: bytes) -> pb.LedgerMetadataFormat | None:
+    """The message of a v3 body (the bytes after the length prefix) when the protobuf runtime parses it and writes it
+    back byte for byte (each field once, the known ones in field-number order, unknown ones last); else None."""
+    msg = _Format()
+    try:
+        msg.MergeFromString(body)
+    except Exception:  # the runtime raises DecodeError and, on some inputs, others
+        return None
+    return msg if msg.SerializePartialToString() == body else None
+
+
 def plain_v3_message(body: bytes) -> pb.LedgerMetadataFormat | None:
     """The message of a v3 body (the bytes after the length prefix) when it is metadata as BookKeeper writes it:
     stored as protobuf writes it (each field once, in field-number order), no unknown field in it or in its parts,
@@ -627,12 +638,8 @@ def plain_v3_message(body: bytes) -> pb.LedgerMetadataFormat | None:
 
     The checks of :func:`_from_message` and :func:`_validate`, asked of the message with no metadata built (about a
     fifth of a decode's time): a watcher's first snapshot asks it of every ledger."""
-    msg = _Format()
-    try:
-        msg.MergeFromString(body)
-    except Exception:  # the runtime raises DecodeError and, on some inputs, others
-        return None
-    if msg.SerializePartialToString() != body:
+    msg = canonical_v3_message(body)
+    if msg is None:
         return None
     msg.DiscardUnknownFields()  # written again the same: there were none
     if msg.SerializePartialToString() != body or not _required_fields(msg):

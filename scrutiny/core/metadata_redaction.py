@@ -39,7 +39,13 @@ from typing import Final
 from google.protobuf import text_format, unknown_fields
 
 from scrutiny.core.errors import MetadataFormatError
-from scrutiny.core.ledger_metadata import HEADER_MAGIC, decode_ledger_metadata, encode_varint, plain_v3_message
+from scrutiny.core.ledger_metadata import (
+    HEADER_MAGIC,
+    canonical_v3_message,
+    decode_ledger_metadata,
+    encode_varint,
+    plain_v3_message,
+)
 from scrutiny.core.protobuf_text import escape_problem
 from scrutiny.proto import bookkeeper_formats_pb2 as pb
 
@@ -84,18 +90,9 @@ def _plain_v3(data: bytes) -> RedactedMetadata | None:
     A watcher's first snapshot redacts every ledger of the cluster: this is a quarter of the general path's time."""
     if not data.startswith(_V3_HEADER):
         return None
-    start = len(_V3_HEADER)
-    framed = _read_varint(data, start, _MAX_VARINT32_BYTES)
-    if framed is None or framed[0] + framed[1] != len(data):
-        return None
-    msg = plain_v3_message(data[framed[1] :])
-    if msg is None:
-        return None
-    if not msg.password:  # no password field, or an empty one: the bytes as they are
-        return RedactedMetadata(data)
-    msg.password = b""
-    emptied = msg.SerializePartialToString()
-    return RedactedMetadata(data[:start] + encode_varint(len(emptied)) + emptied)
+    body = _framed(data, len(_V3_HEADER))
+    msg = None if body is None else plain_v3_message(body)
+    return None if msg is None else RedactedMetadata(_password_emptied(data, len(_V3_HEADER), msg))
 
 
 def _decoded_and_redacted(data: bytes) -> RedactedMetadata:
@@ -165,21 +162,28 @@ def _v3_canonical_emptied(data: bytes, start: int) -> bytes | None:
     The runtime writes each field on its own, the known ones in field-number order and the unknown ones after
     them as they were stored: bytes it writes back unchanged hold at most one password field, and writing the
     message again with an empty password changes that field only, in its place, which is what the walk does."""
-    framed = _read_varint(data, start, _MAX_VARINT32_BYTES)
-    if framed is None or framed[0] + framed[1] != len(data):
-        return None
-    body = data[framed[1] :]
-    msg = pb.LedgerMetadataFormat()
-    try:
-        msg.MergeFromString(body)
-    except Exception:  # the runtime raises DecodeError and, on some inputs, others
-        return None
-    if msg.SerializePartialToString() != body:
+    body = _framed(data, start)
+    msg = None if body is None else canonical_v3_message(body)
+    if msg is None:
         return None
     unknown = unknown_fields.UnknownFieldSet(msg)
     if any(unknown[index].field_number == PASSWORD_FIELD for index in range(len(unknown))):
         return None
-    if not msg.password:  # no password field, or one empty password: the walk returns the bytes as they are
+    return _password_emptied(data, start, msg)
+
+
+def _framed(data: bytes, start: int) -> bytes | None:
+    """The message after the varint length at ``start``, when that length frames the rest of ``data`` exactly."""
+    framed = _read_varint(data, start, _MAX_VARINT32_BYTES)
+    if framed is None or framed[0] + framed[1] != len(data):
+        return None
+    return data[framed[1] :]
+
+
+def _password_emptied(data: bytes, start: int, msg: pb.LedgerMetadataFormat) -> bytes:
+    """v3 ``data`` (its message, stored as the runtime writes it, parsed into ``msg``, starts at ``start``) with an
+    empty password; ``data`` itself when it has no password field or an empty one (the walk returns it as it is)."""
+    if not msg.password:
         return data
     msg.password = b""
     emptied = msg.SerializePartialToString()
@@ -190,11 +194,9 @@ def _v3_emptied(data: bytes, start: int, *, parsed: bool) -> bytes | None:
     """v3: the message's password fields replaced by one empty password, every other byte kept, the length
     prefix written again; ``data`` itself when every password field is empty already. None when the length prefix
     does not frame the rest of the bytes exactly or the message does not parse."""
-    framed = _read_varint(data, start, _MAX_VARINT32_BYTES)
-    if framed is None or framed[0] + framed[1] != len(data):
+    body = _framed(data, start)
+    if body is None:
         return None
-    begin = framed[1]
-    body = data[begin:]
     if not parsed:
         try:
             pb.LedgerMetadataFormat().MergeFromString(body)
