@@ -637,7 +637,7 @@ def plain_v3_message(body: bytes) -> pb.LedgerMetadataFormat | None:
     find out.
 
     The checks of :func:`_from_message` and :func:`_validate`, asked of the message with no metadata built (about a
-    fifth of a decode's time): a watcher's first snapshot asks it of every ledger."""
+    third of a decode's time): a watcher's first snapshot asks it of every ledger."""
     msg = canonical_v3_message(body)
     if msg is None:
         return None

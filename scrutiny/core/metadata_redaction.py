@@ -27,7 +27,7 @@ stored as protobuf writes it (what BookKeeper writes: each field once, in field-
 skips the walk: the runtime parses it and writes it again with an empty password, which gives the walk's bytes.
 Metadata exactly as BookKeeper writes it (v3, stored as protobuf writes it, no unknown field, valid) is not even
 decoded: its message is checked as the decoder would check it (:func:`~scrutiny.core.ledger_metadata.plain_v3_message`)
-and written again, in a fifth of the time (a watcher's first snapshot redacts every ledger of the cluster).
+and written again, in about a third of the time (a watcher's first snapshot redacts every ledger of the cluster).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def _plain_v3(data: bytes) -> RedactedMetadata | None:
     """What :func:`_decoded_and_redacted` gives for v3 metadata as BookKeeper writes it (stored as protobuf writes
     it, every field known, valid), with no metadata built; None for any other bytes.
 
-    A watcher's first snapshot redacts every ledger of the cluster: this is a quarter of the general path's time."""
+    A watcher's first snapshot redacts every ledger of the cluster: about a third of the general path's time."""
     if not data.startswith(_V3_HEADER):
         return None
     body = _framed(data, len(_V3_HEADER))
