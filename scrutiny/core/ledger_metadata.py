@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Final
+from typing import Final, TypeGuard
 
 from google.protobuf import message as pb_message
 from google.protobuf import text_format, unknown_fields
@@ -527,8 +527,8 @@ def _custom_metadata_of(msg: pb.LedgerMetadataFormat) -> tuple[tuple[tuple[str, 
 
 
 def _text(value: object, what: str) -> str:
-    """A protobuf string field's value; the runtime hands over bytes when they are not UTF-8."""
-    if isinstance(value, str):
+    """A protobuf string field's value; raises when it is not text (:func:`_is_text`)."""
+    if _is_text(value):
         return value
     raise MetadataFormatError(f"{what} is not valid UTF-8")
 
@@ -586,7 +586,7 @@ def _check_ensemble(ensemble: tuple[str, ...], size: int, where: str) -> None:
     if len(ensemble) != size:
         raise MetadataFormatError(f"{where}: ensemble has {len(ensemble)} bookie(s), the ensemble size is {size}")
     for bookie in ensemble:
-        if not _BOOKIE_ID.fullmatch(bookie) or bookie == "readonly":
+        if not _valid_bookie_id(bookie):
             raise MetadataFormatError(
                 f"{where}: invalid bookie id {_preview(bookie)} (expected [a-zA-Z0-9:_.-]+, not 'readonly')"
             )
@@ -657,7 +657,7 @@ def plain_v3_message(body: bytes) -> pb.LedgerMetadataFormat | None:
         if len(members) != size or len(set(members)) != size:
             return None
         for member in members:
-            if not _is_text(member) or member == "readonly" or _BOOKIE_ID.fullmatch(member) is None:
+            if not _is_text(member) or not _valid_bookie_id(member):
                 return None
     for entry in msg.customMetadata:
         if not _is_text(entry.key):
@@ -667,9 +667,14 @@ def plain_v3_message(body: bytes) -> pb.LedgerMetadataFormat | None:
     return msg
 
 
-def _is_text(value: object) -> bool:
+def _is_text(value: object) -> TypeGuard[str]:
     """Whether a protobuf string field's value is text: the runtime hands over bytes when they are not UTF-8."""
     return isinstance(value, str)
+
+
+def _valid_bookie_id(bookie: str) -> bool:
+    """A bookie id an ensemble may name: ``[a-zA-Z0-9:_.-]+``, not ``readonly``."""
+    return bookie != "readonly" and _BOOKIE_ID.fullmatch(bookie) is not None
 
 
 def _required_fields(msg: pb.LedgerMetadataFormat) -> bool:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scrutiny.core import metadata_redaction
+from scrutiny.core import ledger_metadata, metadata_redaction
 from scrutiny.core.errors import MetadataFormatError
 from scrutiny.core.ledger_metadata import decode_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.metadata_redaction import RedactedMetadata, redact_ledger_metadata, redacted_metadata
@@ -464,14 +464,19 @@ NOT_PLAIN = {
 }
 
 
-@pytest.mark.parametrize("body", NOT_PLAIN.values(), ids=NOT_PLAIN.keys())
-def test_metadata_not_as_bookkeeper_writes_it_takes_the_general_path(body: bytes) -> None:
+#: Of those, the ones the decoder reads: valid, only not as BookKeeper writes them.
+DECODES = {"unknown field last", "unknown field in a segment"}
+
+
+@pytest.mark.parametrize(("case", "body"), NOT_PLAIN.items(), ids=NOT_PLAIN.keys())
+def test_metadata_not_as_bookkeeper_writes_it_takes_the_general_path(case: str, body: bytes) -> None:
     blob = v3(body)
     assert metadata_redaction._plain_v3(blob) is None
     assert redacted_metadata(blob) == metadata_redaction._decoded_and_redacted(blob)
+    assert (redacted_metadata(blob).decode_error == "") == (case in DECODES)  # each case is what its name says
 
 
-@pytest.mark.parametrize("name", ["quorumSize", "ensembleSize", "length", "state"])
+@pytest.mark.parametrize("name", ledger_metadata._REQUIRED)
 def test_metadata_without_a_required_field_takes_the_general_path(name: str) -> None:
     msg = pb.LedgerMetadataFormat.FromString(minimal_body())
     msg.ClearField(name)
