@@ -6,7 +6,8 @@ ledgers that have no metadata, to an :class:`OrphanJudge`. It judges the range
 (:func:`~scrutiny.core.orphans.judge_range`) against the first sightings it holds and keeps the range's new
 sightings, findings and resolutions; :meth:`OrphanJudge.flush` writes them: the changed bookies' sightings to
 ``orphan_sightings`` (:func:`~scrutiny.streaming.orphan_sightings.merge_sightings`), the findings and resolutions
-as a batch of the tables. The scan flushes after each range, the sweep every ``checker.orphan_sweep_write_seconds``.
+as a batch of the tables. The scan flushes when its survey ends (sooner when many records wait), the sweep every
+``checker.orphan_sweep_write_seconds``.
 The judge keeps what it judged (sightings, open findings), so the sweep, which judges the same ranges again and
 again, need not read the tables each time; :meth:`OrphanJudge.load` reads them again.
 """
@@ -97,6 +98,11 @@ class OrphanJudge:
         open_ids.difference_update(resolved)
         open_ids.update(o.ledger.ledger_id for o in judged.orphans)
         return len(judged.orphans)
+
+    @property
+    def pending_records(self) -> int:
+        """Findings and resolutions judged and not written yet."""
+        return len(self._records)
 
     def flush(self) -> None:
         """Write what changed since the last flush: the changed bookies' sightings in one MERGE, then the findings

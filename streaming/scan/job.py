@@ -59,7 +59,7 @@ from scrutiny.streaming.checker.job import job_config
 from scrutiny.streaming.checker.orphan_judge import OrphanJudge
 from scrutiny.streaming.checker.records import NARROW_DDL, Record, widen_table
 from scrutiny.streaming.delta_writer import CheckerTables, read_delta
-from scrutiny.streaming.scan.held import HeldSurvey, KnownLedgers, RangeJudge, survey_held_ledgers
+from scrutiny.streaming.scan.held import JUDGE_BATCH, HeldSurvey, KnownLedgers, survey_held_ledgers
 from scrutiny.streaming.scan.progress import ProgressListener
 from scrutiny.streaming.scan.tasks import INPUT_SCHEMA, SOURCE, ScanConfig, ScanLedgers, encode_keys, step_records
 
@@ -67,6 +67,8 @@ log = logging.getLogger(__name__)
 
 #: How often the driver looks at a running chunk's progress (and at a stop request).
 _POLL_S = 0.25
+#: Findings and resolutions of the survey's judge that are written before the survey ends: its memory.
+FLUSH_RECORDS = JUDGE_BATCH
 #: Ledgers per Spark job (and per table batch): the unit of progress and of a safe stop.
 DEFAULT_CHUNK_SIZE = 10_000
 _TABLE_RECORDS = ("violation", "resolved", "check")
@@ -216,9 +218,10 @@ class ScanRun:
                 result.warnings.append(f"the orphan sightings were not read or written: {_first_line(error)}")
         return result
 
-    def _orphan_judge(self, snapshot: ScanSnapshot, tables: CheckerTables, result: ScanResult) -> RangeJudge:
-        """The survey's judge of ``ORPHAN_LEDGER`` (:class:`~scrutiny.streaming.checker.orphan_judge.OrphanJudge`),
-        flushed after each range: the findings and the resolutions of each range written as a batch of their own."""
+    def _orphan_judge(self, snapshot: ScanSnapshot, tables: CheckerTables, result: ScanResult) -> OrphanJudge:
+        """The survey's judge of ``ORPHAN_LEDGER`` (:class:`~scrutiny.streaming.checker.orphan_judge.OrphanJudge`):
+        what it judged is written when the survey ends (:meth:`_survey_held`), the findings and resolutions as a batch
+        of their own, or sooner once :data:`FLUSH_RECORDS` of them wait."""
 
         def write(rows: list[Record]) -> None:
             self._write(tables, result.batches, rows, started=datetime.now(UTC), examined=0, result=result)
@@ -233,19 +236,21 @@ class ScanRun:
             write=write,
         )
         judge.load()
-
-        def judge_and_write(bookie: str, ids: IdRange, without_metadata: list[HeldLedger]) -> int:
-            orphans = judge(bookie, ids, without_metadata)
-            judge.flush()
-            return orphans
-
-        return judge_and_write
+        return judge
 
     def _survey_held(
-        self, snapshot: ScanSnapshot, config: ScanConfig, report: Progress, judge: RangeJudge
+        self, snapshot: ScanSnapshot, config: ScanConfig, report: Progress, judge: OrphanJudge
     ) -> HeldSurvey:
-        """What the agents' bookies hold without metadata (:mod:`~scrutiny.streaming.scan.held`)."""
+        """What the agents' bookies hold without metadata (:mod:`~scrutiny.streaming.scan.held`), judged by ``judge``:
+        one write of all the bookies' ranges at the end (a write per range costs seconds of Delta commits per bookie),
+        sooner when :data:`FLUSH_RECORDS` findings and resolutions wait."""
         listed = 0
+
+        def judge_range(bookie: str, ids: IdRange, without_metadata: list[HeldLedger]) -> int:
+            orphans = judge(bookie, ids, without_metadata)
+            if judge.pending_records >= FLUSH_RECORDS:
+                judge.flush()
+            return orphans
 
         def more(ledgers: int) -> None:
             nonlocal listed
@@ -255,17 +260,19 @@ class ScanRun:
         target = zookeeper_target(self.settings.zookeeper)
         reader = CachedClusterReader(self.settings.zookeeper, target.ledgers_root)
         try:
-            return survey_held_ledgers(
+            survey = survey_held_ledgers(
                 snapshot.registrations,
                 config.fetch,
                 snapshot.known,
                 reader.ledgers_present,
                 only_bookie=self.options.bookie,
                 progress=more,
-                judge=judge,
+                judge=judge_range,
             )
         finally:
             reader.close()
+        judge.flush()
+        return survey
 
     def _config(self, snapshot: ScanSnapshot) -> ScanConfig:
         job = job_config(self.settings, source=SOURCE)

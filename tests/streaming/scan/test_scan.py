@@ -163,6 +163,12 @@ def test_orphans_of_the_simulator_are_found_by_a_deep_scan_exactly_as_its_truth_
         result = scan(spark, settings)
     assert found_ids(result) == expected
     assert open_ids(settings.checker.data_dir) == expected
+    # What the survey judged on every bookie is written once: one batch of findings, one MERGE of the sightings.
+    assert result.held is not None and len([b for b in result.held.bookies if b.count]) > 1
+    runs = table_rows(settings.checker.data_dir, "checker_runs")
+    assert [r["ledgers_checked"] for r in runs].count(0) == 1 and len(runs) == result.batches
+    commits = sorted((Path(location(settings.checker.data_dir, "orphan_sightings")) / "_delta_log").glob("*.json"))
+    assert len(commits) == 2, commits  # created, then merged
 
 
 def test_an_orphan_sightings_table_that_does_not_read_is_a_warning_not_a_failed_scan(
