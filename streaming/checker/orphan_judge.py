@@ -38,7 +38,9 @@ class OrphanJudge:
     ``read()``: what the tables hold (:data:`JudgeState`); ``source``: the records' source (``stream`` or
     ``scan``); ``write(records)``: writes a batch of findings and resolutions; ``report_open``: whether an orphan
     whose finding is open already is reported again (the scan reports what it found; the sweep, which passes every
-    few minutes, only what changed). It knows no sightings and no open findings until :meth:`load`.
+    few minutes, only what changed); ``max_pending``: a range that leaves at least that many findings and
+    resolutions unwritten flushes at once (its memory; None: only :meth:`flush` writes). It knows no sightings and no
+    open findings until :meth:`load`.
     """
 
     def __init__(
@@ -52,6 +54,7 @@ class OrphanJudge:
         source: str,
         write: Callable[[list[Record]], None],
         report_open: bool = True,
+        max_pending: int | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.spark = spark
@@ -62,6 +65,7 @@ class OrphanJudge:
         self.source = source
         self.write = write
         self.report_open = report_open
+        self.max_pending = max_pending
         self.clock = clock
         self.sightings: Sightings = {}
         self.open_orphans: OpenOrphans = {}
@@ -76,7 +80,7 @@ class OrphanJudge:
         self._changed, self._records = set(), []
 
     def __call__(self, bookie: str, ids: IdRange, without_metadata: list[HeldLedger]) -> int:
-        """Judge one range (nothing written before :meth:`flush`); the number of orphans in it."""
+        """Judge one range (nothing written before :meth:`flush`, or ``max_pending``); the number of orphans in it."""
         now_ms = int(self.clock() * 1000)
         mine = self.sightings.setdefault(bookie, {})
         before = {lid: ms for lid, ms in mine.items() if lid in ids}
@@ -97,12 +101,9 @@ class OrphanJudge:
         ]
         open_ids.difference_update(resolved)
         open_ids.update(o.ledger.ledger_id for o in judged.orphans)
+        if self.max_pending is not None and len(self._records) >= self.max_pending:
+            self.flush()
         return len(judged.orphans)
-
-    @property
-    def pending_records(self) -> int:
-        """Findings and resolutions judged and not written yet."""
-        return len(self._records)
 
     def flush(self) -> None:
         """Write what changed since the last flush: the changed bookies' sightings in one MERGE, then the findings

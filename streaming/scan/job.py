@@ -37,7 +37,6 @@ from scrutiny.connectors.zookeeper.cluster_cache import CachedClusterReader, Clu
 from scrutiny.connectors.zookeeper.tree import TreeLayout, read_autorecovery, read_cluster, read_locks
 from scrutiny.core.autorecovery_health import scan_warnings
 from scrutiny.core.errors import FormatError, ScrutinyError
-from scrutiny.core.held_ledgers import HeldLedger
 from scrutiny.core.ledger_scan import (
     LedgerSelection,
     ScanItem,
@@ -49,7 +48,6 @@ from scrutiny.core.ledger_scan import (
 from scrutiny.core.ledger_tracker import ViolationKey
 from scrutiny.core.metadata_redaction import redacted_metadata
 from scrutiny.core.metadata_view import MetadataView
-from scrutiny.core.orphans import IdRange
 from scrutiny.core.replication_locks import ReplicationLock
 from scrutiny.core.verdict import ClusterView
 from scrutiny.core.vocabulary import CLUSTER_LEDGER_ID, Category
@@ -67,8 +65,6 @@ log = logging.getLogger(__name__)
 
 #: How often the driver looks at a running chunk's progress (and at a stop request).
 _POLL_S = 0.25
-#: Findings and resolutions of the survey's judge that are written before the survey ends: its memory.
-FLUSH_RECORDS = JUDGE_BATCH
 #: Ledgers per Spark job (and per table batch): the unit of progress and of a safe stop.
 DEFAULT_CHUNK_SIZE = 10_000
 _TABLE_RECORDS = ("violation", "resolved", "check")
@@ -221,7 +217,7 @@ class ScanRun:
     def _orphan_judge(self, snapshot: ScanSnapshot, tables: CheckerTables, result: ScanResult) -> OrphanJudge:
         """The survey's judge of ``ORPHAN_LEDGER`` (:class:`~scrutiny.streaming.checker.orphan_judge.OrphanJudge`):
         what it judged is written when the survey ends (:meth:`_survey_held`), the findings and resolutions as a batch
-        of their own, or sooner once :data:`FLUSH_RECORDS` of them wait."""
+        of their own, or sooner once :data:`~scrutiny.streaming.scan.held.JUDGE_BATCH` of them wait."""
 
         def write(rows: list[Record]) -> None:
             self._write(tables, result.batches, rows, started=datetime.now(UTC), examined=0, result=result)
@@ -234,6 +230,7 @@ class ScanRun:
             conflict_attempts=self.settings.checker.write_conflict_attempts,
             source=SOURCE,
             write=write,
+            max_pending=JUDGE_BATCH,
         )
         judge.load()
         return judge
@@ -243,14 +240,8 @@ class ScanRun:
     ) -> HeldSurvey:
         """What the agents' bookies hold without metadata (:mod:`~scrutiny.streaming.scan.held`), judged by ``judge``:
         one write of all the bookies' ranges at the end (a write per range costs seconds of Delta commits per bookie),
-        sooner when :data:`FLUSH_RECORDS` findings and resolutions wait."""
+        sooner when the judge's ``max_pending`` findings and resolutions wait."""
         listed = 0
-
-        def judge_range(bookie: str, ids: IdRange, without_metadata: list[HeldLedger]) -> int:
-            orphans = judge(bookie, ids, without_metadata)
-            if judge.pending_records >= FLUSH_RECORDS:
-                judge.flush()
-            return orphans
 
         def more(ledgers: int) -> None:
             nonlocal listed
@@ -267,7 +258,7 @@ class ScanRun:
                 reader.ledgers_present,
                 only_bookie=self.options.bookie,
                 progress=more,
-                judge=judge_range,
+                judge=judge,
             )
         finally:
             reader.close()
