@@ -50,8 +50,8 @@ def test_the_short_lived_options_reach_both_sides_of_spark_and_keep_the_submit_r
     confs = dict(word.split("=", 1) for word in words[1:-1:2])
     assert words[0:-1:2] == ["--conf"] * 4
     assert confs == {
-        "spark.driver.defaultJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-        "spark.executor.defaultJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        "spark.driver.defaultJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=256m",
+        "spark.executor.defaultJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=256m",
         "spark.sql.codegen.wholeStage": "false",
         "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     }
@@ -62,7 +62,8 @@ def test_the_suites_spark_session_runs_with_the_short_lived_options(spark: Spark
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     arguments = set(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
-    assert {"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"} <= arguments  # what the driver's JVM really runs with
+    # What the driver's JVM really runs with, and a code cache that C1 alone does not fill (its default is 48 MB).
+    assert {"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:ReservedCodeCacheSize=256m"} <= arguments
     assert "-Xss16m" in arguments  # the product's own options stay
     conf = spark.sparkContext.getConf()
     assert conf.get("spark.sql.codegen.wholeStage") == "false"

@@ -88,10 +88,16 @@ def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
 #: no threads of two cores. Measured on a Spark start with three Delta appends and a MERGE: 70 → 41 s of CPU. The
 #: product's own JVMs keep the JVM's defaults (a long-running checker wants C2's code).
 #:
+#: C1 alone reserves only 48 MB for compiled code (both compilers: 240 MB), and the session's JVM, which serves the
+#: whole suite, filled it within minutes: the code cache sweeper then kept evicting compiled methods that were
+#: compiled again soon after (seen with ``jcmd PID Compiler.codecache``: 43-46 MB of 48 MB in use all along, 29 MB
+#: just after a sweep). With 256 MB reserved nothing is evicted (65 MB used after 5 minutes, growing slowly) and
+#: ``tests/streaming/test_delta_writer.py`` with ``tests/streaming/checker/test_checker.py`` took 318 s against 366 s.
+#:
 #: Their queries run without generated code: the tests' tables hold tens of rows, and writing and compiling Java
 #: source for each new plan cost more than it saved. Measured on two Delta writer tests (MERGEs, appends and reads):
 #: 111 → 86 s of CPU, 81 → 64 s of wall. Spark's interpreted evaluation gives the same rows (Spark tests both).
-_SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+_SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=256m"
 SHORT_LIVED_CONF = {
     **{f"spark.{side}.defaultJavaOptions": _SHORT_LIVED_JVM for side in ("driver", "executor")},
     "spark.sql.codegen.wholeStage": "false",
