@@ -98,6 +98,8 @@ class BatchSink:
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
         """Write batch ``batch_id`` (called by Spark; a re-run of a written batch writes nothing twice)."""
         started = datetime.now(UTC)
+        if self.waker is not None:
+            self.waker.batch_started()
         clock = time.monotonic()
         output = frame.toArrow()
         computed = time.monotonic() - clock

@@ -10,7 +10,9 @@ batch run when one is due:
   restarted job knows them too;
 * :class:`Waker` publishes a ``TICK`` event to the topic when the earliest timer is due, and at the latest
   ``checker.idle_batch_seconds`` after the last batch (the job's heartbeat: ``checker_runs`` and the metrics stay
-  fresh on an idle cluster). A batch triggered by data fires the due timers as well.
+  fresh on an idle cluster). A batch triggered by data fires the due timers as well. A batch that is running
+  counts as one for the heartbeat: the watcher's TICK, which arrives about as often, starts a batch shortly before
+  the heartbeat would be due, and a heartbeat sent then would run a second, needless batch right after it.
 
 A bucket whose reported timer should have fired in a batch (it was due before the batch started) but that the step
 did not visit holds no registered timer any more: it is dropped, so a stale entry costs one batch at most.
@@ -109,9 +111,16 @@ class Waker:
         self.ticks = 0
         self._lock = threading.Lock()
         self._last_batch = clock()
+        self._last_start = 0.0  # when the batch running now (or the last one) started
         self._ticked = False  # a tick sent since the last batch ended
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def batch_started(self) -> None:
+        """Called by the sink when a batch begins: the heartbeat waits for it (a batch that fails never ends, and
+        the heartbeat is then due ``idle_s`` after its start)."""
+        with self._lock:
+            self._last_start = self.clock()
 
     def batch_done(self) -> None:
         """Called by the sink once a batch is written: the clock of idleness starts again."""
@@ -122,7 +131,7 @@ class Waker:
     def wake_at(self) -> float:
         """When the next tick is due (epoch seconds)."""
         with self._lock:
-            idle = self._last_batch + self.idle_s
+            idle = max(self._last_batch, self._last_start) + self.idle_s
         earliest = self.calendar.earliest()
         return idle if earliest is None else min(idle, earliest / 1000)
 

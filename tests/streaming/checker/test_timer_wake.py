@@ -102,6 +102,48 @@ def test_an_idle_job_ticks_once_per_idle_interval() -> None:
     assert sent == [1_060.0, 1_130.0]
 
 
+def test_a_running_batch_puts_the_heartbeat_off_until_it_ends() -> None:
+    """The watcher's TICK starts a batch just before the heartbeat is due: no second batch is asked for."""
+    clock, sent = Clock(), []
+    waker = Waker(TimerCalendar(None), lambda: sent.append(clock.now), idle_s=60, clock=clock)
+    clock.now = 1_059.0
+    waker.batch_started()
+    clock.now = 1_061.0
+    assert not waker.poll()  # the heartbeat was due at 1,060 s, but a batch is running
+    clock.now = 1_062.0
+    waker.batch_done()
+    clock.now = 1_121.9
+    assert not waker.poll()
+    clock.now = 1_122.0
+    assert waker.poll()
+    assert sent == [1_122.0]
+
+
+def test_a_batch_that_never_ends_puts_the_heartbeat_off_once() -> None:
+    clock, sent = Clock(), []
+    waker = Waker(TimerCalendar(None), lambda: sent.append(clock.now), idle_s=60, clock=clock)
+    clock.now = 1_010.0
+    waker.batch_started()  # and it fails: batch_done never comes
+    clock.now = 1_069.9
+    assert not waker.poll()
+    clock.now = 1_070.0
+    assert waker.poll()
+    assert sent == [1_070.0]
+
+
+def test_a_due_timer_is_not_put_off_by_a_running_batch() -> None:
+    """A batch that started before a timer's time does not fire it: the tick for it goes out on time."""
+    clock, sent = Clock(), []
+    calendar = TimerCalendar(None)
+    waker = Waker(calendar, lambda: sent.append(clock.now), idle_s=60, clock=clock)
+    calendar.apply([report(1, 1_020_000)], batch_not_before_ms=0)
+    clock.now = 1_019.0
+    waker.batch_started()
+    clock.now = 1_020.0
+    assert waker.poll()
+    assert sent == [1_020.0]
+
+
 def test_a_tick_that_cannot_be_sent_is_tried_again() -> None:
     clock, attempts = Clock(), []
 
