@@ -102,10 +102,16 @@ def test_an_idle_job_ticks_once_per_idle_interval() -> None:
     assert sent == [1_060.0, 1_130.0]
 
 
+def recording_waker(calendar: TimerCalendar | None = None) -> tuple[Clock, list[float], Waker]:
+    """A waker with a 60 s heartbeat on a clock of the test's, and the times of the ticks it sends."""
+    clock, sent = Clock(), list[float]()
+    chosen = TimerCalendar(None) if calendar is None else calendar
+    return clock, sent, Waker(chosen, lambda: sent.append(clock.now), idle_s=60, clock=clock)
+
+
 def test_a_running_batch_puts_the_heartbeat_off_until_it_ends() -> None:
     """The watcher's TICK starts a batch just before the heartbeat is due: no second batch is asked for."""
-    clock, sent = Clock(), []
-    waker = Waker(TimerCalendar(None), lambda: sent.append(clock.now), idle_s=60, clock=clock)
+    clock, sent, waker = recording_waker()
     clock.now = 1_059.0
     waker.batch_started()
     clock.now = 1_061.0
@@ -120,8 +126,7 @@ def test_a_running_batch_puts_the_heartbeat_off_until_it_ends() -> None:
 
 
 def test_a_batch_that_never_ends_puts_the_heartbeat_off_once() -> None:
-    clock, sent = Clock(), []
-    waker = Waker(TimerCalendar(None), lambda: sent.append(clock.now), idle_s=60, clock=clock)
+    clock, sent, waker = recording_waker()
     clock.now = 1_010.0
     waker.batch_started()  # and it fails: batch_done never comes
     clock.now = 1_069.9
@@ -133,9 +138,8 @@ def test_a_batch_that_never_ends_puts_the_heartbeat_off_once() -> None:
 
 def test_a_due_timer_is_not_put_off_by_a_running_batch() -> None:
     """A batch that started before a timer's time does not fire it: the tick for it goes out on time."""
-    clock, sent = Clock(), []
     calendar = TimerCalendar(None)
-    waker = Waker(calendar, lambda: sent.append(clock.now), idle_s=60, clock=clock)
+    clock, sent, waker = recording_waker(calendar)
     calendar.apply([report(1, 1_020_000)], batch_not_before_ms=0)
     clock.now = 1_019.0
     waker.batch_started()
