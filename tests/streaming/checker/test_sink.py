@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
 
+import pyarrow as pa
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from scrutiny.connectors.tables.delta import read_table
 from scrutiny.streaming.checker.job import checkpoint_stream_id
@@ -15,6 +17,7 @@ from scrutiny.streaming.checker.metrics import JobMetrics
 from scrutiny.streaming.checker.open_gauges import OpenGauges
 from scrutiny.streaming.checker.records import NARROW_DDL, REJECTED_KEY, narrow
 from scrutiny.streaming.checker.sink import BatchSink, BatchSummary
+from scrutiny.streaming.checker.timer_wake import TimerCalendar, Waker
 from scrutiny.streaming.checker.verified_counts import VerifiedCounts
 from scrutiny.streaming.delta_writer import CheckerTables
 
@@ -81,10 +84,27 @@ def test_a_batch_lands_once_with_its_figures(spark: SparkSession, tmp_path: Path
     assert registry.get_sample_value("scrutiny_checker_rejected_events_total", {"reason": "bad_key"}) == 1
 
 
+class Computed:
+    """A batch's frame that notes when the waker's heartbeat is due while Spark computes it."""
+
+    def __init__(self, frame: DataFrame, waker: Waker) -> None:
+        self.frame, self.waker, self.due_while_computing = frame, waker, 0.0
+
+    def toArrow(self) -> pa.Table:  # noqa: N802 - PySpark's name
+        self.due_while_computing = self.waker.wake_at()
+        return self.frame.toArrow()
+
+
 def test_a_stream_without_rejected_records_has_no_rejected_events_table(spark: SparkSession, tmp_path: Path) -> None:
+    """Also: the heartbeat waits for the batch from the moment the sink starts it."""
     kept = [r for r in rows() if r["record"] != "rejected"]
-    sink = BatchSink(CheckerTables(spark, tmp_path, app_id="test"), run_id="r1")
-    sink(spark.createDataFrame([narrow(r) for r in kept], schema=NARROW_DDL), 0)
+    clock = [1_000.0]
+    waker = Waker(TimerCalendar(None), lambda: None, idle_s=60, clock=lambda: clock[0])
+    sink = BatchSink(CheckerTables(spark, tmp_path, app_id="test"), run_id="r1", waker=waker)
+    clock[0] = 1_059.0  # the batch starts a second before the heartbeat is due
+    frame = Computed(spark.createDataFrame([narrow(r) for r in kept], schema=NARROW_DDL), waker)
+    sink(cast(DataFrame, frame), 0)
+    assert frame.due_while_computing == 1_119.0  # not 1,060 s: the running batch counts as the heartbeat
     assert read_table(tmp_path, "checker_runs").num_rows == 1
     assert not (tmp_path / "rejected_events").exists()
 
