@@ -45,6 +45,7 @@ from scrutiny.services.local_stack import Endpoints
 from scrutiny.services.servers import RunningServer, start_kafka, start_zookeeper
 from scrutiny.settings.loader import Settings, load_settings
 from scrutiny.streaming.session import build_spark_session
+from tests.support.spark_class_archive import archive_options, ensure_archive
 
 EXTERNAL_ZOOKEEPER_ENV = "SCRUTINY_TEST_ZOOKEEPER"
 EXTERNAL_KAFKA_ENV = "SCRUTINY_TEST_KAFKA"
@@ -97,13 +98,19 @@ def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
 #: Their queries run without generated code: the tests' tables hold tens of rows, and writing and compiling Java
 #: source for each new plan cost more than it saved. Measured on two Delta writer tests (MERGEs, appends and reads):
 #: 111 → 86 s of CPU, 81 → 64 s of wall. Spark's interpreted evaluation gives the same rows (Spark tests both).
-_SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=256m"
+SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=256m"
 SHORT_LIVED_CONF = {
-    **{f"spark.{side}.defaultJavaOptions": _SHORT_LIVED_JVM for side in ("driver", "executor")},
+    **{f"spark.{side}.defaultJavaOptions": SHORT_LIVED_JVM for side in ("driver", "executor")},
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
 }
-SHORT_LIVED_SPARK = " ".join(f"--conf {key}='{value}'" for key, value in SHORT_LIVED_CONF.items()) + " pyspark-shell"
+
+
+def short_lived_spark(extra_driver_options: str = "") -> str:
+    """``PYSPARK_SUBMIT_ARGS`` for :data:`SHORT_LIVED_CONF`, the driver's JVM with ``extra_driver_options`` too."""
+    conf = dict(SHORT_LIVED_CONF)
+    conf["spark.driver.defaultJavaOptions"] = f"{SHORT_LIVED_JVM} {extra_driver_options}".strip()
+    return " ".join(f"--conf {key}='{value}'" for key, value in conf.items()) + " pyspark-shell"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -112,13 +119,15 @@ def pytest_configure(config: pytest.Config) -> None:
     A suite started with SIGINT ignored (a script's background job, ``nohup``) takes Ctrl-C again: its children
     would inherit the ignored signal, and the tests that stop a command with Ctrl-C need it to start as it does from a
     terminal (a command keeps a signal it was started ignoring ignored, as a shell's background job must).
-    Spark's JVMs start as :data:`SHORT_LIVED_SPARK` says unless ``PYSPARK_SUBMIT_ARGS`` is set already.
+    Spark's JVMs start as :func:`short_lived_spark` says unless ``PYSPARK_SUBMIT_ARGS`` is set already.
     """
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", SHORT_LIVED_SPARK)
+    if "PYSPARK_SUBMIT_ARGS" not in os.environ:
+        # Made by the first process to configure (xdist's workers inherit the variable from their controller).
+        os.environ["PYSPARK_SUBMIT_ARGS"] = short_lived_spark(archive_options(ensure_archive(short_lived_spark)))
 
 
 def _serve(
