@@ -8,7 +8,7 @@ table: 42-44 s of CPU and 34 s of wall time without the archive, 29-32 s and 21-
 
 :func:`ensure_archive` makes the archive once per machine and set of jars (in ``.jvm/cds/``, keyed by the Java
 runtime, pyspark's jars, the extra Spark jars and this module), by running :func:`train` in a process of its own
-(about a minute). A JVM whose archive does not match its class path ignores it and starts as before; a
+(90-105 s here). A JVM whose archive does not match its class path ignores it and starts as before; a
 failed training leaves no archive and the suite runs without one.
 
 Run ``python -m tests.support.spark_class_archive`` to make (or find) the archive and print its path.
@@ -17,7 +17,6 @@ Run ``python -m tests.support.spark_class_archive`` to make (or find) the archiv
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import subprocess
 import sys
@@ -32,8 +31,6 @@ import pyspark
 
 from scrutiny.paths import JVM_DIR, PROJECT_ROOT
 from scrutiny.streaming.session import build_spark_session, extra_jars
-
-log = logging.getLogger(__name__)
 
 ARCHIVE_DIR = JVM_DIR / "cds"
 #: How long the training may take before the suite gives up on it and runs without an archive.
@@ -60,6 +57,7 @@ def archive_key() -> str:
 
 
 def archive_path() -> Path:
+    """Where the archive for today's Java runtime and jars is (or will be)."""
     return ARCHIVE_DIR / f"spark-driver-{archive_key()}.jsa"
 
 
