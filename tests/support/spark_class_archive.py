@@ -93,9 +93,9 @@ def ensure_archive(submit_args: Callable[[str], str]) -> Path | None:
             )
     except subprocess.TimeoutExpired:
         done = None
-    if done is not None and done.returncode == 0:
-        _wait_for_exit(training_log)  # the JVM writes the archive as it exits, after the Python side has
-    if done is None or done.returncode != 0 or not partial.exists():
+    # The JVM writes the archive as it exits, after the Python side has: a JVM still running holds a partial file.
+    exited = done is not None and done.returncode == 0 and _wait_for_exit(training_log)
+    if not exited or not partial.exists():
         partial.unlink(missing_ok=True)
         print(f"spark class archive: training failed, see {training_log}", file=sys.stderr, flush=True)
         return None
@@ -104,15 +104,18 @@ def ensure_archive(submit_args: Callable[[str], str]) -> Path | None:
     return target
 
 
-def _wait_for_exit(training_log: Path) -> None:
-    """Until the training's JVM (its pid in ``training_log``) has exited, at most :data:`TRAINING_TIMEOUT_S`."""
+def _wait_for_exit(training_log: Path) -> bool:
+    """Whether the training's JVM (its pid in ``training_log``) exited within :data:`TRAINING_TIMEOUT_S`."""
     lines = training_log.read_text(errors="replace").splitlines()
     pids = [line.removeprefix(JVM_PID_PREFIX) for line in lines if line.startswith(JVM_PID_PREFIX)]
     if not pids:
-        return
+        return False
     deadline = time.monotonic() + TRAINING_TIMEOUT_S
-    while Path(f"/proc/{pids[0]}").exists() and time.monotonic() < deadline:
+    while Path(f"/proc/{pids[0]}").exists():
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.2)
+    return True
 
 
 def train() -> None:
@@ -133,7 +136,7 @@ def train() -> None:
 
         def doubled(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
-                yield pa.RecordBatch.from_pydict({"id": pc.multiply(batch.column("id"), 2).to_pylist()})
+                yield pa.RecordBatch.from_arrays([pc.multiply(batch.column("id"), 2)], names=["id"])
 
         spark.read.format("delta").load(table).select("id").mapInArrow(doubled, "id long").toArrow()
 
