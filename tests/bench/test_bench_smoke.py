@@ -64,3 +64,15 @@ def test_input_cost_bench_feeds_every_target_and_prints_its_figures() -> None:
     names = {"ledger", "password", "listing", "verdict", "v3", "agent", "rack", "under-replication", "kafka"}
     assert {row[0] for row in rows} == names
     assert all(int(row[-9]) > 0 for row in rows)  # every target was fed inputs
+
+
+def test_delta_write_bench_times_every_kind_of_write() -> None:
+    done = run_bench("bench.delta_write_bench", "--quick")
+    rows = {
+        line[:52].strip(): line[52:].split()
+        for line in done.stdout.splitlines()
+        if line.startswith(("append", "a whole"))
+    }
+    assert len(rows) == 4
+    assert int(rows["append of a batch already held"][2]) < int(rows["append with txnAppId/txnVersion"][2])
+    assert "idempotent append / plain append:" in done.stdout
