@@ -11,8 +11,9 @@ two-row batch to the ``violations`` table in a temporary directory, the way the 
 write), without them (for comparison only: the product always sets them), again with a version already held (a
 replayed batch, which Delta skips), and one whole batch of :class:`~scrutiny.streaming.delta_writer.CheckerTables`
 (violations, ledger_checks and the ``open_violations`` MERGE at once, then ``checker_runs``). For each it prints the
-median wall time, the median CPU time of the driver's JVM (``/proc``), and the Spark jobs the write ran (the
-scheduler's job counter before and after). Ratios compare figures of the same run. Nothing is asserted: exit 0.
+median wall time, the median CPU time of the driver's JVM and its Python workers (``/proc``), and the Spark jobs the
+write ran (the scheduler's job counter before and after). Ratios compare figures of the same run. Nothing is
+asserted: exit 0. :func:`run` takes a running session, so a test can use its own.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
+from bench.checker_bench import tree_cpu_seconds
 from scrutiny.connectors.tables.schemas import VIOLATIONS, RunRecord, output_table, violation_rows
 from scrutiny.streaming.delta_writer import CheckerTables, append_rows, ensure_table
 from scrutiny.streaming.session import build_spark_session
@@ -48,17 +50,15 @@ class Figure:
 
 
 class Driver:
-    """The session's JVM: its CPU seconds and the Spark jobs it has started."""
+    """The session's JVM: the CPU seconds of its process tree (the JVM and its Python workers) and its Spark jobs."""
 
     def __init__(self, spark: SparkSession) -> None:
         context = spark.sparkContext
         self._scheduler = context._jsc.sc().dagScheduler()
-        self._stat = Path(f"/proc/{context._jvm.ProcessHandle.current().pid()}/stat")  # type: ignore[union-attr]
+        self._pid = int(context._jvm.ProcessHandle.current().pid())  # type: ignore[union-attr]
 
     def cpu_s(self) -> float:
-        text = self._stat.read_text()
-        fields = text[text.rindex(")") + 2 :].split()
-        return (int(fields[11]) + int(fields[12])) / 100.0  # utime + stime in clock ticks (USER_HZ is 100)
+        return tree_cpu_seconds(self._pid)
 
     def jobs(self) -> int:
         return int(self._scheduler.nextJobId())
@@ -88,8 +88,8 @@ def output(batch: int) -> pa.Table:
     )
 
 
-def run(times: int) -> list[Figure]:
-    spark = build_spark_session("delta-write-bench", master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})
+def run(spark: SparkSession, times: int) -> list[Figure]:
+    """Each kind of write ``times`` times with ``spark`` (left running), in a temporary directory."""
     driver = Driver(spark)
     with tempfile.TemporaryDirectory(prefix="delta-write-bench-") as tmp:
         data = Path(tmp)
@@ -117,12 +117,11 @@ def run(times: int) -> list[Figure]:
         figures.append(
             measure(driver, "a whole batch (3 tables at once, then checker_runs)", lambda i: whole_batch(i + 1), times)
         )
-    spark.stop()
     return figures
 
 
 def report(figures: Sequence[Figure]) -> str:
-    lines = [f"{'write':<52} {'wall':>8} {'JVM CPU':>8} {'jobs':>5}"]
+    lines = [f"{'write':<52} {'wall':>8} {'CPU':>8} {'jobs':>5}"]
     lines += [f"{f.label:<52} {f.wall_s:7.3f}s {f.cpu_s:7.3f}s {f.jobs:5d}" for f in figures]
     with_txn, without = figures[0], figures[1]
     lines.append(
@@ -136,7 +135,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="4 writes of each kind instead of 15")
     args = parser.parse_args(argv)
-    print(report(run(4 if args.quick else 15)))
+    spark = build_spark_session("delta-write-bench", master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})
+    try:
+        print(report(run(spark, 4 if args.quick else 15)))
+    finally:
+        spark.stop()
     return 0
 
 

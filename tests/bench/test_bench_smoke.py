@@ -6,7 +6,9 @@ import subprocess
 import sys
 
 import pytest
+from pyspark.sql import SparkSession
 
+from bench import delta_write_bench
 from scrutiny.paths import PROJECT_ROOT
 
 pytestmark = pytest.mark.integration
@@ -66,13 +68,10 @@ def test_input_cost_bench_feeds_every_target_and_prints_its_figures() -> None:
     assert all(int(row[-9]) > 0 for row in rows)  # every target was fed inputs
 
 
-def test_delta_write_bench_times_every_kind_of_write() -> None:
-    done = run_bench("bench.delta_write_bench", "--quick")
-    rows = {
-        line[:52].strip(): line[52:].split()
-        for line in done.stdout.splitlines()
-        if line.startswith(("append", "a whole"))
-    }
-    assert len(rows) == 4
-    assert int(rows["append of a batch already held"][2]) < int(rows["append with txnAppId/txnVersion"][2])
-    assert "idempotent append / plain append:" in done.stdout
+def test_delta_write_bench_times_every_kind_of_write(spark: SparkSession) -> None:
+    figures = {figure.label: figure for figure in delta_write_bench.run(spark, 2)}  # the session's JVM: no new one
+    assert len(figures) == 4
+    held, written = figures["append of a batch already held"], figures["append with txnAppId/txnVersion"]
+    assert held.jobs < written.jobs  # Delta skipped the held batch without writing it
+    assert all(figure.wall_s > 0 and figure.cpu_s >= 0 for figure in figures.values())
+    assert "idempotent append / plain append:" in delta_write_bench.report(list(figures.values()))
