@@ -14,7 +14,8 @@ checker on ``local[2]`` in this process:
 * **wake when due** (the defaults): micro-batches only for new records; the checker publishes a TICK when a timer is
   due, and one after ``checker.idle_batch_seconds`` without a batch; the watcher's TICK every 60 s.
 
-In each: once every ledger is checked and 20 s have passed, the CPU of this process tree (the Spark driver's JVM,
+In each: once every ledger is checked and 20 s have passed, the CPU of this process tree (sampled every second by
+``bench.cpu_meter``, so that Python workers Spark stops meanwhile are counted; the Spark driver's JVM,
 the Python workers, the driver and the watcher's thread; not the ZooKeeper, Kafka or bookie processes) over
 ``--seconds`` of nothing to do (``--baseline-seconds`` for the former design, whose cost is one batch per trigger,
 steady), and the micro-batches run meanwhile. Then under-replication marks are written whose
@@ -41,7 +42,8 @@ from pathlib import Path
 from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
 
-from bench.checker_bench import checks_seen, close_ledger, start_simulator, stop_stack, tree_cpu_seconds
+from bench.checker_bench import checks_seen, close_ledger, start_simulator, stop_stack
+from bench.cpu_meter import CpuMeter
 from scrutiny.connectors.tables.delta import read_table
 from scrutiny.connectors.zookeeper.client import start_zookeeper_client
 from scrutiny.core.zk_paths import underreplication_path
@@ -113,6 +115,12 @@ def main() -> int:
     )
     parser.add_argument("--ledgers", type=int, default=2_000, help="healthy closed ledgers of the cluster")
     parser.add_argument("--closes", type=int, default=20, help="ledgers closed after the idle time")
+    parser.add_argument(
+        "--idle-batch-seconds", type=float, default=None, help="checker.idle_batch_seconds (default: the settings')"
+    )
+    parser.add_argument(
+        "--tick-seconds", type=int, default=None, help="watcher.tick_interval_seconds (default: the settings')"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
     log.setLevel(logging.INFO)
@@ -136,6 +144,8 @@ def run_mode(spark: SparkSession, args: argparse.Namespace, mode: str) -> Figure
             text = scenario_text(args.ledgers, args.closes)
             (tmp / "scenario.toml").write_text(text, encoding="utf-8")
             settings = bench_settings(tmp, text, zookeeper.address, kafka.address, former=former)
+            if not former:
+                settings = with_intervals(settings, idle_batch_s=args.idle_batch_seconds, tick_s=args.tick_seconds)
             return measure(spark, settings, args, mode, tmp, servers=(zookeeper.pid, kafka.pid))
         finally:
             kafka.stop()
@@ -147,7 +157,7 @@ def bench_settings(tmp: Path, text: str, zk: str, kafka: str, *, former: bool) -
     return replace(
         settings,
         kafka=replace(settings.kafka, partitions=2),
-        watcher=replace(settings.watcher, tick_interval_seconds=5 if former else 60),
+        watcher=replace(settings.watcher, tick_interval_seconds=5) if former else settings.watcher,
         checker=replace(
             settings.checker,
             data_dir=str(tmp / "data"),
@@ -156,6 +166,15 @@ def bench_settings(tmp: Path, text: str, zk: str, kafka: str, *, former: bool) -
             wake_on_timers=not former,
         ),
     )
+
+
+def with_intervals(settings: Settings, *, idle_batch_s: float | None, tick_s: int | None) -> Settings:
+    """``settings`` with the checker's heartbeat and the watcher's TICK at these intervals (None: unchanged)."""
+    if idle_batch_s is not None:
+        settings = replace(settings, checker=replace(settings.checker, idle_batch_seconds=idle_batch_s))
+    if tick_s is not None:
+        settings = replace(settings, watcher=replace(settings.watcher, tick_interval_seconds=tick_s))
+    return settings
 
 
 def measure(
@@ -180,13 +199,10 @@ def measure(
         log.info("%s: every ledger checked; idle from now on", mode)
         time.sleep(20)
         runs_before = len(read_table(data_dir, "checker_runs"))
-        cpu, watcher_cpu, clock = (
-            tree_cpu_seconds(os.getpid(), exclude=left_out),
-            thread_cpu(watcher_thread),
-            time.time(),
-        )
+        meter = CpuMeter(os.getpid(), exclude=left_out).start()  # counts the Python workers Spark stops meanwhile
+        watcher_cpu, clock = thread_cpu(watcher_thread), time.time()
         time.sleep(args.baseline_seconds if mode == FORMER else args.seconds)
-        cpu = tree_cpu_seconds(os.getpid(), exclude=left_out) - cpu
+        cpu = meter.stop()
         watcher_cpu = thread_cpu(watcher_thread) - watcher_cpu
         seconds = time.time() - clock
         batches = len(read_table(data_dir, "checker_runs")) - runs_before

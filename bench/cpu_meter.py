@@ -1,0 +1,114 @@
+"""CPU of a process tree over a stretch of time, processes that exit meanwhile included (Linux ``/proc``).
+
+A process's CPU reaches its parent's child times only if the parent waits for it. Spark's Python daemon ignores
+SIGCHLD, so the kernel reaps its workers and their CPU is counted nowhere: summing the live tree's own and child
+times at two instants (``checker_bench.tree_cpu_seconds``) loses every worker Spark stopped in between, and an idle
+checker whose workers Spark stops after their idle minute came out with less CPU than none. :class:`CpuMeter`
+samples the tree every ``period_s`` instead and adds up each process's own CPU (user + system, not its children's)
+as last seen: a process that exits loses at most its last ``period_s`` of CPU, and none is counted twice. The
+sampling's own CPU (its thread's, in this process) is taken out of the figure.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Collection
+from pathlib import Path
+from types import TracebackType
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _processes() -> dict[int, tuple[int, int, float]]:
+    """pid → (parent pid, start time in clock ticks, own user + system CPU seconds) of every process."""
+    found: dict[int, tuple[int, int, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        found[int(entry.name)] = (int(fields[1]), int(fields[19]), (int(fields[11]) + int(fields[12])) / _TICK)
+    return found
+
+
+def _tree(processes: dict[int, tuple[int, int, float]], root: int, left_out: set[int]) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _, _) in processes.items():
+        children.setdefault(parent, []).append(pid)
+    tree, todo = [], [root]
+    while todo:
+        current = todo.pop()
+        if current in left_out or current not in processes:
+            continue
+        tree.append(current)
+        todo.extend(children.get(current, []))
+    return tree
+
+
+class CpuMeter:
+    """CPU seconds used by ``pid``'s tree (without ``exclude``'s subtrees) since :meth:`start`.
+
+    Use as a context manager or call :meth:`start` and :meth:`stop`; :meth:`seconds` may be read at any time.
+    """
+
+    def __init__(self, pid: int, *, exclude: int | Collection[int] = (), period_s: float = 1.0) -> None:
+        self.pid = pid
+        self.left_out = {exclude} if isinstance(exclude, int) else set(exclude)
+        self.period_s = period_s
+        self._start: dict[tuple[int, int], float] = {}
+        self._last: dict[tuple[int, int], float] = {}
+        self._own_s = 0.0  # the sampling thread's CPU
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> CpuMeter:
+        """Take the tree's CPU now as zero and sample it from now on."""
+        processes = _processes()
+        with self._lock:
+            self._start = {
+                (pid, processes[pid][1]): processes[pid][2] for pid in _tree(processes, self.pid, self.left_out)
+            }
+            self._last = dict(self._start)
+        self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
+        self._thread.start()
+        return self
+
+    def sample(self) -> None:
+        """Record the CPU of the tree's processes as it is now (the thread calls this every ``period_s``)."""
+        processes = _processes()
+        with self._lock:
+            for pid in _tree(processes, self.pid, self.left_out):
+                self._last[(pid, processes[pid][1])] = processes[pid][2]
+
+    def seconds(self) -> float:
+        """CPU seconds of the tree since :meth:`start`, exited processes included (as last sampled)."""
+        with self._lock:
+            return sum(cpu - self._start.get(key, 0.0) for key, cpu in self._last.items()) - self._own_s
+
+    def stop(self) -> float:
+        """Take a last sample, stop sampling; the seconds since :meth:`start`."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.sample()
+        return self.seconds()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            before = time.thread_time()
+            self.sample()
+            with self._lock:
+                self._own_s += time.thread_time() - before
+
+    def __enter__(self) -> CpuMeter:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.stop()
