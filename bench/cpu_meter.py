@@ -6,7 +6,7 @@ times at two instants (``checker_bench.tree_cpu_seconds``) loses every worker Sp
 checker whose workers Spark stops after their idle minute came out with less CPU than none. :class:`CpuMeter`
 samples the tree every ``period_s`` instead and adds up each process's own CPU (user + system, not its children's)
 as last seen: a process that exits loses at most its last ``period_s`` of CPU, and none is counted twice. The
-sampling's own CPU (its thread's, in this process) is taken out of the figure.
+sampling's own CPU (its thread's) is taken out of the figure when this process is in the tree measured.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ class CpuMeter:
         self._start: dict[tuple[int, int], float] = {}
         self._last: dict[tuple[int, int], float] = {}
         self._own_s = 0.0  # the sampling thread's CPU
+        self._inside = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -69,10 +70,10 @@ class CpuMeter:
     def start(self) -> CpuMeter:
         """Take the tree's CPU now as zero and sample it from now on."""
         processes = _processes()
+        tree = _tree(processes, self.pid, self.left_out)
         with self._lock:
-            self._start = {
-                (pid, processes[pid][1]): processes[pid][2] for pid in _tree(processes, self.pid, self.left_out)
-            }
+            self._inside = os.getpid() in tree  # the sampling thread's CPU is then in the figure, and taken out
+            self._start = {(pid, processes[pid][1]): processes[pid][2] for pid in tree}
             self._last = dict(self._start)
         self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
         self._thread.start()
@@ -88,7 +89,8 @@ class CpuMeter:
     def seconds(self) -> float:
         """CPU seconds of the tree since :meth:`start`, exited processes included (as last sampled)."""
         with self._lock:
-            return sum(cpu - self._start.get(key, 0.0) for key, cpu in self._last.items()) - self._own_s
+            used = sum(cpu - self._start.get(key, 0.0) for key, cpu in self._last.items())
+            return used - self._own_s if self._inside else used
 
     def stop(self) -> float:
         """Take a last sample, stop sampling; the seconds since :meth:`start`."""

@@ -10,6 +10,7 @@ runs ``local[*]``. What it always sets:
 * the driver's thread stack at 16 MB (``query.stop()`` can overflow the default one);
 * unless ``PYSPARK_PYTHON`` says otherwise, the driver's own Python for the Python workers (which
   must import this package) when the master is local or named here (not by ``spark-submit``);
+* Python workers forked by :mod:`~scrutiny.streaming.worker_daemon` (PySpark's worker code imported once);
 * Arrow for pandas conversions, and a session time zone of UTC (every time in the tables is UTC);
 * Delta Lake's session extension and catalog (the tables are written with delta-spark), with one task to
   rebuild a table's state from its small log;
@@ -64,6 +65,8 @@ BASE_CONF: Mapping[str, str] = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     # The tables' logs are small (a checkpoint every 10 commits): one task rebuilds a table's state, not 50.
     "spark.databricks.delta.snapshotPartitions": "1",
+    # Python workers forked from a daemon that imported PySpark's worker code once (streaming/worker_daemon.py).
+    "spark.python.daemon.module": "scrutiny.streaming.worker_daemon",
 }
 
 

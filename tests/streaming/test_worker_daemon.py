@@ -1,0 +1,54 @@
+"""Spark's Python workers are forked from a daemon that imported PySpark's worker code once, safely."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from scrutiny.streaming.session import BASE_CONF
+from scrutiny.streaming.worker_bytecode import pyspark_archive
+
+DAEMON = "scrutiny.streaming.worker_daemon"
+
+#: What the daemon holds before it forks: the worker's code, and no thread nor any module known to start threads.
+BEFORE_THE_FORKS = f"""
+import os, sys, threading
+import {DAEMON}
+print("pyspark.worker" in sys.modules, threading.active_count(), len(os.listdir("/proc/self/task")),
+      sorted(m for m in ("pyarrow", "pandas", "grpc") if m in sys.modules))
+"""
+
+
+@pytest.mark.unit
+def test_the_daemon_imports_the_worker_code_and_starts_no_thread_before_forking() -> None:
+    lib = pyspark_archive().parent
+    path = os.pathsep.join([str(pyspark_archive()), *map(str, lib.glob("py4j-*.zip"))])  # the workers' path
+    done = subprocess.run(
+        [sys.executable, "-c", BEFORE_THE_FORKS],
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip().split(maxsplit=3) == ["True", "1", "1", "[]"]
+
+
+@pytest.mark.unit
+def test_every_session_names_the_daemon() -> None:
+    assert BASE_CONF["spark.python.daemon.module"] == DAEMON
+
+
+def _parent_command(_: object) -> str:
+    return Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+@pytest.mark.integration
+def test_the_session_s_python_workers_are_forked_by_the_daemon(spark: SparkSession) -> None:
+    parents = set(spark.sparkContext.parallelize(range(4), 2).map(_parent_command).collect())
+    assert parents and all(f"-m {DAEMON} pyspark.worker" in parent for parent in parents), parents
