@@ -37,7 +37,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -47,6 +47,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from kazoo.client import KazooClient
 
+from bench.cpu_meter import tree_cpu_seconds
 from scrutiny.connectors.tables.delta import read_table, table_uri
 from scrutiny.connectors.zookeeper.client import start_zookeeper_client
 from scrutiny.core.ledger_metadata import LedgerState, decode_ledger_metadata, encode_ledger_metadata_v3
@@ -339,31 +340,6 @@ def spark_phases(progress: list[Any]) -> dict[str, float]:
             for name in ("allUpdatesTimeMs", "commitTimeMs"):
                 phases.setdefault(f"state {name}", []).append(float(getattr(operator, name, 0) or 0))
     return {name: statistics.median(values) for name, values in sorted(phases.items())}
-
-
-def tree_cpu_seconds(pid: int, *, exclude: int | Collection[int] = ()) -> float:
-    """User + system CPU seconds of ``pid`` and its descendants (Linux /proc), leaving out ``exclude``'s subtrees."""
-    left_out = {exclude} if isinstance(exclude, int) else set(exclude)
-    children: dict[int, list[int]] = {}
-    times: dict[int, float] = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry.name))
-        times[int(entry.name)] = (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / tick
-    total, todo = 0.0, [pid]
-    while todo:
-        current = todo.pop()
-        if current in left_out:
-            continue
-        total += times.get(current, 0.0)
-        todo.extend(children.get(current, []))
-    return total
 
 
 def state_bytes(checkpoint: Path) -> int:

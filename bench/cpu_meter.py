@@ -2,7 +2,7 @@
 
 A process's CPU reaches its parent's child times only if the parent waits for it. Spark's Python daemon ignores
 SIGCHLD, so the kernel reaps its workers and their CPU is counted nowhere: summing the live tree's own and child
-times at two instants (``checker_bench.tree_cpu_seconds``) loses every worker Spark stopped in between, and an idle
+times at two instants (:func:`tree_cpu_seconds`) loses every worker Spark stopped in between, and an idle
 checker whose workers Spark stops after their idle minute came out with less CPU than none. :class:`CpuMeter`
 samples the tree every ``period_s`` instead and adds up each process's own CPU (user + system, not its children's)
 as last seen: a process that exits loses at most its last ``period_s`` of CPU, and none is counted twice. The
@@ -17,13 +17,21 @@ import time
 from collections.abc import Collection
 from pathlib import Path
 from types import TracebackType
+from typing import NamedTuple
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _processes() -> dict[int, tuple[int, int, float]]:
-    """pid → (parent pid, start time in clock ticks, own user + system CPU seconds) of every process."""
-    found: dict[int, tuple[int, int, float]] = {}
+class _Stat(NamedTuple):
+    parent: int
+    started: int  # clock ticks since boot: with the pid, names one process even after the pid is reused
+    own_s: float  # user + system CPU of the process itself
+    children_s: float  # of its children that it waited for
+
+
+def _processes() -> dict[int, _Stat]:
+    """Every process's :class:`_Stat`, by pid."""
+    found: dict[int, _Stat] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -31,14 +39,15 @@ def _processes() -> dict[int, tuple[int, int, float]]:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        found[int(entry.name)] = (int(fields[1]), int(fields[19]), (int(fields[11]) + int(fields[12])) / _TICK)
+        own, children = int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
+        found[int(entry.name)] = _Stat(int(fields[1]), int(fields[19]), own / _TICK, children / _TICK)
     return found
 
 
-def _tree(processes: dict[int, tuple[int, int, float]], root: int, left_out: set[int]) -> list[int]:
+def _tree(processes: dict[int, _Stat], root: int, left_out: set[int]) -> list[int]:
     children: dict[int, list[int]] = {}
-    for pid, (parent, _, _) in processes.items():
-        children.setdefault(parent, []).append(pid)
+    for pid, stat in processes.items():
+        children.setdefault(stat.parent, []).append(pid)
     tree, todo = [], [root]
     while todo:
         current = todo.pop()
@@ -47,6 +56,14 @@ def _tree(processes: dict[int, tuple[int, int, float]], root: int, left_out: set
         tree.append(current)
         todo.extend(children.get(current, []))
     return tree
+
+
+def tree_cpu_seconds(pid: int, *, exclude: int | Collection[int] = ()) -> float:
+    """User + system CPU seconds of ``pid`` and its descendants (and of the children they waited for), now, leaving out
+    ``exclude``'s subtrees: take it twice for what ran in between, when no process of the tree exits unwaited."""
+    processes = _processes()
+    left_out = {exclude} if isinstance(exclude, int) else set(exclude)
+    return sum(processes[p].own_s + processes[p].children_s for p in _tree(processes, pid, left_out))
 
 
 class CpuMeter:
@@ -73,7 +90,7 @@ class CpuMeter:
         tree = _tree(processes, self.pid, self.left_out)
         with self._lock:
             self._inside = os.getpid() in tree  # the sampling thread's CPU is then in the figure, and taken out
-            self._start = {(pid, processes[pid][1]): processes[pid][2] for pid in tree}
+            self._start = {(pid, processes[pid].started): processes[pid].own_s for pid in tree}
             self._last = dict(self._start)
         self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
         self._thread.start()
@@ -84,7 +101,7 @@ class CpuMeter:
         processes = _processes()
         with self._lock:
             for pid in _tree(processes, self.pid, self.left_out):
-                self._last[(pid, processes[pid][1])] = processes[pid][2]
+                self._last[(pid, processes[pid].started)] = processes[pid].own_s
 
     def seconds(self) -> float:
         """CPU seconds of the tree since :meth:`start`, exited processes included (as last sampled)."""

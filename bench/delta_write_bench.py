@@ -31,7 +31,7 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from bench.checker_bench import tree_cpu_seconds
+from bench.cpu_meter import tree_cpu_seconds
 from scrutiny.connectors.tables.schemas import VIOLATIONS, RunRecord, output_table, violation_rows
 from scrutiny.streaming.delta_writer import CheckerTables, append_rows, ensure_table
 from scrutiny.streaming.session import build_spark_session

@@ -34,7 +34,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.checker_bench import running_servers, scenario_text, start_simulator, tree_cpu_seconds, wait_backlog
+from bench.checker_bench import running_servers, scenario_text, start_simulator, wait_backlog
+from bench.cpu_meter import tree_cpu_seconds
 from scrutiny.connectors.tables.delta import read_table
 from scrutiny.services.embedded import embedded_settings
 from scrutiny.settings.loader import Settings, load_settings

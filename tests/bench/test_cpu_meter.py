@@ -6,8 +6,7 @@ import os
 import subprocess
 import sys
 
-from bench.checker_bench import tree_cpu_seconds
-from bench.cpu_meter import CpuMeter
+from bench.cpu_meter import CpuMeter, tree_cpu_seconds
 
 #: A parent that ignores SIGCHLD (as Spark's Python daemon does) and forks a child that burns CPU and exits.
 UNWAITED_CHILD = """
