@@ -37,8 +37,9 @@ def test_excluded_subtrees_and_time_before_the_start_do_not_count() -> None:
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # a core busy all along
     try:
         with CpuMeter(os.getpid(), exclude=burner.pid, period_s=0.2) as meter:
-            subprocess.run([sys.executable, "-c", "pass"], check=True, timeout=30)
-        assert meter.seconds() < 0.5  # a Python start, not the excluded busy loop
+            subprocess.run([sys.executable, "-c", "import time; time.sleep(2)"], check=True, timeout=30)
+        # A Python start: not the excluded loop's 2 s, nor this process's CPU before the start (its imports).
+        assert meter.seconds() < 0.5
     finally:
         burner.kill()
         burner.wait()
