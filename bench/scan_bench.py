@@ -36,7 +36,8 @@ from scrutiny.services.servers import start_zookeeper
 from scrutiny.settings.loader import Settings, load_settings
 from scrutiny.simulator.generator import generate, parse_fault_mix
 from scrutiny.simulator.scenario import parse_scenario
-from scrutiny.streaming.scan.job import ScanOptions, ScanResult, ScanRun
+from scrutiny.streaming.scan.job import ScanResult, ScanRun
+from scrutiny.streaming.scan.snapshot import ScanOptions
 from scrutiny.streaming.session import build_spark_session
 
 log = logging.getLogger("bench.scan")

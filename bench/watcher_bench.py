@@ -148,7 +148,6 @@ class SnapshotTimes:
 
     ledgers: int
     resync_s: float
-    listed_s: float
     read_s: float
     begin_s: float
     flushed_s: float
@@ -357,7 +356,6 @@ def _wait_snapshot(running: RunningWatcher, stages: Stages, ledgers: int) -> Sna
     return SnapshotTimes(
         ledgers=ledgers,
         resync_s=registry.get_sample_value("scrutiny_watcher_resync_duration_seconds_sum") or 0.0,
-        listed_s=marks["ledger nodes found"] - start,
         read_s=marks["ledgers read"] - start,
         begin_s=marks["begin"] - start,
         flushed_s=marks["flushed"] - start,
@@ -683,7 +681,7 @@ def _walk_table(results: Results) -> list[str]:
     if snap is not None:
         lines += [
             "",
-            f"Watcher snapshot phases (s from its start): ledger nodes listed {snap.listed_s:.2f}, data read "
+            f"Watcher snapshot phases (s from its start): ledgers read "
             f"{snap.read_s:.2f}, SNAPSHOT_BEGIN handed to the producer {snap.begin_s:.2f}, last event flushed "
             f"{snap.flushed_s:.2f}; {snap.events:,} LEDGER_CREATED events "
             f"({_rate(snap.events, snap.flushed_s - snap.begin_s)} events/s from SNAPSHOT_BEGIN to flushed).",

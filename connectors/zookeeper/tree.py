@@ -1,17 +1,19 @@
 """A walk of BookKeeper's whole metadata tree with pipelined asynchronous reads and multiRead.
 
-Used by the watcher on start and after every reconnect: many requests in flight on the one
-ZooKeeper connection (a bounded window, so memory stays bounded), level by level for the
-ledger directories, then the ledger nodes' data, 500 nodes per multiRead request (ZooKeeper
-3.6+; about 50 times the rate of one getData per node through kazoo). Nodes that vanish during the walk are simply
-not in the result (the persistent watch reports their deletion). Progress is reported through
-a callback.
+Used by the watcher on start and after every reconnect, and by the one-shot scan: many requests in flight on the one
+ZooKeeper connection (a bounded window, so memory stays bounded). :func:`walk_ledgers` goes depth first, a few ledger
+directories listed at a time, and reads the ledger nodes' data in batches, 500 nodes per multiRead request (ZooKeeper
+3.6+; about 50 times the rate of one getData per node through kazoo), handing each batch on before it lists further:
+what it holds does not grow with the cluster. Nodes that vanish during the walk are simply not in the result (the
+persistent watch reports their deletion). Progress is reported through a callback.
 """
 
 from __future__ import annotations
 
+import math
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -46,8 +48,11 @@ DEFAULT_WINDOW = 2000
 #: Nodes read per multiRead request, and multiRead requests in flight.
 MULTI_READ_BATCH = 500
 MULTI_READ_WINDOW = 8
-#: Progress is reported after every this many ledgers read.
+#: Progress is reported after every this many ledgers read (and :func:`walk_ledgers` yields them so many at a time).
 PROGRESS_EVERY = 50_000
+#: Directories the depth-first walk lists at a time: at least, and at most (dense leaf directories: the least).
+LIST_GROUP_MIN = 8
+LIST_GROUP_MAX = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,21 +150,47 @@ def read_nodes(client: KazooClient, paths: Sequence[str], *, window: int = MULTI
 def read_cluster(client: KazooClient, layout: TreeLayout, *, progress: Progress | None = None) -> MetadataView:
     """Everything the watcher publishes, read now: ledgers, marks, registrations and racks."""
     report = progress or (lambda phase, count: None)
+    ledgers: dict[int, Node] = {}
+    for batch in walk_ledgers(client, layout):
+        ledgers.update(batch)
+        report("ledgers read", len(ledgers))
+    view = read_marks_and_bookies(client, layout, progress=report)
+    view.ledgers = ledgers
+    return view
+
+
+def read_marks_and_bookies(
+    client: KazooClient, layout: TreeLayout, *, progress: Progress | None = None
+) -> MetadataView:
+    """Everything :func:`read_cluster` reads but the ledgers (left empty): marks, registrations and racks."""
     view = MetadataView()
-    leaves = _ledger_leaves(client, layout, DEFAULT_WINDOW)
-    report("ledger nodes found", len(leaves))
-    for start in range(0, len(leaves), PROGRESS_EVERY):
-        chunk = dict(leaves[start : start + PROGRESS_EVERY])
-        nodes = read_nodes(client, list(chunk.values()))
-        view.ledgers.update((ledger_id, nodes[path]) for ledger_id, path in chunk.items() if path in nodes)
-        report("ledgers read", len(view.ledgers))
     marks = dict(mark_leaves(client, layout.root))
     nodes = read_nodes(client, list(marks.values()))
     view.marks.update((ledger_id, nodes[path]) for ledger_id, path in marks.items() if path in nodes)
-    report("under-replication marks read", len(view.marks))
+    if progress is not None:
+        progress("under-replication marks read", len(view.marks))
     view.writable, view.readonly = read_registrations(client, layout.root)
     view.racks = read_optional(client, layout.racks_path)
     return view
+
+
+def walk_ledgers(
+    client: KazooClient, layout: TreeLayout, *, batch: int = PROGRESS_EVERY
+) -> Iterator[list[tuple[int, Node]]]:
+    """Every ledger node with its data, ``batch`` at a time (the last batch may be smaller), in ascending id order
+    in BookKeeper's layouts.
+
+    Depth first, a few directories listed at a time (:data:`LIST_GROUP_MAX`), so what it holds does not grow with the
+    number of ledgers: the names of the directories still to list (in the hierarchical layouts at most one
+    directory's children per level: 10,000 names), the leaf names of the directories listed last (at most
+    :data:`LIST_GROUP_MAX` × 10,000) and one batch of nodes. The flat layout keeps its one directory's names, which
+    ZooKeeper sends in a single response.
+    """
+    if batch < 1:
+        raise ValueError(f"a batch holds at least one ledger, got {batch}")
+    for leaves in _leaf_batches(client, layout, batch):
+        nodes = read_nodes(client, [path for _, path in leaves])
+        yield [(ledger_id, nodes[path]) for ledger_id, path in leaves if path in nodes]
 
 
 def read_registrations(client: KazooClient, root: str) -> tuple[dict[str, bytes], dict[str, bytes]]:
@@ -249,24 +280,47 @@ def _children(client: KazooClient, paths: list[str], window: int) -> list[tuple[
     return pipelined(client, calls, window=window)
 
 
-def _ledger_leaves(client: KazooClient, layout: TreeLayout, window: int) -> list[tuple[int, str]]:
-    """(ledger id, path) of every ledger node, level by level below the root."""
+def _leaf_batches(client: KazooClient, layout: TreeLayout, batch: int) -> Iterator[list[tuple[int, str]]]:
+    """(ledger id, path) of every ledger node below the root, ``batch`` at a time, depth first (see
+    :func:`walk_ledgers`)."""
     root = layout.root.rstrip("/") or ""
     try:
         top = client.get_children(layout.root)
     except NoNodeError:
-        return []
-    level = [f"{root}/{name}" for name in top if is_ledger_tree_child(name, manager=layout.manager)]
+        return
+    names = sorted((name for name in top if is_ledger_tree_child(name, manager=layout.manager)), key=_id_order)
+    level = [f"{root}/{name}" for name in names]
     if layout.manager is LedgerManager.FLAT:
-        return _as_ledgers(level, layout)
-    leaf_paths: list[str] = []
-    while level:
-        next_level: list[str] = []
-        for parent, names in _children(client, level, window):
+        for start in range(0, len(level), batch):
+            yield _as_ledgers(level[start : start + batch], layout)
+        return
+    todo = deque(level)
+    leaves: list[str] = []
+    listed = found = 0
+    while todo:
+        # As many directories as should fill the batch at the density seen so far, within bounds: a dense cluster's
+        # leaf directories hold 10,000 ledgers each, a sparse one's a few.
+        wanted = math.ceil(max(1, batch - len(leaves)) * listed / max(1, found)) if found else LIST_GROUP_MIN
+        group = [todo.popleft() for _ in range(min(len(todo), max(LIST_GROUP_MIN, min(LIST_GROUP_MAX, wanted))))]
+        children = dict(_children(client, group, DEFAULT_WINDOW))
+        below: list[str] = []
+        for parent in group:
+            names = sorted(children.get(parent, ()), key=_id_order)
+            listed, found = listed + 1, found + len(names)
             for name in names:
-                (leaf_paths if name.startswith("L") else next_level).append(f"{parent}/{name}")
-        level = next_level
-    return _as_ledgers(leaf_paths, layout)
+                (leaves if name.startswith("L") else below).append(f"{parent}/{name}")
+        todo.extendleft(reversed(below))
+        while len(leaves) >= batch:
+            yield _as_ledgers(leaves[:batch], layout)
+            del leaves[:batch]
+    if leaves:
+        yield _as_ledgers(leaves, layout)
+
+
+def _id_order(name: str) -> tuple[int, str]:
+    """Sibling names in the order of the ids below them: BookKeeper pads each level to a fixed width, but the
+    hierarchical layout's long ids sit under 3-digit names beside the 2-digit ones of the short ids."""
+    return len(name), name
 
 
 def _as_ledgers(paths: list[str], layout: TreeLayout) -> list[tuple[int, str]]:

@@ -48,7 +48,8 @@ from scrutiny.core.vocabulary import Severity
 from scrutiny.settings.loader import Settings, load_settings
 from scrutiny.streaming.scan.fix import FixOptions, check_fix_options, fix_json, fix_lines, run_fix
 from scrutiny.streaming.scan.held import HeldSurvey
-from scrutiny.streaming.scan.job import DEFAULT_CHUNK_SIZE, ScanOptions, ScanResult, ScanRun, probe_zookeeper
+from scrutiny.streaming.scan.job import ScanResult, ScanRun, probe_zookeeper
+from scrutiny.streaming.scan.snapshot import DEFAULT_CHUNK_SIZE, ScanOptions
 from scrutiny.streaming.session import build_spark_session
 
 
@@ -150,7 +151,12 @@ def _run(args: argparse.Namespace) -> int:
 def _interruption(result: ScanResult) -> str | None:
     if not result.interrupted:
         return None
-    return f"the scan was stopped after {result.examined} of {result.selected} ledgers; their findings are written"
+    if result.walked:
+        return f"the scan was stopped after {result.examined} of {result.selected} ledgers; their findings are written"
+    return (
+        f"the scan was stopped after {result.examined} ledgers, before its ZooKeeper walk ended ({result.selected} "
+        "selected by then); their findings are written"
+    )
 
 
 def _open_violation(row: dict[str, Any]) -> OpenViolation:
@@ -275,13 +281,17 @@ class ProgressLine:
         elif not (total is not None and done >= total) and now - self._last < self.every_s:
             return
         self._last = now
-        text = f"scan: {phase} {done}" if total is None else self._bar(phase, done, total, now)
+        text = self._count(phase, done, now) if total is None else self._bar(phase, done, total, now)
         if self.tty:
             self.stream.write(f"\r\033[K{text}")
             self._open = True
         else:
             self.stream.write(text + "\n")
         self.stream.flush()
+
+    def _count(self, phase: str, done: int, now: float) -> str:
+        elapsed = now - self._started
+        return f"scan: {phase} {done}" + (f" ({_rate(done / elapsed)})" if done and elapsed > 0 else "")
 
     def _bar(self, phase: str, done: int, total: int, now: float) -> str:
         share = done / total if total else 1.0

@@ -74,16 +74,32 @@ class HeldSurvey:
 
 
 class KnownLedgers:
-    """The snapshot's ledger ids in 8 bytes each, for membership tests (ascending ids given)."""
+    """The walk's ledger ids in 8 bytes each, for membership tests (given in any order; ascending costs no sort)."""
 
-    def __init__(self, ledger_ids: Iterable[int]) -> None:
-        self._ids = array("q", sorted(ledger_ids))
+    def __init__(self, ledger_ids: Iterable[int] = ()) -> None:
+        self._ids = array("q")
+        self._ordered = True
+        self.extend(ledger_ids)
+
+    def extend(self, ledger_ids: Iterable[int]) -> None:
+        """Add ``ledger_ids`` to the set."""
+        before = len(self._ids)
+        self._ids.extend(ledger_ids)
+        ids = self._ids
+        start = max(1, before)
+        if self._ordered and any(ids[i - 1] > ids[i] for i in range(start, len(ids))):
+            self._ordered = False
 
     def __contains__(self, ledger_id: object) -> bool:
         if not isinstance(ledger_id, int):
             return False
+        if not self._ordered:
+            self._ids, self._ordered = array("q", sorted(self._ids)), True
         at = bisect.bisect_left(self._ids, ledger_id)
         return at < len(self._ids) and self._ids[at] == ledger_id
+
+    def __len__(self) -> int:
+        return len(self._ids)
 
 
 def survey_held_ledgers(

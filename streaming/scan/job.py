@@ -1,13 +1,14 @@
-"""A one-shot scan on Spark in batch mode: one ZooKeeper snapshot, every selected ledger checked, tables written.
+"""A one-shot scan on Spark in batch mode: one ZooKeeper walk, every selected ledger checked, tables written.
 
-The driver walks ZooKeeper once (:func:`read_snapshot`, the watcher's pipelined walk, with progress), takes the
-ledgers' passwords out of their metadata (the tasks never see one), looks up which violations the tables hold open,
-and checks the selected ledgers in chunks: each chunk is one Spark job
-(:class:`~scrutiny.streaming.scan.tasks.ScanLedgers` over ``mapInArrow``) whose records are written to the checker's
-Delta tables as one batch with source ``scan`` (exactly once per scan id, like the streaming checker's batches). A
-stop request (:meth:`ScanRun.stop`, e.g. Ctrl-C) cancels the running Spark job and ends the scan between chunks:
-the chunks written before stay, each complete; nothing is half written. Ledgers gone from ZooKeeper have their open
-violations resolved only by a scan that ran to the end over every ledger.
+The driver reads the cluster from ZooKeeper (:mod:`~scrutiny.streaming.scan.snapshot`: registrations, racks, marks),
+looks up which violations the tables hold open, then walks the ledgers and checks them in chunks as the walk hands
+them on (their passwords taken out of their metadata: the tasks never see one), so the driver's memory does not grow
+with the cluster: each chunk is one Spark job (:class:`~scrutiny.streaming.scan.tasks.ScanLedgers` over
+``mapInArrow``) whose records are written to the checker's Delta tables as one batch with source ``scan`` (exactly
+once per scan id, like the streaming checker's batches). A stop request (:meth:`ScanRun.stop`, e.g. Ctrl-C) cancels
+the running Spark job and ends the scan between chunks: the chunks written before stay, each complete; nothing is
+half written. Ledgers gone from ZooKeeper have their open violations resolved only by a scan whose walk ran to the
+end.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -34,79 +35,34 @@ from scrutiny.connectors.tables.orphan_rows import read_sightings
 from scrutiny.connectors.tables.schemas import OPEN_VIOLATIONS, RunRecord, output_table
 from scrutiny.connectors.zookeeper.client import close_zookeeper_client, start_zookeeper_client, zookeeper_target
 from scrutiny.connectors.zookeeper.cluster_cache import CachedClusterReader, ClusterCacheError
-from scrutiny.connectors.zookeeper.tree import TreeLayout, read_autorecovery, read_cluster, read_locks
-from scrutiny.core.autorecovery_health import scan_warnings
-from scrutiny.core.errors import FormatError, ScrutinyError
-from scrutiny.core.ledger_scan import (
-    LedgerSelection,
-    ScanItem,
-    ScanMode,
-    ScanStep,
-    gone,
-    involves_bookie,
-)
+from scrutiny.core.errors import ScrutinyError
+from scrutiny.core.ledger_scan import ScanItem, ScanMode, ScanStep, gone
 from scrutiny.core.ledger_tracker import ViolationKey
-from scrutiny.core.metadata_redaction import redacted_metadata
-from scrutiny.core.metadata_view import MetadataView
-from scrutiny.core.replication_locks import ReplicationLock
-from scrutiny.core.verdict import ClusterView
-from scrutiny.core.vocabulary import CLUSTER_LEDGER_ID, Category
-from scrutiny.core.zk_records import parse_pulsar_racks, parse_underreplication_mark
 from scrutiny.settings.loader import Settings
 from scrutiny.streaming.checker.job import job_config
 from scrutiny.streaming.checker.orphan_judge import OrphanJudge
 from scrutiny.streaming.checker.records import NARROW_DDL, Record, widen_table
 from scrutiny.streaming.delta_writer import CheckerTables, read_delta
-from scrutiny.streaming.scan.held import JUDGE_BATCH, HeldSurvey, KnownLedgers, survey_held_ledgers
+from scrutiny.streaming.scan.held import JUDGE_BATCH, HeldSurvey, survey_held_ledgers
 from scrutiny.streaming.scan.progress import ProgressListener
+from scrutiny.streaming.scan.snapshot import (
+    Progress,
+    ScanOptions,
+    ScanSnapshot,
+    ZooKeeperSnapshot,
+    open_snapshot,
+)
 from scrutiny.streaming.scan.tasks import INPUT_SCHEMA, SOURCE, ScanConfig, ScanLedgers, encode_keys, step_records
 
 log = logging.getLogger(__name__)
 
 #: How often the driver looks at a running chunk's progress (and at a stop request).
 _POLL_S = 0.25
-#: Ledgers per Spark job (and per table batch): the unit of progress and of a safe stop.
-DEFAULT_CHUNK_SIZE = 10_000
 _TABLE_RECORDS = ("violation", "resolved", "check")
-_ORPHAN = Category.ORPHAN_LEDGER.value
-#: (phase, done, total or None): progress of the walk and of the checks.
-Progress = Callable[[str, int, int | None], None]
 
 
 class ScanError(ScrutinyError):
     """The scan cannot run: ZooKeeper unreachable, an unreadable table, a Spark job that failed."""
-
-
-@dataclass(frozen=True)
-class ScanOptions:
-    """What to scan and how."""
-
-    mode: ScanMode = ScanMode.DEEP
-    selection: LedgerSelection = field(default_factory=LedgerSelection)
-    bookie: str | None = None
-    chunk_size: int = DEFAULT_CHUNK_SIZE
-    data_dir: str | None = None
-    connect_timeout_s: float = 15.0
-
-
-@dataclass
-class ScanSnapshot:
-    """The scan's view of the cluster, read once."""
-
-    items: list[ScanItem]
-    ledgers_in_zookeeper: int
-    gone: dict[int, tuple[ViolationKey, ...]]
-    cluster: ClusterView
-    registrations: dict[str, bytes | None]
-    warnings: list[str]
-    read_seconds: float
-    #: The bookies with an open ``BOOKIE_LOST`` in the tables (the streaming job declared them lost).
-    lost_bookies: frozenset[str] = frozenset()
-    #: Every ledger id of the walk, selected or not (what the bookies may hold with metadata), when the scan surveys
-    #: what they hold without (empty otherwise).
-    known: KnownLedgers = field(default_factory=lambda: KnownLedgers(()))
-    #: Bookie → the ledgers with an ``ORPHAN_LEDGER`` open for it in the tables.
-    open_orphans: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -125,6 +81,8 @@ class ScanResult:
     batches: int = 0
     violations: list[Record] = field(default_factory=list)
     interrupted: bool = False
+    #: Whether the ZooKeeper walk ran to its end (a scan stopped before has counted only the ledgers met so far).
+    walked: bool = False
     warnings: list[str] = field(default_factory=list)
     #: What the agents' bookies hold without metadata (a deep scan of every ledger that ran to the end; else None).
     held: HeldSurvey | None = None
@@ -144,6 +102,7 @@ class ScanRun:
         self.scan_id = f"scan-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
         self.data_dir = options.data_dir or settings.checker.data_dir
         self._stopping = threading.Event()
+        self._checker_tables: CheckerTables | None = None
 
     def stop(self) -> None:
         """Cancel the running Spark job and end the scan before the next chunk.
@@ -161,29 +120,45 @@ class ScanRun:
             log.debug("cancelling the scan's Spark jobs: %s", error)
 
     def run(self, progress: Progress | None = None) -> ScanResult:
-        """Read the snapshot, check every selected ledger chunk by chunk, write the tables; the figures."""
+        """Read the cluster, walk the ledgers chunk by chunk, check each chunk and write the tables; the figures."""
         report = progress or (lambda phase, done, total: None)
         result = ScanResult(self.scan_id, self.options.mode, int(time.time() * 1000))
         prior = read_open_keys(self.spark, self.data_dir)
-        snapshot = read_snapshot(self.settings, self.options, prior, report)
-        result.ledgers_in_zookeeper = snapshot.ledgers_in_zookeeper
-        result.selected = len(snapshot.items)
-        result.warnings += snapshot.warnings
-        result.read_seconds = snapshot.read_seconds
-        if self._stopping.is_set():
-            result.interrupted = True
-            return result
-        tables = CheckerTables(
-            self.spark,
-            self.data_dir,
-            app_id=f"scrutiny-{self.scan_id}",
-            conflict_attempts=self.settings.checker.write_conflict_attempts,
-        )
-        tables.ensure_tables()
+        with open_snapshot(self.settings, self.options, prior, report) as zookeeper:
+            snapshot = zookeeper.snapshot
+            result.warnings += snapshot.warnings
+            if not self._stopping.is_set():
+                self._check_chunks(zookeeper, result, report)
+            result.ledgers_in_zookeeper, result.selected = snapshot.ledgers_in_zookeeper, snapshot.selected
+            result.read_seconds = snapshot.read_seconds
+        result.walked = snapshot.walked
+        result.interrupted = self._stopping.is_set() or not snapshot.walked or result.examined < snapshot.selected
+        if not result.interrupted and snapshot.gone:
+            rows = [r for lid, keys in snapshot.gone.items() for r in _gone_records(lid, keys)]
+            self._write(self._tables(), result.batches, rows, started=datetime.now(UTC), examined=0, result=result)
+        if not result.interrupted and self.options.surveys_held:
+            try:
+                judge = self._orphan_judge(snapshot, self._tables(), result)
+                result.held = self._survey_held(snapshot, self._config(snapshot), report, judge)
+            except (ClusterCacheError, TableError) as error:
+                result.warnings.append(f"what the bookies hold without metadata was not surveyed: {error}")
+            except (PySparkException, TableReadError) as error:  # the orphan_sightings table unreadable or unwritable
+                result.warnings.append(f"the orphan sightings were not read or written: {_first_line(error)}")
+        return result
+
+    def _check_chunks(self, zookeeper: ZooKeeperSnapshot, result: ScanResult, report: Progress) -> None:
+        """Check the walk's chunks one by one until the walk ends or a stop request (then between chunks)."""
+        snapshot = zookeeper.snapshot
+        tables = self._tables()
         config = self._config(snapshot)
         clock = time.monotonic()
-        report("ledgers checked", 0, len(snapshot.items))
-        for batch_id, chunk in enumerate(_chunks(snapshot.items, self.options.chunk_size)):
+        read_before = snapshot.read_seconds
+
+        def total() -> int | None:
+            return snapshot.selected if snapshot.walked else None
+
+        report("ledgers checked", 0, None)
+        for batch_id, chunk in enumerate(zookeeper.chunks(self.options.chunk_size)):
             if self._stopping.is_set():
                 break
             started = datetime.now(UTC)
@@ -193,26 +168,26 @@ class ScanRun:
             def finished(ledgers: int, before: int = checked_before, size: int = len(chunk)) -> None:
                 nonlocal finished_in_chunk
                 finished_in_chunk += ledgers
-                report("ledgers checked", before + min(finished_in_chunk, size), len(snapshot.items))
+                report("ledgers checked", before + min(finished_in_chunk, size), total())
 
             rows = self._check(chunk, config, finished)
             if rows is None:
                 break
             self._write(tables, batch_id, rows, started=started, examined=len(chunk), result=result)
-            report("ledgers checked", result.examined, len(snapshot.items))
-        result.interrupted = self._stopping.is_set() or result.examined < len(snapshot.items)
-        if not result.interrupted and snapshot.gone:
-            rows = [r for lid, keys in snapshot.gone.items() for r in _gone_records(lid, keys)]
-            self._write(tables, result.batches, rows, started=datetime.now(UTC), examined=0, result=result)
-        result.check_seconds = time.monotonic() - clock
-        if not result.interrupted and _surveys_held(self.options):
-            try:
-                result.held = self._survey_held(snapshot, config, report, self._orphan_judge(snapshot, tables, result))
-            except (ClusterCacheError, TableError) as error:
-                result.warnings.append(f"what the bookies hold without metadata was not surveyed: {error}")
-            except (PySparkException, TableReadError) as error:  # the orphan_sightings table unreadable or unwritable
-                result.warnings.append(f"the orphan sightings were not read or written: {_first_line(error)}")
-        return result
+            report("ledgers checked", result.examined, total())
+        result.check_seconds = time.monotonic() - clock - (snapshot.read_seconds - read_before)
+
+    def _tables(self) -> CheckerTables:
+        """The checker's tables, written with this scan's application id (created on first use)."""
+        if self._checker_tables is None:
+            self._checker_tables = CheckerTables(
+                self.spark,
+                self.data_dir,
+                app_id=f"scrutiny-{self.scan_id}",
+                conflict_attempts=self.settings.checker.write_conflict_attempts,
+            )
+            self._checker_tables.ensure_tables()
+        return self._checker_tables
 
     def _orphan_judge(self, snapshot: ScanSnapshot, tables: CheckerTables, result: ScanResult) -> OrphanJudge:
         """The survey's judge of ``ORPHAN_LEDGER`` (:class:`~scrutiny.streaming.checker.orphan_judge.OrphanJudge`):
@@ -377,107 +352,6 @@ def probe_zookeeper(settings: Settings, *, timeout_s: float = 15.0) -> None:
         close_zookeeper_client(client)
 
 
-def read_snapshot(
-    settings: Settings, options: ScanOptions, prior: dict[int, list[ViolationKey]], progress: Progress
-) -> ScanSnapshot:
-    """ZooKeeper read once: the selected ledgers with their marks and open keys, the cluster, the ledgers gone."""
-    clock = time.monotonic()
-    target = zookeeper_target(settings.zookeeper)
-    layout = TreeLayout(root=target.ledgers_root, manager=target.manager, racks_path=settings.watcher.racks_path)
-    client = start_zookeeper_client(settings.zookeeper, timeout_s=options.connect_timeout_s)
-    try:
-        observed = read_cluster(client, layout, progress=lambda phase, count: progress(phase, count, None))
-        locks = read_locks(client, layout.root) if observed.marks else {}
-        autorecovery = read_autorecovery(client, layout.root)
-    finally:
-        close_zookeeper_client(client)
-    snapshot = _select(observed, options, prior, locks)
-    snapshot.warnings += scan_warnings(autorecovery, auditor_expected=settings.watcher.auditor_expected)
-    snapshot.read_seconds = time.monotonic() - clock
-    return snapshot
-
-
-def _select(
-    observed: MetadataView,
-    options: ScanOptions,
-    prior: dict[int, list[ViolationKey]],
-    locks: Mapping[int, ReplicationLock] | None = None,
-) -> ScanSnapshot:
-    warnings: list[str] = []
-    marks = {}
-    unreadable_marks = 0
-    for ledger_id, node in observed.marks.items():
-        try:
-            marks[ledger_id] = parse_underreplication_mark(node.data)
-        except FormatError:
-            unreadable_marks += 1
-    if unreadable_marks:
-        warnings.append(
-            f"{unreadable_marks} under-replication mark(s) do not parse; their ledgers are scanned unmarked"
-        )
-    items: list[ScanItem] = []
-    for ledger_id in sorted(observed.ledgers):
-        if ledger_id not in options.selection:
-            continue
-        node = observed.ledgers[ledger_id]
-        if options.bookie is not None and not involves_bookie(node.data, options.bookie):
-            continue
-        keys = tuple(prior.get(ledger_id, ()))
-        redacted = redacted_metadata(node.data)  # the password stays here: the tasks get the bytes without it
-        items.append(
-            ScanItem(
-                ledger_id,
-                node.stat.version,
-                redacted.data,
-                marks.get(ledger_id),
-                keys,
-                node.stat.mtime_ms,
-                redacted.decode_error,
-                (locks or {}).get(ledger_id) if ledger_id in marks else None,
-            )
-        )
-    every_ledger = options.selection.everything and options.bookie is None
-    # Cluster-level findings (ledger id -1) are the streaming job's: no ledger of the walk stands for them. An orphan
-    # has no metadata by definition: the survey of the bookies resolves its finding, not its absence here.
-    gone_ids = {
-        lid: kept
-        for lid, keys in prior.items()
-        if lid not in observed.ledgers
-        and lid != CLUSTER_LEDGER_ID
-        and (kept := tuple(k for k in keys if k[0] != _ORPHAN))
-    }
-    open_orphans: dict[str, list[int]] = {}
-    for lid, held_keys in prior.items():
-        for key in held_keys:
-            if key[0] == _ORPHAN:
-                open_orphans.setdefault(key[1], []).append(lid)
-    racks: dict[str, str] = {}
-    if observed.racks is not None:
-        try:
-            racks = dict(parse_pulsar_racks(observed.racks).racks)
-        except FormatError as error:
-            warnings.append(f"the rack node does not parse ({error}); placement is judged with the default rack")
-    cluster = ClusterView(racks=racks, writable=frozenset(observed.writable), readonly=frozenset(observed.readonly))
-    return ScanSnapshot(
-        items=items,
-        ledgers_in_zookeeper=len(observed.ledgers),
-        gone=gone_ids if every_ledger else {lid: k for lid, k in gone_ids.items() if lid in options.selection},
-        cluster=cluster,
-        registrations={**observed.readonly, **observed.writable},
-        warnings=warnings,
-        read_seconds=0.0,
-        lost_bookies=frozenset(k[1] for k in prior.get(CLUSTER_LEDGER_ID, ()) if k[0] == Category.BOOKIE_LOST.value),
-        known=KnownLedgers(observed.ledgers if _surveys_held(options) else ()),
-        open_orphans=open_orphans,
-    )
-
-
-def _surveys_held(options: ScanOptions) -> bool:
-    """Whether the scan surveys what the bookies hold without metadata: a deep scan of every ledger (it needs them
-    all to tell)."""
-    return options.mode is ScanMode.DEEP and options.selection.everything
-
-
 def input_table(items: list[ScanItem]) -> pa.Table:
     """The chunk as the tasks' input (:data:`~scrutiny.streaming.scan.tasks.INPUT_SCHEMA`)."""
     return pa.Table.from_pydict(
@@ -499,11 +373,6 @@ def input_table(items: list[ScanItem]) -> pa.Table:
 
 def _gone_records(ledger_id: int, keys: tuple[ViolationKey, ...]) -> list[Record]:
     return step_records(ledger_id, ScanStep((gone(keys),)), int(time.time() * 1000))
-
-
-def _chunks(items: list[ScanItem], size: int) -> Iterator[list[ScanItem]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 def _stat(row: Record, name: str) -> int:

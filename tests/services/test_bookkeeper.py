@@ -43,7 +43,8 @@ from scrutiny.services.local_stack import EmbeddedServices, UpResult
 from scrutiny.services.servers import ServiceState, is_same_process, read_record
 from scrutiny.settings.loader import load_settings
 from scrutiny.streaming.checker.orphan_sweep import OrphanSweep
-from scrutiny.streaming.scan.job import ScanOptions, ScanRun
+from scrutiny.streaming.scan.job import ScanRun
+from scrutiny.streaming.scan.snapshot import ScanOptions
 from tests.streaming.checker.test_orphan_sweep import RecordingJudge
 from tests.support.checker_harness import quick_checker, streaming_job
 

@@ -43,7 +43,8 @@ from scrutiny.services.bookkeeper_tools import METADATA_ROOT, bookkeeper_shell, 
 from scrutiny.services.local_stack import EmbeddedServices
 from scrutiny.services.servers import ServiceState
 from scrutiny.settings.loader import load_settings
-from scrutiny.streaming.scan.job import ScanOptions, ScanRun
+from scrutiny.streaming.scan.job import ScanRun
+from scrutiny.streaming.scan.snapshot import ScanOptions
 
 pytestmark = pytest.mark.integration
 

@@ -24,7 +24,8 @@ from scrutiny.services.bookkeeper import BookieOptions
 from scrutiny.services.bookkeeper_tools import ledger_tool
 from scrutiny.services.local_stack import EmbeddedServices, UpResult
 from scrutiny.settings.loader import load_settings
-from scrutiny.streaming.scan.job import ScanOptions, ScanRun
+from scrutiny.streaming.scan.job import ScanRun
+from scrutiny.streaming.scan.snapshot import ScanOptions
 from tests.support.strategies import expand_set
 
 pytestmark = pytest.mark.integration

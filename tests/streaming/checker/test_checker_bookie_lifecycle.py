@@ -24,7 +24,8 @@ from scrutiny.simulator.model import Action, Event
 from scrutiny.simulator.scenario import parse_scenario
 from scrutiny.simulator.truth import cluster_truth
 from scrutiny.streaming.checker.records import CLUSTER_LEDGER
-from scrutiny.streaming.scan.job import ScanOptions, ScanRun
+from scrutiny.streaming.scan.job import ScanRun
+from scrutiny.streaming.scan.snapshot import ScanOptions
 from tests.support.checker_harness import SettingsFor, running_checker
 from tests.support.scenarios import TWO_GROUPS, TWO_GROUPS_LEDGERS, small_scenario
 

@@ -1,4 +1,5 @@
-"""The deep scan's survey hands its judge id ranges that follow each other and cover every id, one batch at a time."""
+"""The deep scan's survey hands its judge id ranges that follow each other and cover every id, one batch at a time;
+the walk's ledger ids it consults answer as a set would."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from types import SimpleNamespace
 from typing import cast
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from scrutiny.connectors.bookies.fetch import FetchConfig
 from scrutiny.core.held_ledgers import LISTING_START, HeldLedger, LedgerPage
@@ -57,3 +60,19 @@ def test_the_judge_gets_contiguous_ranges_of_the_ledgers_without_metadata(monkey
     assert calls == [(IdRange(LISTING_START, 8), [1, 5]), (IdRange(8, None), [9])]
     [found] = survey.bookies
     assert (found.listed, found.count, found.orphans, survey.orphans) == (5, 3, 1, 1)
+
+
+@given(
+    st.lists(st.lists(st.integers(min_value=-5, max_value=2**63 - 1) | st.integers(0, 50), max_size=20), max_size=6),
+    st.lists(st.integers(0, 50) | st.integers(min_value=-(2**63), max_value=2**63 - 1), max_size=30),
+)
+def test_known_ledgers_answer_as_a_set_of_the_ids_given_batch_by_batch_in_any_order(
+    batches: list[list[int]], probes: list[int]
+) -> None:
+    known = held.KnownLedgers()
+    for batch in batches:
+        known.extend(batch)
+    reference = {ledger_id for batch in batches for ledger_id in batch}
+    assert len(known) == sum(map(len, batches))
+    assert [p in known for p in [*probes, *reference]] == [p in reference for p in [*probes, *reference]]
+    assert "7" not in known

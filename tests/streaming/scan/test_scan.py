@@ -30,7 +30,8 @@ from scrutiny.simulator.model import Scenario
 from scrutiny.simulator.scenario import load_scenario, parse_scenario
 from scrutiny.simulator.state import ClusterState
 from scrutiny.streaming.delta_writer import location
-from scrutiny.streaming.scan.job import ScanOptions, ScanResult, ScanRun
+from scrutiny.streaming.scan.job import ScanResult, ScanRun
+from scrutiny.streaming.scan.snapshot import ScanOptions
 from tests.streaming.checker.test_checker import EXAMPLE, truth_ids
 from tests.support.checker_harness import ViolationId, harness_settings, simulated_cluster
 from tests.support.checker_process import (

@@ -16,8 +16,10 @@ from scrutiny.core.ledger_scan import scan_deep, scan_fast
 from scrutiny.core.ledger_tracker import TrackerConfig
 from scrutiny.core.metadata_view import MetadataView, Node, NodeStat
 from scrutiny.core.verdict import ClusterView
-from scrutiny.streaming.scan.job import ScanOptions, _select, input_table
+from scrutiny.streaming.scan.job import input_table
+from scrutiny.streaming.scan.snapshot import ScanOptions
 from scrutiny.streaming.scan.tasks import input_items
+from tests.support.scan_snapshots import walked
 
 pytestmark = pytest.mark.unit
 
@@ -42,17 +44,17 @@ def test_the_tasks_get_the_metadata_without_the_password_and_the_error_of_unsear
     garbage = b"\x00garbled " + PASSWORD
     stat = NodeStat(4, 10, 11, 1_700_000_000_000, 1_700_000_000_500)
     view = MetadataView(ledgers={1: Node(blob(), stat), 2: Node(garbage, stat)}, writable=dict.fromkeys(BOOKIES, b""))
-    snapshot = _select(view, ScanOptions(), {})
-    items = {item.ledger_id: item for item in snapshot.items}
+    _, selected = walked(view, ScanOptions(), {})
+    items = {item.ledger_id: item for item in selected}
     assert decode_ledger_metadata(items[1].data) == dataclasses.replace(decode_ledger_metadata(blob()), password=b"")
     assert (items[1].decode_error, items[2].data, items[2].decode_error) == ("", b"", error_of(garbage))
 
-    table = input_table(snapshot.items)
+    table = input_table(selected)
     for column in table.columns:
         for value in column.to_pylist():
             assert PASSWORD not in (value if isinstance(value, bytes) else str(value).encode())
     back = [item for batch in table.to_batches() for item in input_items(batch)]
-    assert back == snapshot.items  # the decode error travels to the tasks with the (empty) bytes
+    assert back == selected  # the decode error travels to the tasks with the (empty) bytes
 
     cluster = ClusterView(writable=frozenset(BOOKIES))
     for step in (
