@@ -15,55 +15,17 @@ import os
 import threading
 import time
 from collections.abc import Collection
-from pathlib import Path
 from types import TracebackType
-from typing import NamedTuple
 
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-class _Stat(NamedTuple):
-    parent: int
-    started: int  # clock ticks since boot: with the pid, names one process even after the pid is reused
-    own_s: float  # user + system CPU of the process itself
-    children_s: float  # of its children that it waited for
-
-
-def _processes() -> dict[int, _Stat]:
-    """Every process's :class:`_Stat`, by pid."""
-    found: dict[int, _Stat] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        own, children = int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
-        found[int(entry.name)] = _Stat(int(fields[1]), int(fields[19]), own / _TICK, children / _TICK)
-    return found
-
-
-def _tree(processes: dict[int, _Stat], root: int, left_out: set[int]) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for pid, stat in processes.items():
-        children.setdefault(stat.parent, []).append(pid)
-    tree, todo = [], [root]
-    while todo:
-        current = todo.pop()
-        if current in left_out or current not in processes:
-            continue
-        tree.append(current)
-        todo.extend(children.get(current, []))
-    return tree
+from bench.process_tree import all_processes, descendants
 
 
 def tree_cpu_seconds(pid: int, *, exclude: int | Collection[int] = ()) -> float:
     """User + system CPU seconds of ``pid`` and its descendants (and of the children they waited for), now, leaving out
     ``exclude``'s subtrees: take it twice for what ran in between, when no process of the tree exits unwaited."""
-    processes = _processes()
+    processes = all_processes()
     left_out = {exclude} if isinstance(exclude, int) else set(exclude)
-    return sum(processes[p].own_s + processes[p].children_s for p in _tree(processes, pid, left_out))
+    return sum(processes[p].own_s + processes[p].children_s for p in descendants(processes, pid, left_out))
 
 
 class CpuMeter:
@@ -86,8 +48,8 @@ class CpuMeter:
 
     def start(self) -> CpuMeter:
         """Take the tree's CPU now as zero and sample it from now on."""
-        processes = _processes()
-        tree = _tree(processes, self.pid, self.left_out)
+        processes = all_processes()
+        tree = descendants(processes, self.pid, self.left_out)
         with self._lock:
             self._inside = os.getpid() in tree  # the sampling thread's CPU is then in the figure, and taken out
             self._start = {(pid, processes[pid].started): processes[pid].own_s for pid in tree}
@@ -98,9 +60,9 @@ class CpuMeter:
 
     def sample(self) -> None:
         """Record the CPU of the tree's processes as it is now (the thread calls this every ``period_s``)."""
-        processes = _processes()
+        processes = all_processes()
         with self._lock:
-            for pid in _tree(processes, self.pid, self.left_out):
+            for pid in descendants(processes, self.pid, self.left_out):
                 self._last[(pid, processes[pid].started)] = processes[pid].own_s
 
     def seconds(self) -> float:

@@ -176,7 +176,7 @@ class LiveFigures:
 # --------------------------------------------------------------------------- metadata and the tree
 
 
-def _templates(state: LedgerState) -> list[bytes]:
+def metadata_templates(state: LedgerState) -> list[bytes]:
     """Real v3 metadata blobs, E=3/WQ=2/AQ=2, ensembles varying over 12 bookies."""
     out: list[bytes] = []
     for index in range(TEMPLATES):
@@ -218,7 +218,7 @@ def _write_one_by_one(client: KazooClient, root: str, ledger_ids: range, blobs: 
     return _checked(time.perf_counter() - started, len(created), len(paths), root)
 
 
-def _write_batched(client: KazooClient, root: str, ledger_ids: range, blobs: Sequence[bytes]) -> float:
+def write_tree(client: KazooClient, root: str, ledger_ids: range, blobs: Sequence[bytes]) -> float:
     """Pipelined multi requests of WRITE_BATCH creates each (window WRITE_WINDOW); seconds taken by the leaves."""
     paths = _leaves(client, root, ledger_ids)
     batches = [paths[start : start + WRITE_BATCH] for start in range(0, len(paths), WRITE_BATCH)]
@@ -576,9 +576,9 @@ def _run(plan: Plan, zookeeper: RunningServer, kafka: RunningServer, results: Re
     consumer: ConsumerProcess | None = None
     try:
         client.create(layout_path(root=ROOT), format_layout(parse_layout(HIERARCHICAL_LAYOUT)), makepath=True)
-        opened, closed = _templates(LedgerState.OPEN), _templates(LedgerState.CLOSED)
+        opened, closed = metadata_templates(LedgerState.OPEN), metadata_templates(LedgerState.CLOSED)
         _stderr(f"writing {plan.ledgers:,} ledgers under {ROOT} ...")
-        results.write_s = _write_batched(client, ROOT, range(1, plan.ledgers + 1), opened)
+        results.write_s = write_tree(client, ROOT, range(1, plan.ledgers + 1), opened)
         _stderr(f"  {results.write_s:.1f} s; writing {plan.subset:,} ledgers under {SUBSET_ROOT} one by one ...")
         results.subset_write_s = _write_one_by_one(client, SUBSET_ROOT, range(1, plan.subset + 1), opened)
         _stderr(f"  {results.subset_write_s:.1f} s; walking {ROOT} with read_cluster ...")
