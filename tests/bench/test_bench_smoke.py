@@ -75,3 +75,14 @@ def test_delta_write_bench_times_every_kind_of_write(spark: SparkSession) -> Non
     assert held.jobs < written.jobs  # Delta skipped the held batch without writing it
     assert all(figure.wall_s > 0 and figure.cpu_s >= 0 for figure in figures.values())
     assert "idempotent append / plain append:" in delta_write_bench.report(list(figures.values()))
+
+
+def test_scan_scale_bench_scans_each_size_and_measures_every_process() -> None:
+    done = run_bench("bench.scan_scale_bench", "--sizes", "400,200", "--chunk-size", "150")
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in done.stdout.splitlines()]
+    figures = [row for row in rows if row[0].replace(",", "").isdigit()]
+    assert [row[0] for row in figures] == ["200", "400"]  # smallest first
+    for row in figures:
+        driver, jvm, worker, workers = (float(cell) for cell in row[6:10])
+        assert driver > 0 and jvm > driver and worker > 0 and workers >= 1
+    assert "400 against 200 ledgers: cost a ledger ×" in done.stdout
