@@ -185,11 +185,14 @@ def walk_ledgers(
     directory's children per level: 10,000 names), the leaf names of the directories listed last (at most
     :data:`LIST_GROUP_MAX` × 10,000) and one batch of nodes. The flat layout keeps its one directory's names, which
     ZooKeeper sends in a single response.
+
+    Each listing and each batch of reads is tried again under the client's command retry (a connection lost for a
+    moment costs the batch, not the walk: a scan's walk lasts as long as its checks).
     """
     if batch < 1:
         raise ValueError(f"a batch holds at least one ledger, got {batch}")
     for leaves in _leaf_batches(client, layout, batch):
-        nodes = read_nodes(client, [path for _, path in leaves])
+        nodes = client.retry(read_nodes, client, [path for _, path in leaves])
         yield [(ledger_id, nodes[path]) for ledger_id, path in leaves if path in nodes]
 
 
@@ -285,7 +288,7 @@ def _leaf_batches(client: KazooClient, layout: TreeLayout, batch: int) -> Iterat
     :func:`walk_ledgers`)."""
     root = layout.root.rstrip("/") or ""
     try:
-        top = client.get_children(layout.root)
+        top = client.retry(client.get_children, layout.root)
     except NoNodeError:
         return
     names = sorted((name for name in top if is_ledger_tree_child(name, manager=layout.manager)), key=_id_order)
@@ -302,7 +305,7 @@ def _leaf_batches(client: KazooClient, layout: TreeLayout, batch: int) -> Iterat
         # leaf directories hold 10,000 ledgers each, a sparse one's a few.
         wanted = math.ceil(max(1, batch - len(leaves)) * listed / max(1, found)) if found else LIST_GROUP_MIN
         group = [todo.popleft() for _ in range(min(len(todo), max(LIST_GROUP_MIN, min(LIST_GROUP_MAX, wanted))))]
-        children = dict(_children(client, group, DEFAULT_WINDOW))
+        children = dict(client.retry(_children, client, group, DEFAULT_WINDOW))
         below: list[str] = []
         for parent in group:
             names = sorted(children.get(parent, ()), key=_id_order)

@@ -49,6 +49,7 @@ from scrutiny.streaming.scan.snapshot import (
     Progress,
     ScanOptions,
     ScanSnapshot,
+    WalkError,
     ZooKeeperSnapshot,
     open_snapshot,
 )
@@ -153,11 +154,27 @@ class ScanRun:
         config = self._config(snapshot)
         clock = time.monotonic()
         read_before = snapshot.read_seconds
+        report("ledgers checked", 0, None)
+        try:
+            self._check_walked(zookeeper, tables, config, result, report)
+        except WalkError as error:
+            raise ScanError(f"{error}; the {result.examined} ledgers checked before are in the tables") from error
+        result.check_seconds = time.monotonic() - clock - (snapshot.read_seconds - read_before)
+
+    def _check_walked(
+        self,
+        zookeeper: ZooKeeperSnapshot,
+        tables: CheckerTables,
+        config: ScanConfig,
+        result: ScanResult,
+        report: Progress,
+    ) -> None:
+        """The loop of :meth:`_check_chunks`: a Spark job and a table batch per chunk of the walk."""
+        snapshot = zookeeper.snapshot
 
         def total() -> int | None:
             return snapshot.selected if snapshot.walked else None
 
-        report("ledgers checked", 0, None)
         for batch_id, chunk in enumerate(zookeeper.chunks(self.options.chunk_size)):
             if self._stopping.is_set():
                 break
@@ -175,7 +192,6 @@ class ScanRun:
                 break
             self._write(tables, batch_id, rows, started=started, examined=len(chunk), result=result)
             report("ledgers checked", result.examined, total())
-        result.check_seconds = time.monotonic() - clock - (snapshot.read_seconds - read_before)
 
     def _tables(self) -> CheckerTables:
         """The checker's tables, written with this scan's application id (created on first use)."""

@@ -19,9 +19,11 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
 
 from scrutiny.connectors.zookeeper.client import close_zookeeper_client, start_zookeeper_client, zookeeper_target
 from scrutiny.connectors.zookeeper.tree import (
+    PROGRESS_EVERY,
     TreeLayout,
     read_autorecovery,
     read_locks,
@@ -29,7 +31,7 @@ from scrutiny.connectors.zookeeper.tree import (
     walk_ledgers,
 )
 from scrutiny.core.autorecovery_health import scan_warnings
-from scrutiny.core.errors import FormatError
+from scrutiny.core.errors import FormatError, ScrutinyError
 from scrutiny.core.ledger_scan import LedgerSelection, ScanItem, ScanMode, involves_bookie
 from scrutiny.core.ledger_tracker import ViolationKey
 from scrutiny.core.metadata_redaction import redacted_metadata
@@ -46,6 +48,11 @@ Progress = Callable[[str, int, int | None], None]
 _ORPHAN = Category.ORPHAN_LEDGER.value
 #: Ledgers per Spark job (and per table batch): the unit of progress and of a safe stop.
 DEFAULT_CHUNK_SIZE = 10_000
+
+
+class WalkError(ScrutinyError):
+    """A read of the walk failed: refused (no read permission on a directory), or a connection lost for longer than
+    the client's command retry."""
 
 
 @dataclass(frozen=True)
@@ -191,21 +198,33 @@ class SnapshotWalk:
 class ZooKeeperSnapshot:
     """:class:`SnapshotWalk` over a live walk of ZooKeeper (see :func:`open_snapshot`)."""
 
-    def __init__(self, client: KazooClient, layout: TreeLayout, walk: SnapshotWalk) -> None:
+    def __init__(
+        self, client: KazooClient, layout: TreeLayout, walk: SnapshotWalk, *, walk_batch: int = PROGRESS_EVERY
+    ) -> None:
         self.client = client
         self.layout = layout
         self.walk = walk
         self.snapshot = walk.snapshot
+        self.walk_batch = walk_batch
 
     def chunks(self, size: int) -> Iterator[list[ScanItem]]:
         """The selected ledgers, ``size`` at a time in the walk's order; the next batch of the walk is read only when
-        the chunks before it have been taken. The walk ends (:meth:`SnapshotWalk.finish`) after the last chunk."""
+        the chunks before it have been taken. The walk ends (:meth:`SnapshotWalk.finish`) after the last chunk.
+
+        Raises :class:`WalkError` when a read fails (one that lost its connection is tried again under the client's
+        command retry first; one made while the client reconnects waits for the connection)."""
         snapshot = self.snapshot
         pending: list[ScanItem] = []
-        batches = walk_ledgers(self.client, self.layout)
+        batches = walk_ledgers(self.client, self.layout, batch=self.walk_batch)
         while True:
             clock = time.monotonic()
-            batch = next(batches, None)
+            try:
+                batch = next(batches, None)
+            except KazooException as error:
+                raise WalkError(
+                    f"the ZooKeeper walk failed after {snapshot.ledgers_in_zookeeper} ledgers: "
+                    f"{type(error).__name__} {error}".strip()
+                ) from error
             if batch is not None:
                 pending += self.walk.select(batch)
             else:
