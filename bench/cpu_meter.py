@@ -15,9 +15,8 @@ import os
 import threading
 import time
 from collections.abc import Collection
-from types import TracebackType
 
-from bench.process_tree import all_processes, descendants
+from bench.process_tree import Sampler, all_processes, descendants
 
 
 def tree_cpu_seconds(pid: int, *, exclude: int | Collection[int] = ()) -> float:
@@ -28,35 +27,30 @@ def tree_cpu_seconds(pid: int, *, exclude: int | Collection[int] = ()) -> float:
     return sum(processes[p].own_s + processes[p].children_s for p in descendants(processes, pid, left_out))
 
 
-class CpuMeter:
+class CpuMeter(Sampler):
     """CPU seconds used by ``pid``'s tree (without ``exclude``'s subtrees) since :meth:`start`.
 
     Use as a context manager or call :meth:`start` and :meth:`stop`; :meth:`seconds` may be read at any time.
     """
 
     def __init__(self, pid: int, *, exclude: int | Collection[int] = (), period_s: float = 1.0) -> None:
+        super().__init__(period_s, "cpu-meter")
         self.pid = pid
         self.left_out = {exclude} if isinstance(exclude, int) else set(exclude)
-        self.period_s = period_s
         self._start: dict[tuple[int, int], float] = {}
         self._last: dict[tuple[int, int], float] = {}
         self._own_s = 0.0  # the sampling thread's CPU
         self._inside = False
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> CpuMeter:
-        """Take the tree's CPU now as zero and sample it from now on."""
+    def _begin(self) -> None:
+        """Take the tree's CPU now as zero."""
         processes = all_processes()
         tree = descendants(processes, self.pid, self.left_out)
         with self._lock:
             self._inside = os.getpid() in tree  # the sampling thread's CPU is then in the figure, and taken out
             self._start = {(pid, processes[pid].started): processes[pid].own_s for pid in tree}
             self._last = dict(self._start)
-        self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
-        self._thread.start()
-        return self
 
     def sample(self) -> None:
         """Record the CPU of the tree's processes as it is now (the thread calls this every ``period_s``)."""
@@ -73,23 +67,11 @@ class CpuMeter:
 
     def stop(self) -> float:
         """Take a last sample, stop sampling; the seconds since :meth:`start`."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        self.sample()
+        self.halt()
         return self.seconds()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.period_s):
-            before = time.thread_time()
-            self.sample()
-            with self._lock:
-                self._own_s += time.thread_time() - before
-
-    def __enter__(self) -> CpuMeter:
-        return self.start()
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self.stop()
+    def _sampled(self) -> None:
+        before = time.thread_time()
+        self.sample()
+        with self._lock:
+            self._own_s += time.thread_time() - before

@@ -10,9 +10,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
-from bench.process_tree import all_processes, descendants
+from bench.process_tree import Sampler, all_processes, descendants
 
 
 @dataclass(frozen=True)
@@ -36,26 +35,20 @@ def _peak_of(pid: int) -> Peak | None:
     return Peak(pid, fields.get("Name", "").strip(), int(hwm[0]) * 1024)
 
 
-class PeakMemory:
+class PeakMemory(Sampler):
     """The peak resident memory of ``pid`` and of each of its descendants, sampled every ``period_s``.
 
     Use as a context manager or call :meth:`start` and :meth:`stop`; :meth:`peaks` may be read at any time.
     """
 
     def __init__(self, pid: int, *, period_s: float = 0.5) -> None:
+        super().__init__(period_s, "memory-meter")
         self.pid = pid
-        self.period_s = period_s
         self._peaks: dict[tuple[int, int], Peak] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> PeakMemory:
-        """Sample now and from now on."""
+    def _begin(self) -> None:
         self.sample()
-        self._thread = threading.Thread(target=self._run, name="memory-meter", daemon=True)
-        self._thread.start()
-        return self
 
     def sample(self) -> None:
         """Record each process's peak as it is now (the thread calls this every ``period_s``)."""
@@ -73,20 +66,5 @@ class PeakMemory:
 
     def stop(self) -> list[Peak]:
         """Take a last sample, stop sampling; :meth:`peaks`."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        self.sample()
+        self.halt()
         return self.peaks()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.period_s):
-            self.sample()
-
-    def __enter__(self) -> PeakMemory:
-        return self.start()
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self.stop()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.process_tree import all_processes
 from scrutiny.paths import PROJECT_ROOT
 
 pytestmark = pytest.mark.integration
@@ -28,17 +29,7 @@ def readme_block(containing: str) -> str:
 
 def session_processes(session_id: int) -> list[int]:
     """Live processes of the session ``session_id`` (zombies count as gone)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == session_id and fields[0] != "Z":
-            found.append(int(entry.name))
-    return found
+    return [pid for pid, stat in all_processes().items() if stat.session == session_id and stat.state != "Z"]
 
 
 def test_the_watcher_block_runs_and_stops_what_it_starts(tmp_path: Path) -> None:
