@@ -82,13 +82,12 @@ class KnownLedgers:
         self.extend(ledger_ids)
 
     def extend(self, ledger_ids: Iterable[int]) -> None:
-        """Add ``ledger_ids`` to the set."""
-        before = len(self._ids)
-        self._ids.extend(ledger_ids)
-        ids = self._ids
-        start = max(1, before)
-        if self._ordered and any(ids[i - 1] > ids[i] for i in range(start, len(ids))):
-            self._ordered = False
+        """Add ``ledger_ids`` to the set (a batch of the walk at a time: its order is checked by one sort of it)."""
+        new = array("q", ledger_ids)
+        if self._ordered and new:
+            follows = not self._ids or self._ids[-1] <= new[0]
+            self._ordered = follows and new.tolist() == sorted(new)
+        self._ids.extend(new)
 
     def __contains__(self, ledger_id: object) -> bool:
         if not isinstance(ledger_id, int):

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from scrutiny.cli.scan import ProgressLine, scan_json, scan_lines
+from scrutiny.cli.scan import ProgressLine, _interruption, scan_json, scan_lines
 from scrutiny.core.held_ledgers import HeldLedger
 from scrutiny.core.ledger_scan import ScanMode, parse_ledger_selection
 from scrutiny.settings.loader import load_settings
@@ -110,3 +110,23 @@ def test_what_the_bookies_hold_without_metadata_is_summed_named_and_in_the_json(
     assert "  bk1:3181: 25 of 900 ledgers held, 3 orphans (ledgers 0, 1, 2" in "\n".join(lines)
     held = scan_json(result, "data")["held_without_metadata"]
     assert isinstance(held, dict) and held["orphans"] == 3 and held["bookies"]["bk1:3181"]["orphans"] == 3
+
+
+def test_a_count_without_a_total_shows_its_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = iter([0.0, 0.0, 10.0])  # the line made, then each update
+    monkeypatch.setattr("scrutiny.cli.scan.time.monotonic", lambda: next(clock))
+    out = io.StringIO()
+    progress = ProgressLine(out, every_s=0)
+    progress.update("ledgers checked", 0, None)  # the walk has not ended: no total yet
+    progress.update("ledgers checked", 20_000, None)
+    assert out.getvalue().splitlines() == ["scan: ledgers checked 0", "scan: ledgers checked 20000 (2000/s)"]
+
+
+def test_a_scan_stopped_before_its_walk_ended_says_so() -> None:
+    result = ScanResult("scan-1", ScanMode.FAST, 0, selected=40, examined=30, interrupted=True)
+    assert _interruption(result) == (
+        "the scan was stopped after 30 ledgers, before its ZooKeeper walk ended (40 selected by then); their findings"
+        " are written"
+    )
+    result.walked = True
+    assert _interruption(result) == "the scan was stopped after 30 of 40 ledgers; their findings are written"
