@@ -322,9 +322,17 @@ def on_metadata(
     state = state or TrackedLedger()
     if version < state.version or (version == state.version and (state.checked or state.retry_at_ms is not None)):
         return Step(state)
-    fresh = replace(state, version=version, checked=False, metadata=data, changed_ms=changed_ms, attempts=0)
-    fresh = replace(fresh, written_ms=written_ms)
-    fresh = replace(fresh, retry_at_ms=None, reported=())
+    fresh = replace(
+        state,
+        version=version,
+        checked=False,
+        metadata=data,
+        changed_ms=changed_ms,
+        attempts=0,
+        written_ms=written_ms,
+        retry_at_ms=None,
+        reported=(),
+    )
     try:
         metadata = decode_ledger_metadata(data)
     except FormatError as error:
@@ -338,7 +346,8 @@ def on_metadata(
         )
     fresh = _recovering(fresh, metadata, now_ms=now_ms, config=config)
     ended = _ended(fresh, metadata, cluster)
-    fresh = replace(fresh, open=_without(fresh.open, ended))
+    if ended:
+        fresh = replace(fresh, open=_without(fresh.open, ended))
     if not needs_check(metadata):
         step = Step(replace(fresh, metadata=None, written_ms=None), Outcome(metadata=metadata, version=version))
     elif answers is None:
@@ -618,7 +627,9 @@ def _judge(
         under_replication=None if state.mark is None else replace(state.mark, ctime_ms=None),
         written_ms=state.written_ms,
     )
-    state = replace(state, limbo=_in_limbo_since(state.limbo, answers, _bookies(metadata), now_ms))
+    limbo = _in_limbo_since(state.limbo, answers, _bookies(metadata), now_ms)
+    if limbo != state.limbo:
+        state = replace(state, limbo=limbo)
     found = _not_stuck(verdict)
     asked = len(_bookies(metadata))
     if verdict.retry_bookies and state.attempts < config.retry.max_retries:
@@ -656,7 +667,8 @@ def _complete(
     named = {k[1] for k in state.open if k[0] == _NOT_MARKED} | {b for b, _ in state.lost}
     holding = set(_bookies(metadata)) if metadata is not None else named
     kept |= {k for k in state.open if k[0] == _NOT_MARKED and k[1] in holding}
-    state = replace(state, lost=tuple(x for x in state.lost if x[0] in holding))
+    if any(x[0] not in holding for x in state.lost):
+        state = replace(state, lost=tuple(x for x in state.lost if x[0] in holding))
     resolved = tuple(k for k in state.open if k not in keys and k not in kept)
     still = tuple(k for k in state.open if k in kept and k not in keys)
     latency = None if state.changed_ms is None else max(0, now_ms - state.changed_ms)
@@ -670,10 +682,16 @@ def _complete(
     )
     now_open = _with_keys(still, found)
     keep = state.metadata if metadata is not None and (now_open or state.mark is not None) else None
-    done = replace(state, checked=True, metadata=keep, retry_at_ms=None, open=now_open, reported=())
-    done = replace(done, written_ms=state.written_ms if keep is not None else None)
-    if verified:
-        done = replace(done, verified_ms=now_ms)
+    done = replace(
+        state,
+        checked=True,
+        metadata=keep,
+        retry_at_ms=None,
+        open=now_open,
+        reported=(),
+        written_ms=state.written_ms if keep is not None else None,
+        verified_ms=now_ms if verified else state.verified_ms,
+    )
     outcome = Outcome(
         found=_unreported(state, found), resolved=resolved, check=check, metadata=metadata, version=state.version
     )

@@ -304,7 +304,8 @@ def _verdict(
 def _compacted(answer: BookieAnswer) -> BookieAnswer:
     if answer.kind is not AnswerKind.LISTING or len(answer.groups) < 2:
         return answer
-    return replace(answer, groups=tuple(merge_consecutive(answer.groups)))  # its evidence (``beyond``) kept
+    merged = tuple(merge_consecutive(answer.groups))
+    return answer if merged == answer.groups else replace(answer, groups=merged)  # its evidence (``beyond``) kept
 
 
 def _irregular(answers: Mapping[str, BookieAnswer], ensemble_size: int) -> list[str]:
@@ -356,14 +357,20 @@ class _ReplicaCheck:
         pieces × bookies.
         """
         inputs: list[list[Piece]] = []
+        everyone_holds_all = True  # the common case: every bookie answered and holds its whole stripe
         for index, bookie in enumerate(span.ensemble):
             known = self.pieces.get(bookie)
             if known is None:
+                everyone_holds_all = False
                 inputs.append([(span.first, span.last, full_mask(self.modulus))])
                 if expected_groups(index, self.size, self.wq, span.first, span.last) and bookie not in self.retry:
                     self.retry.append(bookie)
             else:
-                inputs.append(known.window(span.first, span.last))
+                window = known.window(span.first, span.last)
+                inputs.append(window)
+                everyone_holds_all = everyone_holds_all and _holds_throughout(window, span, self.expected[index])
+        if everyone_holds_all:
+            return  # what the sweep below finds then: nobody lacks anything, no level is ever below a quorum
         missing = list(self.expected)  # what each bookie lacks from since[index] on: all it should hold, at first
         since = [span.first] * len(missing)
         lacking: list[list[Piece]] = [[] for _ in missing]
@@ -581,6 +588,14 @@ class _QuorumBeyond:
             _stretch(since, hi, acked, modulus, found)
         if found:
             self.acknowledged = EntrySet.of(to_groups(found, modulus, budget))
+
+
+def _holds_throughout(window: list[Piece], span: SegmentSpan, expected: int) -> bool:
+    """Whether one piece covers the whole span and holds every residue the bookie should have there."""
+    if len(window) != 1:
+        return False
+    start, end, held = window[0]
+    return start == span.first and end == span.last and not expected & ~held
 
 
 def _stretch(since: int, end: int, mask: int, modulus: int, out: list[Piece]) -> None:

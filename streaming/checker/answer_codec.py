@@ -56,5 +56,5 @@ def decode_answers(data: bytes) -> dict[str, BookieAnswer]:
             answer = BookieAnswer.in_limbo(item[1])
         else:
             answer = BookieAnswer.unknown(item[1])
-        out[bookie] = replace(answer, as_of_ms=as_of, beyond=beyond)
+        out[bookie] = answer if as_of is None and beyond is None else replace(answer, as_of_ms=as_of, beyond=beyond)
     return out

@@ -86,3 +86,10 @@ def test_scan_scale_bench_scans_each_size_and_measures_every_process() -> None:
         driver, jvm, worker, workers = (float(cell) for cell in row[6:10])
         assert driver > 0 and jvm > driver and worker > 0 and workers >= 1
     assert "400 against 200 ledgers: cost a ledger ×" in done.stdout
+
+
+def test_processor_bench_checks_healthy_ledgers_and_shares_out_its_time() -> None:
+    done = run_bench("bench.processor_bench", "--ledgers", "300", "--runs", "1", "--profile")
+    assert "checks: 300 HEALTHY; output rows per ledger: 3." in done.stdout
+    shares = [line for line in done.stdout.splitlines() if line.rstrip().endswith("%")]
+    assert len(shares) == 8 and float(shares[0].split()[-1].rstrip("%")) > 10  # the verdict's share is counted

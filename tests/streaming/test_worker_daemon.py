@@ -52,3 +52,38 @@ def _parent_command(_: object) -> str:
 def test_the_session_s_python_workers_are_forked_by_the_daemon(spark: SparkSession) -> None:
     parents = set(spark.sparkContext.parallelize(range(4), 2).map(_parent_command).collect())
     assert parents and all(f"-m {DAEMON} pyspark.worker" in parent for parent in parents), parents
+
+
+#: A zip importer of the daemon reads its archive's directory again only once the archive changed.
+ZIP_DIRECTORIES = """
+import importlib, sys, zipfile, zipimport
+archive = sys.argv[1]
+with zipfile.ZipFile(archive, "w") as z:
+    z.writestr("first_module.py", "VALUE = 1")
+sys.path.insert(0, archive)
+import first_module
+from scrutiny.streaming import worker_daemon
+reads = []
+original = zipimport._read_directory
+zipimport._read_directory = lambda path: reads.append(path) or original(path)
+worker_daemon.keep_zip_directories()
+importlib.invalidate_caches()
+unchanged = len(reads)
+with zipfile.ZipFile(archive, "a") as z:
+    z.writestr("second_module.py", "VALUE = 2")
+importlib.invalidate_caches()
+import second_module
+print(unchanged, len(reads), first_module.VALUE, second_module.VALUE)
+"""
+
+
+@pytest.mark.unit
+def test_zip_importers_read_their_archive_again_only_when_it_changed(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", ZIP_DIRECTORIES, str(tmp_path / "modules.zip")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.split() == ["0", "1", "1", "2"], done.stderr
