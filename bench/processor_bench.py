@@ -47,10 +47,12 @@ from scrutiny.streaming.checker.answer_codec import encode_answers
 from scrutiny.streaming.checker.buckets import bucket_of
 from scrutiny.streaming.checker.config import JobConfig
 from scrutiny.streaming.checker.processor import LedgerProcessor
+from tests.support.processor_fakes import Handle, Timers
 
 BOOKIES = tuple(f"127.0.0.1:{3181 + index}" for index in range(9))
 ENSEMBLE, WRITE_QUORUM, ACK_QUORUM, LAST_ENTRY = 3, 2, 2, 99
 MTIME_MS = 1_700_000_000_000
+NOW_MS = MTIME_MS + 60_000  # the processor's clock: a minute after the ledgers were written
 #: The steps whose share of a profiled run is printed: (label, function name as cProfile lists it).
 STEPS = (
     ("the verdict (compute_verdict)", "compute_verdict"),
@@ -62,43 +64,6 @@ STEPS = (
     ("output records (JSON payloads, rows)", "_rows"),
     ("the bucket's state saved, timers, state records", "_save"),
 )
-
-
-class _Value:
-    """A bucket's value state."""
-
-    def __init__(self) -> None:
-        self.value: tuple[bytes] | None = None
-
-    def get(self) -> tuple[bytes] | None:
-        return self.value
-
-    def update(self, value: tuple[bytes]) -> None:
-        self.value = value
-
-    def clear(self) -> None:
-        self.value = None
-
-
-class _Handle:
-    """The processor's handle: one value state, timers not kept (none is due in a run)."""
-
-    def __init__(self) -> None:
-        self.state = _Value()
-
-    def getValueState(self, name: str, schema: str) -> _Value:  # noqa: N802 - PySpark's names
-        return self.state
-
-    def registerTimer(self, at: int) -> None:  # noqa: N802
-        pass
-
-    def deleteTimer(self, at: int) -> None:  # noqa: N802
-        pass
-
-
-class _Timers:
-    def getCurrentProcessingTimeInMs(self) -> int:  # noqa: N802
-        return MTIME_MS + 60_000
 
 
 class _Cluster:
@@ -151,8 +116,8 @@ def run_once(config: JobConfig, buckets: dict[int, list[Row]]) -> list[Row]:
     rows: list[Row] = []
     for bucket, events in buckets.items():
         processor = LedgerProcessor(config)
-        processor.init(_Handle())  # type: ignore[arg-type]
-        output: Iterator[Any] = processor.handleInputRows((bucket,), iter(events), _Timers())  # type: ignore[arg-type]
+        processor.init(Handle())  # type: ignore[arg-type]
+        output: Iterator[Any] = processor.handleInputRows((bucket,), iter(events), Timers(NOW_MS))  # type: ignore[arg-type]
         rows += output
     return rows
 

@@ -33,6 +33,7 @@ from scrutiny.streaming.checker.answer_codec import encode_answers
 from scrutiny.streaming.checker.buckets import bucket_of, decode_bucket
 from scrutiny.streaming.checker.config import JobConfig
 from scrutiny.streaming.checker.processor import LedgerProcessor
+from tests.support.processor_fakes import Handle, Timers
 
 pytestmark = pytest.mark.unit
 
@@ -89,44 +90,6 @@ class Znodes(CachedClusterReader):
     def _read_ledgers(self, ledger_ids: Collection[int], request: Any, *, path_of: Any = None) -> dict[int, Any]:
         found = {ledger: self.znodes[ledger] for ledger in ledger_ids if ledger in self.znodes}
         return {ledger: (data, Stat(version, MTIME_MS)) for ledger, (data, version) in found.items()}
-
-
-class State:
-    """The bucket's value state."""
-
-    def __init__(self) -> None:
-        self.value: tuple[bytes] | None = None
-
-    def get(self) -> tuple[bytes] | None:
-        return self.value
-
-    def update(self, value: tuple[bytes]) -> None:
-        self.value = value
-
-    def clear(self) -> None:
-        self.value = None
-
-
-class Handle:
-    def __init__(self) -> None:
-        self.state = State()
-
-    def getValueState(self, name: str, schema: str) -> State:  # noqa: N802 - PySpark's names
-        return self.state
-
-    def registerTimer(self, at: int) -> None:  # noqa: N802
-        pass
-
-    def deleteTimer(self, at: int) -> None:  # noqa: N802
-        pass
-
-
-class Timers:
-    def __init__(self, now_ms: int) -> None:
-        self.now_ms = now_ms
-
-    def getCurrentProcessingTimeInMs(self) -> int:  # noqa: N802
-        return self.now_ms
 
 
 @pytest.fixture
