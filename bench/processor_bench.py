@@ -12,7 +12,8 @@ registered bookies, each event as the watcher's snapshot publishes it, each with
 :meth:`~scrutiny.streaming.checker.processor.LedgerProcessor.handleInputRows` bucket by bucket (64 consecutive ids,
 as the job keys them), with the bucket's state store, its timers and the cluster view replaced by small in-memory
 stand-ins: no Spark, no JVM, no network. Timed: CPU seconds of this process (``time.process_time``) per run, the
-garbage collector running as in the job; printed: the median per ledger and the output rows per ledger.
+garbage collector running as in the job; printed: the median per ledger, the checks' verdicts and the output rows
+per ledger.
 
 With ``--profile``, one more run under cProfile and the share of the main steps in it (cumulative time; cProfile
 slows Python calls unevenly, so read the shares, not the times). Nothing is asserted: exit 0.
