@@ -31,7 +31,7 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from bench.cpu_meter import tree_cpu_seconds
+from bench.cpu_meter import CpuMeter
 from scrutiny.connectors.tables.schemas import VIOLATIONS, RunRecord, output_table, violation_rows
 from scrutiny.streaming.delta_writer import CheckerTables, append_rows, ensure_table
 from scrutiny.streaming.session import build_spark_session
@@ -57,8 +57,9 @@ class Driver:
         self._scheduler = context._jsc.sc().dagScheduler()
         self._pid = int(context._jvm.ProcessHandle.current().pid())  # type: ignore[union-attr]
 
-    def cpu_s(self) -> float:
-        return tree_cpu_seconds(self._pid)
+    def cpu_meter(self) -> CpuMeter:
+        """A meter of the tree's CPU (sampled, so a Python worker Spark stops during a write counts as last seen)."""
+        return CpuMeter(self._pid, period_s=0.05)
 
     def jobs(self) -> int:
         return int(self._scheduler.nextJobId())
@@ -68,10 +69,11 @@ def measure(driver: Driver, label: str, write: Callable[[int], object], times: i
     """``write(i)`` for i in range(times), timed one by one; the medians."""
     walls, cpus, jobs = [], [], []
     for i in range(times):
-        cpu, job, start = driver.cpu_s(), driver.jobs(), time.perf_counter()
+        meter, job = driver.cpu_meter().start(), driver.jobs()
+        start = time.perf_counter()
         write(i)
         walls.append(time.perf_counter() - start)
-        cpus.append(driver.cpu_s() - cpu)
+        cpus.append(meter.stop())
         jobs.append(driver.jobs() - job)
     return Figure(label, statistics.median(walls), statistics.median(cpus), int(statistics.median(jobs)))
 

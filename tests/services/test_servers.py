@@ -140,7 +140,7 @@ def test_console_script_eval_points_commands_at_services(tmp_path: Path) -> None
     show = f"{sys.executable} -c 'from scrutiny.settings.loader import load_settings as l; s = l(); " + (
         "print(s.zookeeper.connect, s.kafka.bootstrap_servers)'"
     )
-    script = f'eval "$({SCRUTINY} services up)" && {show}'
+    script = f'printed="$({SCRUTINY} services up)" && eval "$printed" && {show}'  # a failed start fails the script
     try:
         up = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=60, check=False)
         assert up.returncode == 0, up.stderr
