@@ -368,7 +368,8 @@ class _ReplicaCheck:
             else:
                 window = known.window(span.first, span.last)
                 inputs.append(window)
-                everyone_holds_all = everyone_holds_all and _holds_throughout(window, span, self.expected[index])
+                holds = _holds_throughout(window, span, self.expected[index], self.modulus)
+                everyone_holds_all = everyone_holds_all and holds
         if everyone_holds_all:
             return  # what the sweep below finds then: nobody lacks anything, no level is ever below a quorum
         missing = list(self.expected)  # what each bookie lacks from since[index] on: all it should hold, at first
@@ -590,12 +591,18 @@ class _QuorumBeyond:
             self.acknowledged = EntrySet.of(to_groups(found, modulus, budget))
 
 
-def _holds_throughout(window: list[Piece], span: SegmentSpan, expected: int) -> bool:
-    """Whether one piece covers the whole span and holds every residue the bookie should have there."""
-    if len(window) != 1:
-        return False
-    start, end, held = window[0]
-    return start == span.first and end == span.last and not expected & ~held
+def _holds_throughout(window: list[Piece], span: SegmentSpan, expected: int, modulus: int) -> bool:
+    """Whether the bookie holds, all over the span, every residue it should have among those that occur there: each
+    piece what occurs in it, and the stretches between pieces nothing it should hold (what the sweep would find
+    missing is then nothing)."""
+    at = span.first
+    for start, end, held in (*window, (span.last + 1, span.last, 0)):  # a last, empty piece: the stretch after all
+        if start > at and expected & window_mask(at, start - 1, modulus):
+            return False
+        if expected & ~held & window_mask(start, end, modulus):
+            return False
+        at = end + 1
+    return True
 
 
 def _stretch(since: int, end: int, mask: int, modulus: int, out: list[Piece]) -> None:

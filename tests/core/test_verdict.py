@@ -478,3 +478,16 @@ def test_irregular_listing_beyond_budget_is_unknown_not_missing() -> None:
     answers["b1:3181"] = BookieAnswer.listing([SequenceGroup(0, 4099 * 2_000_000, 1, 4099)])
     verdict = verdict_of(md, answers)
     assert verdict.verdict is VerdictKind.UNKNOWN and verdict.retry_bookies == ("b1:3181",)
+
+
+def test_a_listing_that_spans_the_segment_but_lacks_part_of_its_stripe_is_missing_replicas() -> None:
+    # E=3 WQ=2: b0 should hold entries 0, 2, 3, 5, 6, ... (residues 0 and 2 of 3); it lists every third entry from 0
+    # to the last one, one group over the whole segment: what it lacks (residue 2) must still be found.
+    md = ledger(99, e=3)
+    answers = healthy_answers_compact(md)
+    answers["b0:3181"] = BookieAnswer.listing([SequenceGroup(0, 99, 1, 3)])
+    verdict = verdict_of(md, answers)
+    assert verdict.verdict is VerdictKind.VIOLATED
+    lacking = [v for v in verdict.violations if v.category is Category.MISSING_REPLICA]
+    assert [v.bookie for v in lacking] == ["b0:3181"]
+    assert lacking[0].entries is not None and lacking[0].entries.count == 33  # 2, 5, ..., 98
