@@ -18,7 +18,9 @@ temporary directory), and stops everything at the end.
 2. **latency**: then ``--rate`` open ledgers per second are closed for ``--seconds`` seconds (each
    a ``set`` of its CLOSED metadata in ZooKeeper, as BookKeeper's close is); for each, the time from its close to
    its row being visible in the ``ledger_checks`` Delta table (polled every 0.1 s by a reader), as
-   p50 / p99 / max, with the micro-batch durations of that phase.
+   p50 / p99 / max, with the micro-batch durations of that phase, and the p50 of each ``--window`` seconds of closes
+   in order (the Spark driver's JVM is still compiling its code in the first minutes: a long ``--seconds`` shows
+   the latency it settles at).
 3. **state**: the checkpoint's state store size per ledger tracked, and one healthy closed
    ledger's state value in bytes.
 
@@ -99,6 +101,9 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=100.0, help="closes per second in the latency phase")
     parser.add_argument("--seconds", type=float, default=30.0, help="length of the latency phase")
     parser.add_argument("--trigger", type=float, default=0.5, help="checker.trigger_seconds")
+    parser.add_argument(
+        "--window", type=float, default=30.0, help="the latency phase's p50 is also printed per window of closes (s)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.backlog, args.seconds = 5_000, 10.0
@@ -156,7 +161,7 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
             tree_cpu_seconds(os.getpid(), exclude=simulator.pid) - cpu_before,
             tree_cpu_seconds(simulator.pid) - sim_before,
         )
-        latencies, batch_seconds = latency_phase(client, data_dir, args, closes)
+        closed, batch_seconds = latency_phase(client, data_dir, args, closes)
         state = state_bytes(Path(settings.checker.checkpoint_dir))
         phases = spark_phases(checker.query.recentProgress)
         phases["of which computing the batch"] = 1000 * statistics.median(checker.compute_seconds or [0.0])
@@ -166,7 +171,7 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
     report(
         args,
         backlog=backlog_rate,
-        latencies=latencies,
+        closed=closed,
         batches=batch_seconds,
         state=state,
         ledgers=args.backlog + closes,
@@ -288,8 +293,9 @@ def wait_backlog(data_dir: str, backlog: int) -> tuple[int, float, int]:
 
 def latency_phase(
     client: KazooClient, data_dir: str, args: argparse.Namespace, closes: int
-) -> tuple[list[float], list[float]]:
-    """Close ``closes`` ledgers at ``args.rate``/s; close-to-visible-in-Delta latencies and batch durations."""
+) -> tuple[list[tuple[float, float]], list[float]]:
+    """Close ``closes`` ledgers at ``args.rate``/s; (seconds into the phase, close-to-visible-in-Delta latency) of each
+    close seen, and the phase's batch durations."""
     first = args.backlog + 1
     closed_at: dict[int, float] = {}
     seen: dict[int, float] = {}
@@ -319,15 +325,23 @@ def latency_phase(
         time.sleep(0.2)
     done.set()
     poller.join(timeout=5)
-    latencies = [seen[ledger] - at for ledger, at in closed_at.items() if ledger in seen]
+    closed = [(at - phase_start, seen[ledger] - at) for ledger, at in closed_at.items() if ledger in seen]
     runs = read_table(data_dir, "checker_runs").to_pylist()
     batches = [(r["finished_at"] - r["started_at"]).total_seconds() for r in runs]
     phase = [r for r in runs if r["started_at"].timestamp() >= phase_start]
     durations = [r["duration_ms"] / 1000 for r in phase] or batches
-    missing = closes - len(latencies)
+    missing = closes - len(closed)
     if missing:
         log.warning("%d closes never reached the table within the deadline", missing)
-    return latencies, durations
+    return closed, durations
+
+
+def windowed_p50(closed: list[tuple[float, float]], window_s: float) -> list[float]:
+    """The p50 latency of the closes made in each ``window_s`` of the phase, in order (a JVM's warm-up shows here)."""
+    windows: dict[int, list[float]] = {}
+    for at, latency in closed:
+        windows.setdefault(int(at // window_s), []).append(latency)
+    return [percentile(windows[index], 0.5) for index in sorted(windows)]
 
 
 def spark_phases(progress: list[Any]) -> dict[str, float]:
@@ -358,12 +372,13 @@ def report(
     args: argparse.Namespace,
     *,
     backlog: tuple[int, float, int],
-    latencies: list[float],
+    closed: list[tuple[float, float]],
     batches: list[float],
     state: int,
     ledgers: int,
 ) -> None:
     checked, seconds, batch_count = backlog
+    latencies = [latency for _, latency in closed]
     healthy = TrackedLedger(version=1, checked=True, changed_ms=1_795_000_000_000)
     print(f"machine: {os.cpu_count()} cores; checker on local[2], trigger {args.trigger} s, 2 Kafka partitions")
     print(
@@ -373,6 +388,11 @@ def report(
         f"latency, close in ZooKeeper -> row visible in ledger_checks, {len(latencies)} closes at {args.rate:g}/s: "
         f"p50 {percentile(latencies, 0.5):.2f} s, p99 {percentile(latencies, 0.99):.2f} s, "
         f"max {max(latencies, default=float('nan')):.2f} s"
+    )
+    print(
+        f"p50 by {args.window:g} s of closes, in order: "
+        + ", ".join(f"{p50:.2f}" for p50 in windowed_p50(closed, args.window))
+        + " s"
     )
     print(
         f"micro-batches in that phase: {len(batches)}, median {statistics.median(batches):.2f} s, "

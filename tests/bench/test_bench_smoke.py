@@ -69,7 +69,7 @@ def test_input_cost_bench_feeds_every_target_and_prints_its_figures() -> None:
 
 
 def test_delta_write_bench_times_every_kind_of_write(spark: SparkSession) -> None:
-    figures = {figure.label: figure for figure in delta_write_bench.run(spark, 2)}  # the session's JVM: no new one
+    figures = {figure.label: figure for figure in delta_write_bench.run(spark, 2, warm=1)}  # this JVM: no new one
     assert len(figures) == 4
     held, written = figures["append of a batch already held"], figures["append with txnAppId/txnVersion"]
     assert held.jobs < written.jobs  # Delta skipped the held batch without writing it
