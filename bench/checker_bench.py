@@ -4,6 +4,7 @@ Run from the repository root::
 
     .venv/bin/python -m bench.checker_bench            # 20k-ledger backlog, 100 closes/s for 30 s
     .venv/bin/python -m bench.checker_bench --quick    # 5k backlog, 100 closes/s for 10 s
+    .venv/bin/python -m bench.checker_bench --seconds 480 --window 60  # 8 min of closes, p50 per minute (~11 min)
 
 It starts its own ZooKeeper and Kafka broker in a temporary directory, a simulated cluster of 9 bookies
 (healthy ledgers, E=3/WQ=2/AQ=2, 100 entries, "auto" ensembles) in a process of its own
