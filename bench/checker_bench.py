@@ -337,12 +337,13 @@ def latency_phase(
     return closed, durations
 
 
-def windowed_p50(closed: list[tuple[float, float]], window_s: float) -> list[float]:
-    """The p50 latency of the closes made in each ``window_s`` of the phase, in order (a JVM's warm-up shows here)."""
+def windowed_p50(closed: list[tuple[float, float]], window_s: float) -> list[tuple[float, float]]:
+    """(window start, p50 latency) of the closes made in each ``window_s`` of the phase that has any, in order (a
+    JVM's warm-up shows here; a window whose closes were all missed is absent, not shifted onto the next)."""
     windows: dict[int, list[float]] = {}
     for at, latency in closed:
         windows.setdefault(int(at // window_s), []).append(latency)
-    return [percentile(windows[index], 0.5) for index in sorted(windows)]
+    return [(index * window_s, percentile(windows[index], 0.5)) for index in sorted(windows)]
 
 
 def spark_phases(progress: list[Any]) -> dict[str, float]:
@@ -391,9 +392,8 @@ def report(
         f"max {max(latencies, default=float('nan')):.2f} s"
     )
     print(
-        f"p50 by {args.window:g} s of closes, in order: "
-        + ", ".join(f"{p50:.2f}" for p50 in windowed_p50(closed, args.window))
-        + " s"
+        f"p50 by {args.window:g} s of closes (from the window's start, s: p50, s): "
+        + ", ".join(f"{start:g}: {p50:.2f}" for start, p50 in windowed_p50(closed, args.window))
     )
     print(
         f"micro-batches in that phase: {len(batches)}, median {statistics.median(batches):.2f} s, "

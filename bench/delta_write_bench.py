@@ -91,6 +91,17 @@ def output(batch: int) -> pa.Table:
     )
 
 
+#: The app id of the unmeasured idempotent appends of ``--warm``.
+WARM_UP_APP = f"{APP}-warm-up"
+
+
+def warm_up(spark: SparkSession, data: Path, rows: pa.Table, times: int) -> None:
+    """``times`` idempotent appends of ``rows`` to ``violations`` under ``data`` (versions 0 … times - 1 of
+    :data:`WARM_UP_APP`), not measured: the JVM compiles the write path as a long-running checker's has."""
+    for version in range(times):
+        append_rows(spark, data, VIOLATIONS, rows, txn=(WARM_UP_APP, version))
+
+
 def run(spark: SparkSession, times: int, warm: int = 0) -> list[Figure]:
     """Each kind of write ``times`` times with ``spark`` (left running), in a temporary directory, after ``warm``
     idempotent appends that are not measured (a long-running checker's JVM has compiled Spark's and Delta's code)."""
@@ -100,8 +111,7 @@ def run(spark: SparkSession, times: int, warm: int = 0) -> list[Figure]:
         ensure_table(spark, data, VIOLATIONS)
         rows = violation_rows(output(1), batch_id=1, source="stream")
         append_rows(spark, data, VIOLATIONS, rows)  # warm-up
-        for i in range(warm):
-            append_rows(spark, data, VIOLATIONS, rows, txn=(f"{APP}-warm-up", i))
+        warm_up(spark, data, rows, warm)
 
         def batch_txn(i: int) -> None:
             append_rows(spark, data, VIOLATIONS, rows, txn=(APP, 1000 + i))

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable as LogReader
 from pyspark.sql import SparkSession
 
 from bench import delta_write_bench
+from scrutiny.connectors.tables.schemas import VIOLATIONS, violation_rows
 from scrutiny.paths import PROJECT_ROOT
+from scrutiny.streaming.delta_writer import ensure_table
 
 pytestmark = pytest.mark.integration
 
@@ -69,12 +73,22 @@ def test_input_cost_bench_feeds_every_target_and_prints_its_figures() -> None:
 
 
 def test_delta_write_bench_times_every_kind_of_write(spark: SparkSession) -> None:
-    figures = {figure.label: figure for figure in delta_write_bench.run(spark, 2, warm=1)}  # this JVM: no new one
+    figures = {figure.label: figure for figure in delta_write_bench.run(spark, 2)}  # the session's JVM: no new one
     assert len(figures) == 4
     held, written = figures["append of a batch already held"], figures["append with txnAppId/txnVersion"]
     assert held.jobs < written.jobs  # Delta skipped the held batch without writing it
     assert all(figure.wall_s > 0 and figure.cpu_s >= 0 for figure in figures.values())
     assert "idempotent append / plain append:" in delta_write_bench.report(list(figures.values()))
+
+
+def test_delta_write_bench_warms_up_with_idempotent_appends_of_its_own_app(spark: SparkSession, tmp_path: Path) -> None:
+    ensure_table(spark, tmp_path, VIOLATIONS)
+    rows = violation_rows(delta_write_bench.output(1), batch_id=1, source="stream")
+    delta_write_bench.warm_up(spark, tmp_path, rows, 2)
+    log = LogReader(str(tmp_path / VIOLATIONS))
+    assert log.transaction_version(delta_write_bench.WARM_UP_APP) == 1  # both appends committed, as that app
+    assert log.version() == 2  # the table's creation and the two appends
+    assert log.to_pyarrow_table().num_rows == 2 * rows.num_rows
 
 
 def test_scan_scale_bench_scans_each_size_and_measures_every_process() -> None:

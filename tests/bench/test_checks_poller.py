@@ -28,8 +28,8 @@ def test_each_append_is_reported_once_and_nothing_before_the_table_exists(tmp_pa
 
 
 def test_the_latency_p50_is_given_per_window_of_closes_in_order() -> None:
-    # (seconds into the phase, latency): a slow first window, a fast second one, a lone close in the fourth
+    # (seconds into the phase, latency): a slow first window, a fast second one, none in the third, one in the fourth
     closed = [(0.5, 4.0), (10.0, 3.0), (29.9, 5.0), (30.0, 1.0), (45.0, 2.0), (59.0, 1.5), (95.0, 0.7)]
-    assert windowed_p50(closed, 30.0) == [4.0, 1.5, 0.7]
-    assert windowed_p50(closed, 60.0) == [3.0, 0.7]
+    assert windowed_p50(closed, 30.0) == [(0.0, 4.0), (30.0, 1.5), (90.0, 0.7)]
+    assert windowed_p50(closed, 60.0) == [(0.0, 3.0), (60.0, 0.7)]
     assert windowed_p50([], 30.0) == []
