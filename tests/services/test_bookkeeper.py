@@ -542,10 +542,11 @@ def _listed_as_bookkeeper_reads_them(
     puts there, less the entries the ensemble change left short on the stopped bookie; that bookie and those entries.
     """
     # The new segment starts after the last entry the writer had acknowledged when it replaced the bookie: the
-    # paused one, or the one after it when that entry reached its ack quorum before the failure was handled.
-    # Such an entry stays in the first segment without its copy on the stopped bookie.
+    # paused one, or a later one, since with AQ 2 < WQ 3 the entries sent before the failure was handled reach their
+    # ack quorum without the stopped bookie (how many depends on how soon the client sees the closed channel: one or
+    # two on a quiet machine, more under load). Such entries stay in the first segment without their copy on it.
     (_, old), (first, new) = [(s["first_entry"], s["bookies"]) for s in changed["segments"]]
-    assert first in (STOP_AFTER, STOP_AFTER + 1), changed
+    assert STOP_AFTER <= first <= changed["last_entry"], changed
     (victim,) = set(old) - set(new)
     short = {e for e in range(STOP_AFTER, first) if old.index(victim) in write_set(e, 5, 3)}
     jobs = [
