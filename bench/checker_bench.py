@@ -5,6 +5,7 @@ Run from the repository root::
     .venv/bin/python -m bench.checker_bench            # 20k-ledger backlog, 100 closes/s for 30 s
     .venv/bin/python -m bench.checker_bench --quick    # 5k backlog, 100 closes/s for 10 s
     .venv/bin/python -m bench.checker_bench --seconds 480 --window 60  # 8 min of closes, p50 per minute (~11 min)
+    .venv/bin/python -m bench.checker_bench --no-prefetch  # each write builds its table's Delta state itself
 
 It starts its own ZooKeeper and Kafka broker in a temporary directory, a simulated cluster of 9 bookies
 (healthy ledgers, E=3/WQ=2/AQ=2, 100 entries, "auto" ensembles) in a process of its own
@@ -105,6 +106,11 @@ def main() -> int:
     parser.add_argument(
         "--window", type=float, default=30.0, help="the latency phase's p50 is also printed per window of closes (s)"
     )
+    parser.add_argument(
+        "--no-prefetch",
+        action="store_true",
+        help="checker.prefetch_table_state = false: each write builds its table's Delta state (for comparison)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.backlog, args.seconds = 5_000, 10.0
@@ -143,6 +149,7 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
             checkpoint_dir=str(tmp / "checkpoint"),
             trigger_seconds=args.trigger,
             shuffle_partitions=2,
+            prefetch_table_state=not args.no_prefetch,
         ),
     )
     client = start_zookeeper_client(settings.zookeeper, timeout_s=30, hosts=zk)

@@ -27,6 +27,11 @@
   :class:`~scrutiny.connectors.tables.delta.TableError`. Tables written by earlier versions (delta-rs, protocol 1/2)
   are used as they are: Delta writes them without upgrading their protocol.
 
+* **State built ahead** (``prefetch_state``, the streaming job's choice): an idempotent write makes Delta 4.4
+  rebuild the table's whole state to find the app id's last version, and a commit leaves the new version's state
+  unbuilt; :class:`~scrutiny.streaming.state_prefetch.StatePrefetch` rebuilds it after each write, while the job
+  waits for the next batch, so the next write finds it built (Delta still makes every decision).
+
 The writes go through sessions of their own (``spark.newSession()``: same JVM, own SQL settings): the MERGE's
 transaction settings live on a session only the MERGE uses, so they never reach an append or another query.
 """
@@ -77,6 +82,7 @@ from scrutiny.connectors.tables.schemas import (
     violation_rows,
 )
 from scrutiny.core.errors import ConfigError
+from scrutiny.streaming.state_prefetch import StatePrefetch
 from scrutiny.streaming.uncommitted_log import clear_uncommitted_log
 
 __all__ = [
@@ -256,6 +262,7 @@ class CheckerTables:
         *,
         app_id: str,
         conflict_attempts: int = DEFAULT_CONFLICT_ATTEMPTS,
+        prefetch_state: bool = False,
     ) -> None:
         if not app_id:
             raise ConfigError("app_id must not be empty")
@@ -268,6 +275,13 @@ class CheckerTables:
         self._retrying = conflict_retrying(conflict_attempts)
         self._ready = False
         self._created: set[str] = set()
+        # With prefetch_state, each table's state is rebuilt after its write, before the next batch asks for it.
+        self.prefetch = StatePrefetch(self.spark) if prefetch_state else None
+
+    def close(self) -> None:
+        """Stop rebuilding the tables' state ahead of their writes (a no-op without ``prefetch_state``)."""
+        if self.prefetch is not None:
+            self.prefetch.close()
 
     def uri(self, name: str) -> str:
         """The location of table ``name``."""
@@ -360,6 +374,8 @@ class CheckerTables:
         else:
             self._retrying(append_rows, self.spark, self.data_dir, name, rows, txn=(self.app_id, batch_id))
             inserted, updated = rows.num_rows, 0
+        if self.prefetch is not None:
+            self.prefetch.request(self.uri(name))
         if held:
             return TableWrite(name, WriteOutcome.SKIPPED)
         return TableWrite(name, WriteOutcome.WRITTEN, rows=rows.num_rows, inserted=inserted, updated=updated)

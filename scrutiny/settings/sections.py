@@ -170,6 +170,7 @@ class CheckerSection:
     orphan_sweep_page_ledgers: int = 10_000
     orphan_sweep_write_seconds: float = 600.0
     write_conflict_attempts: int = 8
+    prefetch_table_state: bool = True
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
     open_violation_gauges_seconds: float = 60.0

@@ -132,6 +132,7 @@ class RunningChecker:
         if self.waker is not None:
             self.waker.stop()
         self.query.stop()
+        self.sink.tables.close()
 
 
 def checkpoint_stream_id(spark: SparkSession, checkpoint: str) -> str:
@@ -219,7 +220,11 @@ def start_checker(
         .transformWithState(LedgerProcessor(config, replay), NARROW_DDL, outputMode="Append", timeMode="ProcessingTime")
     )
     tables = CheckerTables(
-        spark, checker.data_dir, app_id=f"{APP_ID}-{stream_id}", conflict_attempts=checker.write_conflict_attempts
+        spark,
+        checker.data_dir,
+        app_id=f"{APP_ID}-{stream_id}",
+        conflict_attempts=checker.write_conflict_attempts,
+        prefetch_state=checker.prefetch_table_state,
     )
     verified = None
     if checker.reverify_interval > 0:
