@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 
 class StatePrefetch:
-    """Builds the state of the tables it is given, one at a time, on a daemon thread; the newest request wins.
+    """Builds the state of the tables it is given, one at a time in the order asked, on a daemon thread.
 
     ``prepared`` maps each table's location to the last version whose state it built.
     """
