@@ -90,7 +90,8 @@ class StatePrefetch:
         assert jvm is not None
         delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self._spark._jsparkSession, uri)
         snapshot = delta_log.unsafeVolatileSnapshot()
-        if snapshot.version() < 0:
+        version = int(snapshot.version())
+        if version < 0:
             return None
         snapshot.numOfSetTransactions()  # the app ids' versions: Delta computes the whole state for them
-        return int(snapshot.version())
+        return version
