@@ -17,7 +17,9 @@
 //   delete  LEDGER_ID...   delete the ledgers (metadata and, later, the bookies' data).
 //   read    LEDGER_ID...   read every entry up to the last confirmed one without recovery; print how many answered.
 //
-// Exit status: 0 done, 1 a BookKeeper call failed, 2 bad arguments.
+// Exit status: 0 done, 1 a BookKeeper call failed, 2 bad arguments. A ledger whose writes fail inside the client
+// (an unchecked exception, not a BKException) is closed where it got to and written again as a new ledger, up to
+// three ledgers in all.
 
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -44,6 +46,8 @@ import org.apache.bookkeeper.net.BookieId;
 public final class LedgerTool {
     private static final int BAD_ARGUMENTS = 2;
     private static final int FAILED = 1;
+    /** How many ledgers {@code create} writes, at most, for each one asked for when the client fails internally. */
+    private static final int CLIENT_ERROR_ATTEMPTS = 3;
 
     private LedgerTool() {}
 
@@ -137,24 +141,55 @@ public final class LedgerTool {
             throw new IllegalArgumentException("--pause-after needs --resume-file");
         }
         for (int n = 0; n < count; n++) {
-            LedgerHandle ledger = client.createLedger(ensemble, writeQuorum, ackQuorum, digest(options),
-                    password(options));
-            byte[] payload = new byte[size];
-            for (int entry = 0; entry < entries; entry++) {
-                if (entry == pauseAfter) {
-                    pause(ledger.getId(), pauseAfter, Path.of(resumeFile));
+            for (int attempt = 1; ; attempt++) {
+                LedgerHandle ledger = client.createLedger(ensemble, writeQuorum, ackQuorum, digest(options),
+                        password(options));
+                try {
+                    write(ledger, entries, size, pauseAfter, resumeFile);
+                    if (!leaveOpen) {
+                        ledger.close();
+                    }
+                } catch (IllegalArgumentException | IllegalStateException e) {
+                    throw e;
+                } catch (RuntimeException e) {
+                    // BookKeeper 4.17's client can fail an add with an internal error instead of a BKException
+                    // (a NullPointerException from a completion already recycled, seen on a loaded machine): the
+                    // ledger is closed where it got to and a new one is written, a bounded number of times.
+                    if (attempt == CLIENT_ERROR_ATTEMPTS) {
+                        throw e;
+                    }
+                    System.err.println("ledger tool: ledger " + ledger.getId() + " failed (" + e
+                            + "); closing it and writing another");
+                    closeQuietly(ledger);
+                    continue;
                 }
-                Arrays.fill(payload, (byte) entry);
-                ledger.addEntry(payload);
+                print(ledger.getId(), ledger.getLedgerMetadata(), ledger.getLastAddConfirmed());
+                break;
             }
-            if (!leaveOpen) {
-                ledger.close();
-            }
-            print(ledger.getId(), ledger.getLedgerMetadata(), ledger.getLastAddConfirmed());
         }
         if (leaveOpen) {
             System.out.flush();
             Runtime.getRuntime().halt(0);  // no close, no clean shutdown: the writer is gone
+        }
+    }
+
+    private static void write(LedgerHandle ledger, int entries, int size, int pauseAfter, String resumeFile)
+            throws Exception {
+        byte[] payload = new byte[size];
+        for (int entry = 0; entry < entries; entry++) {
+            if (entry == pauseAfter) {
+                pause(ledger.getId(), pauseAfter, Path.of(resumeFile));
+            }
+            Arrays.fill(payload, (byte) entry);
+            ledger.addEntry(payload);
+        }
+    }
+
+    private static void closeQuietly(LedgerHandle ledger) {
+        try {
+            ledger.closeAsync().get(30, TimeUnit.SECONDS);
+        } catch (Exception e) {
+            System.err.println("ledger tool: ledger " + ledger.getId() + " did not close: " + e);
         }
     }
 
