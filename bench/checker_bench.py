@@ -60,6 +60,7 @@ from scrutiny.core.zk_paths import ledger_path
 from scrutiny.services.embedded import embedded_settings
 from scrutiny.services.servers import start_kafka, start_zookeeper
 from scrutiny.settings.loader import load_settings
+from scrutiny.settings.sections import CheckerSection
 from scrutiny.simulator.scenario import parse_scenario
 from scrutiny.streaming.checker.job import start_checker
 from scrutiny.streaming.session import build_spark_session
@@ -111,6 +112,12 @@ def main() -> int:
         action="store_true",
         help="checker.prefetch_table_state = false: each write builds its table's Delta state (for comparison)",
     )
+    parser.add_argument(
+        "--compact-min-files",
+        type=int,
+        default=CheckerSection().compact_min_files,
+        help="checker.compact_min_files (0: the tables are not compacted, for comparison)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.backlog, args.seconds = 5_000, 10.0
@@ -150,6 +157,7 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
             trigger_seconds=args.trigger,
             shuffle_partitions=2,
             prefetch_table_state=not args.no_prefetch,
+            compact_min_files=args.compact_min_files,
         ),
     )
     client = start_zookeeper_client(settings.zookeeper, timeout_s=30, hosts=zk)

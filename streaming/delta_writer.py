@@ -27,6 +27,10 @@
   :class:`~scrutiny.connectors.tables.delta.TableError`. Tables written by earlier versions (delta-rs, protocol 1/2)
   are used as they are: Delta writes them without upgrading their protocol.
 
+* **Files kept few** (``upkeep``, :class:`~scrutiny.streaming.table_upkeep.TableUpkeep`): Delta's auto compaction on
+  the writer's sessions and a short retention of replaced files on every table it creates or checks, so that a
+  write's cost does not grow with the tables' age. A compaction is a commit of its own, after the batch's.
+
 * **State built ahead** (``prefetch_state``, the streaming job's choice): an idempotent write makes Delta 4.4
   rebuild the table's whole state to find the app id's last version, and a commit leaves the new version's state
   unbuilt; :class:`~scrutiny.streaming.state_prefetch.StatePrefetch` rebuilds it after each write, while the job
@@ -83,6 +87,7 @@ from scrutiny.connectors.tables.schemas import (
 )
 from scrutiny.core.errors import ConfigError
 from scrutiny.streaming.state_prefetch import StatePrefetch
+from scrutiny.streaming.table_upkeep import TableUpkeep
 from scrutiny.streaming.uncommitted_log import clear_uncommitted_log
 
 __all__ = [
@@ -188,15 +193,19 @@ def location(data_dir: str | Path, name: str) -> str:
     return uri if "://" in uri else str(Path(uri).resolve())
 
 
-def ensure_table(spark: SparkSession, data_dir: str | Path, name: str) -> bool:
+def ensure_table(
+    spark: SparkSession, data_dir: str | Path, name: str, *, properties: Mapping[str, str] | None = None
+) -> bool:
     """Create table ``name`` under ``data_dir`` if missing (True), else check its schema (False).
 
+    ``properties``: table properties it must carry; an existing table without them gets them (one commit).
     TableError when an existing table's schema is not Scrutiny's.
     """
     uri = location(data_dir, name)
     expected = spark_schema(name)
     if DeltaTable.isDeltaTable(spark, uri):
         _check_schema(name, DeltaTable.forPath(spark, uri).toDF().schema, expected)
+        _set_properties(spark, name, uri, properties or {})
         return False
     if clear_uncommitted_log(spark, uri):
         log.warning("table %s: removed the log of a creation that never committed (a crash while creating it)", name)
@@ -209,8 +218,21 @@ def ensure_table(spark: SparkSession, data_dir: str | Path, name: str) -> bool:
     )
     if name in _APPEND_ONLY:
         builder = builder.property("delta.appendOnly", "true")
+    for key, value in (properties or {}).items():
+        builder = builder.property(key, value)
     builder.execute()
     return True
+
+
+def _set_properties(spark: SparkSession, name: str, uri: str, properties: Mapping[str, str]) -> None:
+    """Give an existing table the ``properties`` it lacks or has with another value (read without Spark)."""
+    current = LogReader(uri).metadata().configuration
+    changed = {key: value for key, value in properties.items() if current.get(key) != value}
+    if not changed:
+        return
+    listed = ", ".join(f"'{key}' = '{value}'" for key, value in changed.items())
+    conflict_retrying()(spark.sql, f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES ({listed})")
+    log.info("table %s: set %s", name, listed)
 
 
 def append_rows(
@@ -263,6 +285,7 @@ class CheckerTables:
         app_id: str,
         conflict_attempts: int = DEFAULT_CONFLICT_ATTEMPTS,
         prefetch_state: bool = False,
+        upkeep: TableUpkeep | None = None,
     ) -> None:
         if not app_id:
             raise ConfigError("app_id must not be empty")
@@ -270,6 +293,9 @@ class CheckerTables:
             raise ConfigError(f"conflict_attempts must be at least 1, not {conflict_attempts}")
         self.spark = spark.newSession()
         self._merge_session = spark.newSession()  # holds the MERGE's transaction settings while it runs
+        self.upkeep = upkeep or TableUpkeep()
+        for session in (self.spark, self._merge_session):
+            self.upkeep.apply_to(session)
         self.data_dir = data_dir
         self.app_id = app_id
         self._retrying = conflict_retrying(conflict_attempts)
@@ -292,7 +318,10 @@ class CheckerTables:
 
         ``rejected_events`` is created with its first row (most streams never have one).
         """
-        created = tuple(name for name in TABLE_NAMES if ensure_table(self.spark, self.data_dir, name))
+        properties = self.upkeep.properties()
+        created = tuple(
+            name for name in TABLE_NAMES if ensure_table(self.spark, self.data_dir, name, properties=properties)
+        )
         if created:
             log.info("created Delta tables %s under %s", ", ".join(created), self.data_dir)
         self._ready = True
@@ -356,7 +385,7 @@ class CheckerTables:
         if not rows.num_rows and name != CHECKER_RUNS:
             return TableWrite(name, WriteOutcome.EMPTY)  # a re-run that finds rows here never wrote them before
         if name in CREATED_ON_FIRST_ROW and name not in self._created:
-            ensure_table(self.spark, self.data_dir, name)
+            ensure_table(self.spark, self.data_dir, name, properties=self.upkeep.properties())
             self._created.add(name)
         done = self.committed_batch(name)
         held = done is not None and done >= batch_id

@@ -137,6 +137,8 @@ _NOT_NEGATIVE = (
     "orphan_grace_seconds",
     "orphan_sweep_seconds",
     "open_violation_gauges_seconds",
+    "compact_min_files",
+    "removed_file_retention_hours",
 )
 
 
@@ -171,6 +173,9 @@ class CheckerSection:
     orphan_sweep_write_seconds: float = 600.0
     write_conflict_attempts: int = 8
     prefetch_table_state: bool = True
+    compact_min_files: int = 50
+    compact_file_mb: int = 16
+    removed_file_retention_hours: float = 6.0
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
     open_violation_gauges_seconds: float = 60.0
@@ -189,7 +194,7 @@ class CheckerSection:
         ):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"checker.{key} must be positive, not {getattr(self, key)!r}")
-        for key in ("shuffle_partitions", "orphan_sweep_page_ledgers"):
+        for key in ("shuffle_partitions", "orphan_sweep_page_ledgers", "compact_file_mb"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"checker.{key} must be at least 1, not {getattr(self, key)!r}")
         if self.kafka_fetch_wait_ms < 0:
@@ -203,3 +208,5 @@ class CheckerSection:
         for key in _NOT_NEGATIVE:
             if getattr(self, key) < 0:
                 raise ConfigError(f"checker.{key} must not be negative, not {getattr(self, key)!r}")
+        if self.compact_min_files == 1:
+            raise ConfigError("checker.compact_min_files must be 0 (off) or at least 2, not 1")

@@ -48,6 +48,7 @@ from scrutiny.streaming.checker.verified_counts import VerifiedCounts
 from scrutiny.streaming.checkpoint_files import CheckpointFiles
 from scrutiny.streaming.delta_writer import CheckerTables
 from scrutiny.streaming.kafka_source import FORMAT, check_checkpoint_source, kafka_source_options
+from scrutiny.streaming.table_upkeep import TableUpkeep
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +226,7 @@ def start_checker(
         app_id=f"{APP_ID}-{stream_id}",
         conflict_attempts=checker.write_conflict_attempts,
         prefetch_state=checker.prefetch_table_state,
+        upkeep=TableUpkeep.of(checker),
     )
     verified = None
     if checker.reverify_interval > 0:

@@ -54,6 +54,7 @@ from scrutiny.settings.loader import Settings
 from scrutiny.streaming.checker.orphan_judge import OrphanJudge
 from scrutiny.streaming.checker.records import Record
 from scrutiny.streaming.delta_writer import CheckerTables
+from scrutiny.streaming.table_upkeep import TableUpkeep
 
 #: The ``source`` of the sweep's records and batches: it is the streaming job's.
 SOURCE = "stream"
@@ -242,6 +243,7 @@ def job_sweep(
         checker.data_dir,
         app_id=f"scrutiny-{name}-{uuid.uuid4().hex[:8]}",
         conflict_attempts=checker.write_conflict_attempts,
+        upkeep=TableUpkeep.of(checker),
     )
     batch = 0
 

@@ -54,6 +54,7 @@ from scrutiny.streaming.scan.snapshot import (
     open_snapshot,
 )
 from scrutiny.streaming.scan.tasks import INPUT_SCHEMA, SOURCE, ScanConfig, ScanLedgers, encode_keys, step_records
+from scrutiny.streaming.table_upkeep import TableUpkeep
 
 log = logging.getLogger(__name__)
 
@@ -196,11 +197,13 @@ class ScanRun:
     def _tables(self) -> CheckerTables:
         """The checker's tables, written with this scan's application id (created on first use)."""
         if self._checker_tables is None:
+            checker = self.settings.checker
             self._checker_tables = CheckerTables(
                 self.spark,
                 self.data_dir,
                 app_id=f"scrutiny-{self.scan_id}",
-                conflict_attempts=self.settings.checker.write_conflict_attempts,
+                conflict_attempts=checker.write_conflict_attempts,
+                upkeep=TableUpkeep.of(checker),
             )
             self._checker_tables.ensure_tables()
         return self._checker_tables

@@ -10,7 +10,7 @@ import pytest
 from deltalake import DeltaTable as LogReader
 from pyspark.sql import SparkSession
 
-from bench import delta_write_bench
+from bench import delta_write_bench, table_upkeep_bench
 from scrutiny.connectors.tables.schemas import VIOLATIONS, violation_rows
 from scrutiny.paths import PROJECT_ROOT
 from scrutiny.streaming.delta_writer import ensure_table
@@ -89,6 +89,16 @@ def test_delta_write_bench_warms_up_with_idempotent_appends_of_its_own_app(spark
     assert log.transaction_version(delta_write_bench.WARM_UP_APP) == 1  # both appends committed, as that app
     assert log.version() == 2  # the table's creation and the two appends
     assert log.to_pyarrow_table().num_rows == 2 * rows.num_rows
+
+
+def test_table_upkeep_bench_measures_a_table_of_many_files_against_its_compacted_copies(spark: SparkSession) -> None:
+    rows = table_upkeep_bench.run(spark, 40, 1)  # the session's JVM: no new one
+    many, kept, expired, few = rows
+    assert many.files == 40 + 3  # the one-row files, then the three rounds' appends
+    assert kept.files == 1 + 3 and few.files == 4 + 3  # compacted to one file; the small table's four
+    assert expired.files == 1 + table_upkeep_bench.CHECKPOINT_COMMITS + 3
+    assert all(row.wall_s > 0 and row.cpu_s >= 0 for row in rows)
+    assert "an idempotent append's CPU per file:" in table_upkeep_bench.report(rows)
 
 
 def test_scan_scale_bench_scans_each_size_and_measures_every_process() -> None:
