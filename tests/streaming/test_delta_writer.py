@@ -46,7 +46,9 @@ from scrutiny.core.errors import ConfigError
 from scrutiny.core.repair_plan import RepairAction, RepairOutcome
 from scrutiny.core.sequence_groups import EntrySet, from_entries
 from scrutiny.paths import PROJECT_ROOT
+from scrutiny.settings.sections import CheckerSection
 from scrutiny.streaming.delta_writer import TXN_APP_ID_CONF, CheckerTables, WriteOutcome, append_rows, ensure_table
+from scrutiny.streaming.table_upkeep import RETENTION_PROPERTY, TableUpkeep
 from scrutiny.streaming.uncommitted_log import clear_uncommitted_log
 
 ROOT = PROJECT_ROOT
@@ -589,8 +591,13 @@ def test_tables_written_by_the_delta_rs_writer_are_appended_and_merged_with_noth
         CHECKER_RUNS: 4,
         REPAIR_ACTIONS: 1,
     }
-    tables = CheckerTables(spark, data, app_id=OLD_APP)
+    protocols = {name: DeltaTable(str(data / name)).protocol() for name in TABLE_NAMES}
+    upkeep = TableUpkeep.of(CheckerSection())  # the job's: compaction on, the retention set on the old tables
+    tables = CheckerTables(spark, data, app_id=OLD_APP, upkeep=upkeep)
     assert tables.ensure_tables() == () and tables.last_batch_id() == 2
+    for name in TABLE_NAMES:  # the property is a plain setting: the tables keep their protocol (1/2)
+        assert DeltaTable(str(data / name)).metadata().configuration[RETENTION_PROPERTY] == upkeep.retention, name
+        assert DeltaTable(str(data / name)).protocol() == protocols[name], name
     replay = tables.write_batch(2, output_table([violation(10, 2), check(10, 2, "VIOLATED")]), run_record())
     assert replay.skipped == TABLE_NAMES  # the old writer's transactions are Delta's own: the replay is skipped
     new_rows = [
