@@ -34,7 +34,8 @@ def test_auto_compaction_keeps_each_table_to_a_few_files_with_every_row_once(
     each batch's rows there exactly once as delta-rs and DuckDB read them, the compactions in the log as commits of
     their own, and a replayed batch still skipped by Delta."""
     data = tmp_path / "data"
-    tables = CheckerTables(spark, data, app_id=APP, upkeep=TableUpkeep(compact_min_files=MIN_FILES))
+    tables = CheckerTables(spark, data, app_id=APP, upkeep=TableUpkeep(compact_min_files=MIN_FILES, compact_file_mb=4))
+    assert tables.spark.conf.get("spark.databricks.delta.autoCompact.maxFileSize") == str(4 * 1024 * 1024)
     for batch in range(BATCHES):
         rows = batch_rows(batch) + ([resolved(batch - 2, batch)] if batch >= 2 else [])
         tables.write_batch(batch, output_table(rows), run_record())
