@@ -31,6 +31,12 @@
   the writer's sessions and a short retention of replaced files on every table it creates or checks, so that a
   write's cost does not grow with the tables' age. A compaction is a commit of its own, after the batch's.
 
+* **Quiet batches without Spark** (``quiet_runs_by_delta_rs``, the streaming job's choice): a batch that writes no
+  table but ``checker_runs`` (an idle checker's heartbeat) appends its row with delta-rs, carrying the same
+  idempotent-write record (:mod:`scrutiny.connectors.tables.light_append`): a few hundredths of a second of CPU
+  instead of a second of Spark jobs. Declined (and written through Spark) on a table of another protocol or one
+  holding as many files as auto compaction waits for.
+
 * **State built ahead** (``prefetch_state``, the streaming job's choice): an idempotent write makes Delta 4.4
   rebuild the table's whole state to find the app id's last version, and a commit leaves the new version's state
   unbuilt; :class:`~scrutiny.streaming.state_prefetch.StatePrefetch` rebuilds it after each write, while the job
@@ -60,6 +66,7 @@ from pyspark.sql.types import StructType
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from scrutiny.connectors.tables.delta import TableError, table_uri
+from scrutiny.connectors.tables.light_append import append_once
 from scrutiny.connectors.tables.schemas import (
     APPEND_TABLES,
     CHECKER_RUNS,
@@ -286,6 +293,7 @@ class CheckerTables:
         conflict_attempts: int = DEFAULT_CONFLICT_ATTEMPTS,
         prefetch_state: bool = False,
         upkeep: TableUpkeep | None = None,
+        quiet_runs_by_delta_rs: bool = False,
     ) -> None:
         if not app_id:
             raise ConfigError("app_id must not be empty")
@@ -303,6 +311,7 @@ class CheckerTables:
         self._created: set[str] = set()
         # With prefetch_state, each table's state is rebuilt after its write, before the next batch asks for it.
         self.prefetch = StatePrefetch(self.spark) if prefetch_state else None
+        self.quiet_runs_by_delta_rs = quiet_runs_by_delta_rs
 
     def close(self) -> None:
         """Stop rebuilding the tables' state ahead of their writes (a no-op without ``prefetch_state``)."""
@@ -379,15 +388,22 @@ class CheckerTables:
         with ThreadPoolExecutor(max_workers=len(first), thread_name_prefix="delta-write") as pool:
             pending = [pool.submit(self._write_table, name, rows[name], batch_id) for name in first]
             writes = [future.result() for future in pending]  # the first error is raised once all have ended
-        return WriteResult(batch_id, (*writes, self._write_table(last, rows[last], batch_id)))
+        quiet = all(write.outcome is WriteOutcome.EMPTY for write in writes)
+        return WriteResult(batch_id, (*writes, self._write_table(last, rows[last], batch_id, quiet=quiet)))
 
-    def _write_table(self, name: str, rows: pa.Table, batch_id: int) -> TableWrite:
+    def _write_table(self, name: str, rows: pa.Table, batch_id: int, *, quiet: bool = False) -> TableWrite:
+        """Write one table's rows (``quiet``: the batch wrote no other table, see :meth:`_append_quietly`)."""
         if not rows.num_rows and name != CHECKER_RUNS:
             return TableWrite(name, WriteOutcome.EMPTY)  # a re-run that finds rows here never wrote them before
         if name in CREATED_ON_FIRST_ROW and name not in self._created:
             ensure_table(self.spark, self.data_dir, name, properties=self.upkeep.properties())
             self._created.add(name)
         done = self.committed_batch(name)
+        if quiet and self.quiet_runs_by_delta_rs:
+            appended = self._append_quietly(name, rows, batch_id)
+            if appended is not None:
+                outcome = WriteOutcome.WRITTEN if appended else WriteOutcome.SKIPPED
+                return TableWrite(name, outcome, rows=rows.num_rows if appended else 0)
         held = done is not None and done >= batch_id
         if done is not None and done > batch_id:
             log.warning(
@@ -408,6 +424,17 @@ class CheckerTables:
         if held:
             return TableWrite(name, WriteOutcome.SKIPPED)
         return TableWrite(name, WriteOutcome.WRITTEN, rows=rows.num_rows, inserted=inserted, updated=updated)
+
+    def _append_quietly(self, name: str, rows: pa.Table, batch_id: int) -> bool | None:
+        """The row of a batch that wrote nothing else (an idle checker's heartbeat), appended by delta-rs.
+
+        A one-row idempotent append costs Delta on Spark about a second of CPU (the table's state rebuilt, then the
+        write's and the commit's Spark jobs), delta-rs a few hundredths, with the same idempotent-write record: see
+        :mod:`scrutiny.connectors.tables.light_append`. True: written; False: already held; None: declined (the
+        table's protocol, or as many files as auto compaction waits for, which the Spark write then compacts).
+        """
+        max_files = self.upkeep.compact_min_files or None
+        return append_once(self.uri(name), rows, app_id=self.app_id, version=batch_id, max_files=max_files)
 
     def _merge_open_violations(self, changes: pa.Table, batch_id: int) -> tuple[int, int]:
         """MERGE the batch's folded changes (never empty here); (rows inserted, rows updated), (0, 0) when skipped."""

@@ -227,6 +227,7 @@ def start_checker(
         conflict_attempts=checker.write_conflict_attempts,
         prefetch_state=checker.prefetch_table_state,
         upkeep=TableUpkeep.of(checker),
+        quiet_runs_by_delta_rs=checker.quiet_runs_by_delta_rs,
     )
     verified = None
     if checker.reverify_interval > 0:

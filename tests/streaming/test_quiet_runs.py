@@ -1,0 +1,106 @@
+"""A batch that writes nothing but its checker_runs row appends it with delta-rs, once, next to Delta on Spark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from scrutiny.connectors.tables.light_append import append_once
+from scrutiny.connectors.tables.schemas import CHECKER_RUNS, LEDGER_CHECKS, empty_output, output_table, run_rows
+from scrutiny.streaming.delta_writer import CheckerTables, WriteOutcome
+from scrutiny.streaming.table_upkeep import TableUpkeep
+from tests.streaming.test_delta_writer import APP, batch_counts, batch_rows, run_record
+
+
+def quiet_tables(spark: SparkSession, data: Path, *, compact_min_files: int = 0, on: bool = True) -> CheckerTables:
+    upkeep = TableUpkeep(compact_min_files=compact_min_files)
+    return CheckerTables(spark, data, app_id=APP, upkeep=upkeep, quiet_runs_by_delta_rs=on)
+
+
+def last_engine(tables: CheckerTables) -> str:
+    """Who made the table's last commit other than a compaction: "delta-rs" or "spark"."""
+    commits = [c for c in DeltaTable(tables.uri(CHECKER_RUNS)).history() if c.get("operation") != "OPTIMIZE"]
+    latest = max(commits, key=lambda commit: int(commit["version"]))
+    if str(latest.get("engineInfo", "")).startswith("Apache-Spark"):
+        return "spark"
+    assert str(latest.get("clientVersion", "")).startswith("delta-rs"), latest
+    return "delta-rs"
+
+
+def test_a_quiet_batch_row_is_appended_by_delta_rs_once_and_each_engine_skips_the_others(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    quiet = quiet_tables(spark, data)
+    result = quiet.write_batch(0, empty_output(), run_record())
+    assert result[CHECKER_RUNS].outcome is WriteOutcome.WRITTEN and result[CHECKER_RUNS].rows == 1
+    assert last_engine(quiet) == "delta-rs"
+    assert quiet.last_batch_id() == 0  # Delta's idempotent-write record, in delta-rs's commit
+    assert quiet.write_batch(0, empty_output(), run_record()).skipped == (CHECKER_RUNS,)
+
+    spark_only = quiet_tables(spark, data, on=False)
+    assert spark_only.write_batch(0, empty_output(), run_record()).skipped == (CHECKER_RUNS,)  # Delta on Spark skips it
+    assert batch_counts(data, CHECKER_RUNS) == {0: 1}
+
+    busy = quiet.write_batch(1, output_table(batch_rows(1)), run_record())  # rows for other tables: all through Spark
+    assert busy[CHECKER_RUNS].outcome is WriteOutcome.WRITTEN and last_engine(quiet) == "spark"
+    assert quiet.write_batch(1, empty_output(), run_record()).skipped == (CHECKER_RUNS,)  # delta-rs skips Spark's
+    quiet.write_batch(2, empty_output(), run_record())
+    assert last_engine(quiet) == "delta-rs"
+    assert batch_counts(data, CHECKER_RUNS) == {0: 1, 1: 1, 2: 1}
+    assert batch_counts(data, LEDGER_CHECKS) == {1: 1}
+
+
+def test_off_every_row_goes_through_spark(spark: SparkSession, tmp_path: Path) -> None:
+    tables = quiet_tables(spark, tmp_path / "data", on=False)
+    tables.write_batch(0, empty_output(), run_record())
+    assert last_engine(tables) == "spark"
+
+
+def test_a_table_holding_compact_min_files_files_is_written_and_compacted_by_spark(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """With compact_min_files = 3, quiet rows 0-2 add three files by delta-rs; row 3 goes through Spark, whose auto
+    compaction then rewrites the files, and row 4 is delta-rs's again."""
+    data = tmp_path / "data"
+    tables = quiet_tables(spark, data, compact_min_files=3)
+    engines = []
+    for batch in range(5):
+        tables.write_batch(batch, empty_output(), run_record())
+        engines.append(last_engine(tables))
+    assert engines == ["delta-rs", "delta-rs", "delta-rs", "spark", "delta-rs"]
+    log = DeltaTable(tables.uri(CHECKER_RUNS))
+    assert [c["operation"] for c in log.history()].count("OPTIMIZE") == 1
+    assert len(log.file_uris()) == 2  # the compacted file and row 4's
+    assert batch_counts(data, CHECKER_RUNS) == {batch: 1 for batch in range(5)}
+
+
+def test_a_table_of_a_newer_protocol_is_left_to_spark_untouched(spark: SparkSession, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    tables = quiet_tables(spark, data)
+    tables.ensure_tables()
+    uri = tables.uri(CHECKER_RUNS)
+    spark.sql(f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES ('delta.minWriterVersion' = '3')")
+    assert append_once(uri, run_rows(run_record(), batch_id=0), app_id=APP, version=0) is None
+    assert not list(Path(uri).glob("*.parquet"))  # declined before anything was written
+    tables.write_batch(0, empty_output(), run_record())
+    assert last_engine(tables) == "spark" and batch_counts(data, CHECKER_RUNS) == {0: 1}
+
+
+def test_a_commit_delta_rs_refuses_is_declined_and_recorded_nowhere(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    tables = quiet_tables(spark, tmp_path / "data")
+    tables.ensure_tables()
+    rows = run_rows(run_record(), batch_id=0)
+    wrong = rows.append_column("not_a_column", pa.array([7], pa.int64()))  # not the table's schema
+    assert append_once(tables.uri(CHECKER_RUNS), wrong, app_id=APP, version=0) is None
+    assert "goes through Spark" in caplog.text
+    assert tables.last_batch_id() is None
+    assert append_once(tables.uri(CHECKER_RUNS), rows, app_id=APP, version=0) is True
+    assert append_once(tables.uri(CHECKER_RUNS), rows, app_id=APP, version=0) is False
+    assert tables.last_batch_id() == 0
