@@ -4,7 +4,9 @@ Run from the repository root::
 
     .venv/bin/python -m bench.idle_bench                  # 10 minutes idle now, 2 minutes the former way (~20 min)
     .venv/bin/python -m bench.idle_bench --seconds 120    # 2 minutes idle in each mode
+    .venv/bin/python -m bench.idle_bench --windows 3      # three 10-minute windows in a row (the JIT settling)
     .venv/bin/python -m bench.idle_bench --no-prefetch    # each Delta write builds its table's state itself
+    .venv/bin/python -m bench.idle_bench --spark-heartbeat  # an idle batch's checker_runs row through Spark too
 
 Two modes, one after the other, each on its own ZooKeeper, Kafka broker and simulated cluster (six bookies,
 ``--ledgers`` healthy closed ledgers, E=3/WQ=2/AQ=2, in a process of its own), with the watcher in a thread and the
@@ -19,10 +21,11 @@ In each: once every ledger is checked and 20 s have passed, the CPU of this proc
 ``bench.cpu_meter``, so that Python workers Spark stops meanwhile are counted; the Spark driver's JVM,
 the Python workers, the driver and the watcher's thread; not the ZooKeeper, Kafka or bookie processes) over
 ``--seconds`` of nothing to do (``--baseline-seconds`` for the former design, whose cost is one batch per trigger,
-steady), and the micro-batches run meanwhile. Then under-replication marks are written whose
-grace ends 15 s, 25 s ... later (nothing else happens): how late each ``UNDER_REPLICATION_STUCK`` is detected after
-its time. Then ``--closes`` open ledgers are closed 3 s apart: close → row in ``ledger_checks``, as
-``checker_bench`` measures it.
+steady), and the micro-batches run meanwhile; with ``--windows`` n, n such stretches one after the other, each
+reported on its own (the JVM still compiles the code of the backlog just checked in the first minutes). Then
+under-replication marks are written whose grace ends 15 s, 25 s ... later (nothing else happens): how late each
+``UNDER_REPLICATION_STUCK`` is detected after its time. Then ``--closes`` open ledgers are closed 3 s apart:
+close → row in ``ledger_checks``, as ``checker_bench`` measures it.
 
 Prints the figures (progress notes on stderr); nothing is asserted: exit 0.
 """
@@ -104,8 +107,8 @@ class Figures:
     watcher_cpu_s: float
     seconds: float
     batches: int
-    lateness_s: list[float]
-    latencies_s: list[float]
+    lateness_s: list[float] | None = None  # None: not measured after this window
+    latencies_s: list[float] | None = None
 
 
 def main() -> int:
@@ -113,6 +116,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=600.0, help="idle time measured in the current mode")
     parser.add_argument(
         "--baseline-seconds", type=float, default=120.0, help="idle time measured in the former mode (steadier)"
+    )
+    parser.add_argument(
+        "--windows", type=int, default=1, help="idle windows of --seconds, one after the other, in the current mode"
     )
     parser.add_argument("--ledgers", type=int, default=2_000, help="healthy closed ledgers of the cluster")
     parser.add_argument("--closes", type=int, default=20, help="ledgers closed after the idle time")
@@ -125,19 +131,24 @@ def main() -> int:
     parser.add_argument(
         "--no-prefetch", action="store_true", help="checker.prefetch_table_state = false in both modes (for comparison)"
     )
+    parser.add_argument(
+        "--spark-heartbeat",
+        action="store_true",
+        help="checker.quiet_runs_by_delta_rs = false in both modes: every checker_runs row through Spark",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
     log.setLevel(logging.INFO)
     spark = build_spark_session("idle-bench", master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})
     try:
-        results = [run_mode(spark, args, mode) for mode in (FORMER, "wake when due")]
+        results = [window for mode in (FORMER, "wake when due") for window in run_mode(spark, args, mode)]
     finally:
         spark.stop()
     print_figures(results)
     return 0
 
 
-def run_mode(spark: SparkSession, args: argparse.Namespace, mode: str) -> Figures:
+def run_mode(spark: SparkSession, args: argparse.Namespace, mode: str) -> list[Figures]:
     former = mode == FORMER
     spark.conf.set(NO_DATA_BATCHES, "true" if former else "false")
     # The Spark session outlives this mode's query: its state store maintenance may still be writing into the
@@ -152,6 +163,8 @@ def run_mode(spark: SparkSession, args: argparse.Namespace, mode: str) -> Figure
             settings = bench_settings(tmp, text, zookeeper.address, kafka.address, former=former)
             if args.no_prefetch:
                 settings = replace(settings, checker=replace(settings.checker, prefetch_table_state=False))
+            if args.spark_heartbeat:
+                settings = replace(settings, checker=replace(settings.checker, quiet_runs_by_delta_rs=False))
             if not former:
                 settings = with_intervals(settings, idle_batch_s=args.idle_batch_seconds, tick_s=args.tick_seconds)
             return measure(spark, settings, args, mode, tmp, servers=(zookeeper.pid, kafka.pid))
@@ -187,7 +200,9 @@ def with_intervals(settings: Settings, *, idle_batch_s: float | None, tick_s: in
 
 def measure(
     spark: SparkSession, settings: Settings, args: argparse.Namespace, mode: str, tmp: Path, *, servers: tuple[int, int]
-) -> Figures:
+) -> list[Figures]:
+    """The mode's idle windows, one after the other (the former mode: one), then its timers and closes (reported with
+    the last window)."""
     client = start_zookeeper_client(settings.zookeeper, timeout_s=30, hosts=settings.zookeeper.connect)
     simulator = start_simulator(tmp / "scenario.toml", settings.zookeeper.connect)
     stop = threading.Event()
@@ -202,24 +217,44 @@ def measure(
     checker = start_checker(spark, settings)
     data_dir = settings.checker.data_dir
     left_out = (simulator.pid, *servers)
+    former = mode == FORMER
+    windows = []
     try:
         wait_checked(data_dir, args.ledgers)
         log.info("%s: every ledger checked; idle from now on", mode)
         time.sleep(20)
-        runs_before = len(read_table(data_dir, "checker_runs"))
-        meter = CpuMeter(os.getpid(), exclude=left_out).start()  # counts the Python workers Spark stops meanwhile
-        watcher_cpu, clock = thread_cpu(watcher_thread), time.time()
-        time.sleep(args.baseline_seconds if mode == FORMER else args.seconds)
-        cpu = meter.stop()
-        watcher_cpu = thread_cpu(watcher_thread) - watcher_cpu
-        seconds = time.time() - clock
-        batches = len(read_table(data_dir, "checker_runs")) - runs_before
-        log.info("%s: %.1f s of CPU in %.0f s, %d micro-batches", mode, cpu, seconds, batches)
-        lateness = timer_lateness(client, data_dir, args.ledgers)
-        latencies = close_latencies(client, data_dir, args)
+        for window in range(1 if former else args.windows):
+            label = mode if former or args.windows == 1 else f"{mode}, minutes {_minutes(args.seconds, window)}"
+            windows.append(
+                idle_window(
+                    data_dir, label, args.baseline_seconds if former else args.seconds, left_out, watcher_thread
+                )
+            )
+        windows[-1].lateness_s = timer_lateness(client, data_dir, args.ledgers)
+        windows[-1].latencies_s = close_latencies(client, data_dir, args)
     finally:
         stop_stack(checker, stop, simulator, watcher=watcher, client=client, spark=None)  # Spark serves both modes
-    return Figures(mode, cpu - watcher_cpu, watcher_cpu, seconds, batches, lateness, latencies)
+    return windows
+
+
+def _minutes(seconds: float, window: int) -> str:
+    return f"{window * seconds / 60:g}–{(window + 1) * seconds / 60:g}"
+
+
+def idle_window(
+    data_dir: str, label: str, seconds: float, left_out: tuple[int, ...], watcher_thread: list[int]
+) -> Figures:
+    """The CPU of this process tree (the watcher's thread apart) and the micro-batches over ``seconds`` of idling."""
+    runs_before = len(read_table(data_dir, "checker_runs"))
+    meter = CpuMeter(os.getpid(), exclude=left_out).start()  # counts the Python workers Spark stops meanwhile
+    watcher_cpu, clock = thread_cpu(watcher_thread), time.time()
+    time.sleep(seconds)
+    cpu = meter.stop()
+    watcher_cpu = thread_cpu(watcher_thread) - watcher_cpu
+    elapsed = time.time() - clock
+    batches = len(read_table(data_dir, "checker_runs")) - runs_before
+    log.info("%s: %.1f s of CPU in %.0f s, %d micro-batches", label, cpu, elapsed, batches)
+    return Figures(label, cpu - watcher_cpu, watcher_cpu, elapsed, batches)
 
 
 def wait_checked(data_dir: str, ledgers: int) -> None:
@@ -282,6 +317,15 @@ def close_latencies(client: KazooClient, data_dir: str, args: argparse.Namespace
     return [seen[ledger] - at for ledger, at in closed.items() if ledger in seen]
 
 
+def _spread(values: list[float] | None, form: str) -> str:
+    """Median / max of ``values`` ("—": not measured, "none": nothing seen)."""
+    if values is None:
+        return "—"
+    if not values:
+        return "none"
+    return f"{form.format(statistics.median(values))} / {form.format(max(values))}"
+
+
 def print_figures(results: list[Figures]) -> None:
     print(
         "| mode | CPU of the idle checker (% of one core) | micro-batches per minute | watcher (% of a core) "
@@ -289,13 +333,13 @@ def print_figures(results: list[Figures]) -> None:
     )
     print("|---|---:|---:|---:|---:|---:|")
     for r in results:
-        late = f"{statistics.median(r.lateness_s):.1f} s / {max(r.lateness_s):.1f} s" if r.lateness_s else "none"
-        close = f"{statistics.median(r.latencies_s):.2f} s / {max(r.latencies_s):.2f} s" if r.latencies_s else "none"
+        late = _spread(r.lateness_s, "{:.1f} s")
+        close = _spread(r.latencies_s, "{:.2f} s")
         print(
             f"| {r.mode} | {100 * r.cpu_s / r.seconds:.1f} % ({r.cpu_s:.1f} s in {r.seconds:.0f} s) "
             f"| {60 * r.batches / r.seconds:.1f} | {100 * r.watcher_cpu_s / r.seconds:.2f} % | {late} | {close} |"
         )
-    before, after = results
+    before, after = results[0], results[-1]
     if after.cpu_s > 0:
         ratio = (before.cpu_s / before.seconds) / (after.cpu_s / after.seconds)
         print(f"idle CPU per second, {FORMER} / wake when due: {ratio:.1f}×")
