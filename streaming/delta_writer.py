@@ -34,8 +34,8 @@
 * **Quiet batches without Spark** (``quiet_runs_by_delta_rs``, the streaming job's choice): a batch that writes no
   table but ``checker_runs`` (an idle checker's heartbeat) appends its row with delta-rs, carrying the same
   idempotent-write record (:mod:`scrutiny.connectors.tables.light_append`): a few hundredths of a second of CPU
-  instead of a second of Spark jobs. Declined (and written through Spark) on a table of another protocol or one
-  holding as many files as auto compaction waits for.
+  instead of a second of Spark jobs. Left to Spark on an object store, on a table of another protocol, on one holding
+  as many files as auto compaction waits for, and after delta-rs failed once.
 
 * **State built ahead** (``prefetch_state``, the streaming job's choice): an idempotent write makes Delta 4.4
   rebuild the table's whole state to find the app id's last version, and a commit leaves the new version's state
@@ -55,11 +55,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Final
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 from delta import exceptions as delta_exceptions
 from delta.tables import DeltaTable
 from deltalake import DeltaTable as LogReader
+from deltalake.exceptions import DeltaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
@@ -399,7 +401,7 @@ class CheckerTables:
             ensure_table(self.spark, self.data_dir, name, properties=self.upkeep.properties())
             self._created.add(name)
         done = self.committed_batch(name)
-        if quiet and self.quiet_runs_by_delta_rs:
+        if quiet:
             appended = self._append_quietly(name, rows, batch_id)
             if appended is not None:
                 outcome = WriteOutcome.WRITTEN if appended else WriteOutcome.SKIPPED
@@ -430,11 +432,20 @@ class CheckerTables:
 
         A one-row idempotent append costs Delta on Spark about a second of CPU (the table's state rebuilt, then the
         write's and the commit's Spark jobs), delta-rs a few hundredths, with the same idempotent-write record: see
-        :mod:`scrutiny.connectors.tables.light_append`. True: written; False: already held; None: declined (the
-        table's protocol, or as many files as auto compaction waits for, which the Spark write then compacts).
+        :mod:`scrutiny.connectors.tables.light_append`. True: written; False: already held; None: write it through
+        Spark (a data directory that is not local, the table's protocol, as many files as auto compaction waits for,
+        or delta-rs failed once: from then on this writer leaves every row to Spark, which records or skips it as
+        Delta decides).
         """
+        if not self.quiet_runs_by_delta_rs or not is_local(self.data_dir):
+            return None
         max_files = self.upkeep.compact_min_files or None
-        return append_once(self.uri(name), rows, app_id=self.app_id, version=batch_id, max_files=max_files)
+        try:
+            return append_once(self.uri(name), rows, app_id=self.app_id, version=batch_id, max_files=max_files)
+        except (DeltaError, OSError, pa.ArrowException) as error:
+            self.quiet_runs_by_delta_rs = False
+            log.warning("delta-rs could not append to %s (%s): its rows go through Spark from now on", name, error)
+            return None
 
     def _merge_open_violations(self, changes: pa.Table, batch_id: int) -> tuple[int, int]:
         """MERGE the batch's folded changes (never empty here); (rows inserted, rows updated), (0, 0) when skipped."""
@@ -461,6 +472,11 @@ class CheckerTables:
             return 0, 0
         row = metrics[0].asDict()
         return int(row.get("num_inserted_rows") or 0), int(row.get("num_updated_rows") or 0)
+
+
+def is_local(data_dir: str | Path) -> bool:
+    """Whether ``data_dir`` is on this machine's file system (a path or a ``file:`` URI), not an object store's."""
+    return urlsplit(str(data_dir)).scheme in ("", "file")
 
 
 def conflict_retrying(attempts: int = DEFAULT_CONFLICT_ATTEMPTS) -> Retrying:

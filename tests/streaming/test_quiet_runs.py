@@ -7,11 +7,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 from pyspark.sql import SparkSession
 
 from scrutiny.connectors.tables.light_append import append_once
 from scrutiny.connectors.tables.schemas import CHECKER_RUNS, LEDGER_CHECKS, empty_output, output_table, run_rows
-from scrutiny.streaming.delta_writer import CheckerTables, WriteOutcome
+from scrutiny.streaming import delta_writer
+from scrutiny.streaming.delta_writer import CheckerTables, WriteOutcome, is_local
 from scrutiny.streaming.table_upkeep import TableUpkeep
 from tests.streaming.test_delta_writer import APP, batch_counts, batch_rows, run_record
 
@@ -91,16 +93,39 @@ def test_a_table_of_a_newer_protocol_is_left_to_spark_untouched(spark: SparkSess
     assert last_engine(tables) == "spark" and batch_counts(data, CHECKER_RUNS) == {0: 1}
 
 
-def test_a_commit_delta_rs_refuses_is_declined_and_recorded_nowhere(
-    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_commit_delta_rs_refuses_raises_and_records_nothing(spark: SparkSession, tmp_path: Path) -> None:
     tables = quiet_tables(spark, tmp_path / "data")
     tables.ensure_tables()
     rows = run_rows(run_record(), batch_id=0)
     wrong = rows.append_column("not_a_column", pa.array([7], pa.int64()))  # not the table's schema
-    assert append_once(tables.uri(CHECKER_RUNS), wrong, app_id=APP, version=0) is None
-    assert "goes through Spark" in caplog.text
+    with pytest.raises(DeltaError):
+        append_once(tables.uri(CHECKER_RUNS), wrong, app_id=APP, version=0)
     assert tables.last_batch_id() is None
     assert append_once(tables.uri(CHECKER_RUNS), rows, app_id=APP, version=0) is True
     assert append_once(tables.uri(CHECKER_RUNS), rows, app_id=APP, version=0) is False
     assert tables.last_batch_id() == 0
+
+
+def test_after_delta_rs_fails_the_writer_leaves_every_row_to_spark(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = tmp_path / "data"
+    tables = quiet_tables(spark, data)
+    calls = []
+
+    def failing(*args: object, **kwargs: object) -> bool | None:
+        calls.append(args)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(delta_writer, "append_once", failing)
+    for batch in range(2):
+        assert tables.write_batch(batch, empty_output(), run_record()).written == (CHECKER_RUNS,)
+        assert last_engine(tables) == "spark"
+    assert len(calls) == 1 and "rows go through Spark from now on" in caplog.text
+    assert batch_counts(data, CHECKER_RUNS) == {0: 1, 1: 1}
+
+
+def test_only_a_local_data_directory_is_written_by_delta_rs() -> None:
+    """An object store's URI is Spark's (its credentials are Hadoop's settings, which delta-rs does not read)."""
+    assert is_local("/var/lib/scrutiny") and is_local(Path("data")) and is_local("file:///var/lib/scrutiny")
+    assert not is_local("s3a://bucket/scrutiny") and not is_local("hdfs://namenode:8020/scrutiny")
