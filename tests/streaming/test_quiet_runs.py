@@ -129,3 +129,21 @@ def test_only_a_local_data_directory_is_written_by_delta_rs() -> None:
     """An object store's URI is Spark's (its credentials are Hadoop's settings, which delta-rs does not read)."""
     assert is_local("/var/lib/scrutiny") and is_local(Path("data")) and is_local("file:///var/lib/scrutiny")
     assert not is_local("s3a://bucket/scrutiny") and not is_local("hdfs://namenode:8020/scrutiny")
+
+
+def test_spark_continues_a_log_that_delta_rs_checkpointed(spark: SparkSession, tmp_path: Path) -> None:
+    """An idle day's rows by delta-rs: past its checkpoint interval (100 commits), Spark still reads the table's
+    state from delta-rs's checkpoint, skips a batch delta-rs recorded and appends the next."""
+    data = tmp_path / "data"
+    tables = quiet_tables(spark, data)
+    tables.ensure_tables()
+    for batch in range(105):
+        assert append_once(tables.uri(CHECKER_RUNS), run_rows(run_record(), batch_id=batch), app_id=APP, version=batch)
+    log_dir = Path(tables.uri(CHECKER_RUNS)) / "_delta_log"
+    assert list(log_dir.glob("*.checkpoint.parquet")), "delta-rs wrote no checkpoint"
+    assert tables.write_batch(104, output_table(batch_rows(104)), run_record())[CHECKER_RUNS].outcome is (
+        WriteOutcome.SKIPPED
+    )
+    tables.write_batch(105, output_table(batch_rows(105)), run_record())
+    assert last_engine(tables) == "spark"
+    assert batch_counts(data, CHECKER_RUNS) == {batch: 1 for batch in range(106)}
