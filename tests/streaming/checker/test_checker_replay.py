@@ -103,10 +103,10 @@ class CrashOnce:
                 self.crashing = False
             raise CrashError(f"batch {batch_id} stopped after {self.point}")
 
-        def crashing_table(tables: CheckerTables, name: str, rows: pa.Table, batch_id: int) -> TableWrite:
+        def crashing_table(tables: CheckerTables, name: str, rows: pa.Table, batch_id: int, **kw: Any) -> TableWrite:
             if self.crashing and self.point != "all" and name not in self.point:
                 raise CrashError(f"{name} not written")
-            return write_table(tables, name, rows, batch_id)
+            return write_table(tables, name, rows, batch_id, **kw)
 
         monkeypatch.setattr(CheckerTables, "write_batch", crashing_batch)
         monkeypatch.setattr(CheckerTables, "_write_table", crashing_table)
