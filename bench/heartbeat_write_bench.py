@@ -7,7 +7,7 @@ Run from the repository root::
     .venv/bin/python -m bench.heartbeat_write_bench --rounds 60   # past compact_min_files: Spark takes a row over
 
 A local Spark session (``local[2]``, the product's settings) and two writers as the streaming job makes them
-(:class:`~scrutiny.streaming.delta_writer.CheckerTables` with the default ``[checker]`` settings: state prefetch on,
+(``scrutiny.streaming.checker.job.job_tables`` with the default ``[checker]`` settings: state prefetch on,
 auto compaction at ``compact_min_files``), one with the quiet batches' rows through delta-rs, one without, each on its
 own data directory. Each round writes one quiet batch (no records: only its ``checker_runs`` row, as an idle
 checker's heartbeat) to each writer in turn, so the JVM's warm-up falls on both alike. Each write's figure is the CPU
@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -35,9 +36,8 @@ from bench.cpu_meter import CpuMeter
 from bench.delta_write_bench import Driver
 from scrutiny.connectors.tables.schemas import RunRecord, empty_output
 from scrutiny.settings.sections import CheckerSection
-from scrutiny.streaming.delta_writer import CheckerTables
+from scrutiny.streaming.checker.job import job_tables
 from scrutiny.streaming.session import build_spark_session
-from scrutiny.streaming.table_upkeep import TableUpkeep
 
 APP = "heartbeat-write-bench"
 
@@ -68,13 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="heartbeat-write-bench-") as tmp:
             writers = {
-                label: CheckerTables(
-                    spark,
-                    Path(tmp) / label,
-                    app_id=APP,
-                    prefetch_state=checker.prefetch_table_state,
-                    upkeep=TableUpkeep.of(checker),
-                    quiet_runs_by_delta_rs=quiet,
+                label: job_tables(
+                    spark, replace(checker, data_dir=str(Path(tmp) / label), quiet_runs_by_delta_rs=quiet), app_id=APP
                 )
                 for label, quiet in (("Delta Lake on Spark", False), ("delta-rs", True))
             }

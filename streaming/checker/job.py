@@ -94,6 +94,19 @@ def reverify_per_task(checker: CheckerSection) -> int:
     return max(1, math.ceil(checker.reverify_max_per_second * checker.trigger_seconds / checker.shuffle_partitions))
 
 
+def job_tables(spark: SparkSession, checker: CheckerSection, *, app_id: str) -> CheckerTables:
+    """The streaming job's writer of its tables, as ``[checker]`` sets it up (under ``checker.data_dir``)."""
+    return CheckerTables(
+        spark,
+        checker.data_dir,
+        app_id=app_id,
+        conflict_attempts=checker.write_conflict_attempts,
+        prefetch_state=checker.prefetch_table_state,
+        upkeep=TableUpkeep.of(checker),
+        quiet_runs_by_delta_rs=checker.quiet_runs_by_delta_rs,
+    )
+
+
 def ledgers_root(settings: Settings) -> str:
     """The ledgers root: from ``metadata_uri`` when set, else ``ledgers_root``."""
     return zookeeper_target(settings.zookeeper).ledgers_root
@@ -220,15 +233,7 @@ def start_checker(
         .groupBy("bucket")
         .transformWithState(LedgerProcessor(config, replay), NARROW_DDL, outputMode="Append", timeMode="ProcessingTime")
     )
-    tables = CheckerTables(
-        spark,
-        checker.data_dir,
-        app_id=f"{APP_ID}-{stream_id}",
-        conflict_attempts=checker.write_conflict_attempts,
-        prefetch_state=checker.prefetch_table_state,
-        upkeep=TableUpkeep.of(checker),
-        quiet_runs_by_delta_rs=checker.quiet_runs_by_delta_rs,
-    )
+    tables = job_tables(spark, checker, app_id=f"{APP_ID}-{stream_id}")
     verified = None
     if checker.reverify_interval > 0:
         verified = VerifiedCounts(

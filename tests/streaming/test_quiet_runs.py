@@ -12,7 +12,9 @@ from pyspark.sql import SparkSession
 
 from scrutiny.connectors.tables.light_append import append_once
 from scrutiny.connectors.tables.schemas import CHECKER_RUNS, LEDGER_CHECKS, empty_output, output_table, run_rows
+from scrutiny.settings.sections import CheckerSection
 from scrutiny.streaming import delta_writer
+from scrutiny.streaming.checker.job import job_tables
 from scrutiny.streaming.delta_writer import CheckerTables, WriteOutcome, is_local
 from scrutiny.streaming.table_upkeep import TableUpkeep
 from tests.streaming.test_delta_writer import APP, batch_counts, batch_rows, run_record
@@ -147,3 +149,12 @@ def test_spark_continues_a_log_that_delta_rs_checkpointed(spark: SparkSession, t
     tables.write_batch(105, output_table(batch_rows(105)), run_record())
     assert last_engine(tables) == "spark"
     assert batch_counts(data, CHECKER_RUNS) == {batch: 1 for batch in range(106)}
+
+
+def test_the_streaming_job_writes_quiet_rows_as_its_settings_say(spark: SparkSession, tmp_path: Path) -> None:
+    on = job_tables(spark, CheckerSection(data_dir=str(tmp_path / "on")), app_id=APP)
+    off = job_tables(spark, CheckerSection(data_dir=str(tmp_path / "off"), quiet_runs_by_delta_rs=False), app_id=APP)
+    for tables in (on, off):
+        tables.write_batch(0, empty_output(), run_record())
+        tables.close()
+    assert (last_engine(on), last_engine(off)) == ("delta-rs", "spark")
