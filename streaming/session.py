@@ -14,6 +14,7 @@ runs ``local[*]``. What it always sets:
 * Arrow for pandas conversions, and a session time zone of UTC (every time in the tables is UTC);
 * Delta Lake's session extension and catalog (the tables are written with delta-spark), with one task to
   rebuild a table's state from its small log;
+* a connection to PySpark's accumulator port that is not Spark's logged as one warning, not a traceback;
 * SIGINT and SIGTERM ignored by the JVM (a signal to the process group reaches only the Python side, which stops
   Spark in order);
 * the jars of Spark's Kafka source and of Delta Lake (:func:`extra_jars`) by path in ``spark.jars``, so starting a
@@ -116,6 +117,7 @@ def build_spark_session(
         builder = builder.config(key, value)
     session = _launch(builder, log_file)
     _quiet_state_server(session)
+    _accumulator_server_logs_strangers(session)
     return session
 
 
@@ -221,6 +223,25 @@ def _quiet_state_server(session: SparkSession) -> None:
         return
     log4j = jvm.org.apache.logging.log4j
     log4j.core.config.Configurator.setLevel(STATE_SERVER_LOGGER, log4j.Level.ERROR)
+
+
+def _accumulator_server_logs_strangers(session: SparkSession) -> None:
+    """One warning line, not a traceback on standard error, when something else connects to PySpark's accumulator port.
+
+    The driver's accumulator server listens on a loopback port; a client of anything else that once had that port (a
+    ZooKeeper or Kafka client retrying a stopped server, say) can connect to it and send bytes that are not Spark's
+    token. PySpark refuses them and goes on serving, but ``socketserver`` prints the refusal's traceback, which reads
+    like a crash in a command's output.
+    """
+    server = getattr(session.sparkContext, "_accumulatorServer", None)
+    if server is None:
+        return
+
+    def handle_error(request: object, client_address: object) -> None:
+        error = sys.exc_info()[1]
+        log.warning("ignored a connection to Spark's accumulator port from %s: %r", client_address, error)
+
+    server.handle_error = handle_error
 
 
 def _submitted() -> bool:
