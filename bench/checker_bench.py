@@ -50,6 +50,7 @@ from typing import Any
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from kazoo.client import KazooClient
+from pyspark.sql import SparkSession
 
 from bench.cpu_meter import tree_cpu_seconds
 from scrutiny.connectors.tables.delta import read_table, table_uri
@@ -63,7 +64,7 @@ from scrutiny.settings.loader import load_settings
 from scrutiny.settings.sections import CheckerSection
 from scrutiny.simulator.scenario import parse_scenario
 from scrutiny.streaming.checker.job import start_checker
-from scrutiny.streaming.session import build_spark_session
+from scrutiny.streaming.session import BASE_CONF, build_spark_session
 from scrutiny.watcher.metrics import WatcherMetrics
 from scrutiny.watcher.wiring import watcher_from_settings
 
@@ -118,6 +119,7 @@ def main() -> int:
         default=CheckerSection().compact_min_files,
         help="checker.compact_min_files (0: the tables are not compacted, for comparison)",
     )
+    add_java_options_argument(parser)
     args = parser.parse_args()
     if args.quick:
         args.backlog, args.seconds = 5_000, 10.0
@@ -127,6 +129,22 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="checker-bench-") as tmp, running_servers(Path(tmp)) as (zk, kafka):
         run(args, Path(tmp), zk, kafka, closes)
     return 0
+
+
+def add_java_options_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--java-options",
+        default="",
+        help="more options for the Spark driver's JVM, after the product's own (e.g. the JIT's thresholds)",
+    )
+
+
+def bench_session(name: str, java_options: str = "") -> SparkSession:
+    """The benchmarks' Spark session: ``local[2]``, 2 shuffle partitions, ``java_options`` added to the driver's."""
+    conf = {"spark.sql.shuffle.partitions": "2"}
+    if java_options:
+        conf["spark.driver.extraJavaOptions"] = f"{BASE_CONF['spark.driver.extraJavaOptions']} {java_options}"
+    return build_spark_session(name, master="local[2]", conf=conf)
 
 
 @contextmanager
@@ -166,7 +184,7 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
     stop = threading.Event()
     watcher = watcher_from_settings(settings, "bench", WatcherMetrics())
     threading.Thread(target=watcher.run, args=(stop,), daemon=True).start()
-    spark = build_spark_session("checker-bench", master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})
+    spark = bench_session("checker-bench", args.java_options)
     checker = start_checker(spark, settings)
     data_dir = settings.checker.data_dir
     try:

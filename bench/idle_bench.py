@@ -36,6 +36,7 @@ import argparse
 import logging
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -45,8 +46,17 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
-from bench.checker_bench import checks_seen, close_ledger, start_simulator, stop_stack
+from bench.checker_bench import (
+    add_java_options_argument,
+    bench_session,
+    checks_seen,
+    close_ledger,
+    spark_phases,
+    start_simulator,
+    stop_stack,
+)
 from bench.cpu_meter import CpuMeter
 from scrutiny.connectors.tables.delta import read_table
 from scrutiny.connectors.zookeeper.client import start_zookeeper_client
@@ -57,7 +67,6 @@ from scrutiny.services.servers import start_kafka, start_zookeeper
 from scrutiny.settings.loader import Settings, load_settings
 from scrutiny.simulator.scenario import parse_scenario
 from scrutiny.streaming.checker.job import start_checker
-from scrutiny.streaming.session import build_spark_session
 from scrutiny.watcher.metrics import WatcherMetrics
 from scrutiny.watcher.wiring import watcher_from_settings
 
@@ -107,6 +116,8 @@ class Figures:
     watcher_cpu_s: float
     seconds: float
     batches: int
+    jit: tuple[int, float] | None = None  # the JVM's compilations and their seconds (None: no jstat)
+    phases: dict[str, float] | None = None  # median ms of each phase of the window's micro-batches
     lateness_s: list[float] | None = None  # None: not measured after this window
     latencies_s: list[float] | None = None
 
@@ -136,10 +147,11 @@ def main() -> int:
         action="store_true",
         help="checker.quiet_runs_by_delta_rs = false in both modes: every checker_runs row through Spark",
     )
+    add_java_options_argument(parser)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
     log.setLevel(logging.INFO)
-    spark = build_spark_session("idle-bench", master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})
+    spark = bench_session("idle-bench", args.java_options)
     try:
         results = [window for mode in (FORMER, "wake when due") for window in run_mode(spark, args, mode)]
     finally:
@@ -227,7 +239,13 @@ def measure(
             label = mode if former or args.windows == 1 else f"{mode}, minutes {_minutes(args.seconds, window)}"
             windows.append(
                 idle_window(
-                    data_dir, label, args.baseline_seconds if former else args.seconds, left_out, watcher_thread
+                    data_dir,
+                    label,
+                    args.baseline_seconds if former else args.seconds,
+                    left_out,
+                    watcher_thread,
+                    query=checker.query,
+                    jvm_pid=spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid(),  # type: ignore[union-attr]
                 )
             )
         windows[-1].lateness_s = timer_lateness(client, data_dir, args.ledgers)
@@ -242,19 +260,44 @@ def _minutes(seconds: float, window: int) -> str:
 
 
 def idle_window(
-    data_dir: str, label: str, seconds: float, left_out: tuple[int, ...], watcher_thread: list[int]
+    data_dir: str,
+    label: str,
+    seconds: float,
+    left_out: tuple[int, ...],
+    watcher_thread: list[int],
+    *,
+    query: StreamingQuery,
+    jvm_pid: int,
 ) -> Figures:
     """The CPU of this process tree (the watcher's thread apart) and the micro-batches over ``seconds`` of idling."""
     runs_before = len(read_table(data_dir, "checker_runs"))
+    seen = {report.batchId for report in query.recentProgress}
     meter = CpuMeter(os.getpid(), exclude=left_out).start()  # counts the Python workers Spark stops meanwhile
-    watcher_cpu, clock = thread_cpu(watcher_thread), time.time()
+    watcher_cpu, clock, jit_before = thread_cpu(watcher_thread), time.time(), jit_totals(jvm_pid)
     time.sleep(seconds)
     cpu = meter.stop()
+    jit_after = jit_totals(jvm_pid)
     watcher_cpu = thread_cpu(watcher_thread) - watcher_cpu
     elapsed = time.time() - clock
     batches = len(read_table(data_dir, "checker_runs")) - runs_before
     log.info("%s: %.1f s of CPU in %.0f s, %d micro-batches", label, cpu, elapsed, batches)
-    return Figures(label, cpu - watcher_cpu, watcher_cpu, elapsed, batches)
+    jit = None
+    if jit_before is not None and jit_after is not None:
+        jit = (jit_after[0] - jit_before[0], jit_after[1] - jit_before[1])
+    ran = [r for r in query.recentProgress if r.batchId not in seen and "addBatch" in (r.durationMs or {})]
+    return Figures(label, cpu - watcher_cpu, watcher_cpu, elapsed, batches, jit, spark_phases(ran))
+
+
+def jit_totals(pid: int) -> tuple[int, float] | None:
+    """The JVM ``pid``'s compilations so far and the time its JIT compilers spent on them (the JDK's ``jstat``)."""
+    try:
+        out = subprocess.run(
+            ["jstat", "-compiler", str(pid)], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    values = out.splitlines()[1].split()  # Compiled Failed Invalid Time FailedType FailedMethod
+    return int(values[0]), float(values[3])
 
 
 def wait_checked(data_dir: str, ledgers: int) -> None:
@@ -326,19 +369,30 @@ def _spread(values: list[float] | None, form: str) -> str:
     return f"{form.format(statistics.median(values))} / {form.format(max(values))}"
 
 
+def _jit(r: Figures) -> str:
+    if r.jit is None:
+        return "–"
+    return f"{100 * r.jit[1] / r.seconds:.1f} % ({r.jit[0]} methods, {r.jit[1]:.1f} s)"
+
+
 def print_figures(results: list[Figures]) -> None:
     print(
         "| mode | CPU of the idle checker (% of one core) | micro-batches per minute | watcher (% of a core) "
-        "| due timer detected after its time: median / max | close → row: p50 / max |"
+        "| of which JIT compiling | due timer detected after its time: median / max | close → row: p50 / max |"
     )
-    print("|---|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for r in results:
         late = _spread(r.lateness_s, "{:.1f} s")
         close = _spread(r.latencies_s, "{:.2f} s")
         print(
             f"| {r.mode} | {100 * r.cpu_s / r.seconds:.1f} % ({r.cpu_s:.1f} s in {r.seconds:.0f} s) "
-            f"| {60 * r.batches / r.seconds:.1f} | {100 * r.watcher_cpu_s / r.seconds:.2f} % | {late} | {close} |"
+            f"| {60 * r.batches / r.seconds:.1f} | {100 * r.watcher_cpu_s / r.seconds:.2f} % | {_jit(r)} "
+            f"| {late} | {close} |"
         )
+    for r in results:
+        if r.phases:
+            phases = ", ".join(f"{name} {ms:.0f}" for name, ms in r.phases.items())
+            print(f"{r.mode}, a micro-batch's phases (median ms): {phases}")
     before, after = results[0], results[-1]
     if after.cpu_s > 0:
         ratio = (before.cpu_s / before.seconds) / (after.cpu_s / after.seconds)
