@@ -65,6 +65,11 @@ class CpuMeter(Sampler):
             used = sum(cpu - self._start.get(key, 0.0) for key, cpu in self._last.items())
             return used - self._own_s if self._inside else used
 
+    def processes_started(self) -> int:
+        """How many processes of the tree were first seen after :meth:`start` (those that exited included)."""
+        with self._lock:
+            return len(self._last.keys() - self._start.keys())
+
     def stop(self) -> float:
         """Take a last sample, stop sampling; the seconds since :meth:`start`."""
         self.halt()

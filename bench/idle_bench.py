@@ -116,6 +116,7 @@ class Figures:
     watcher_cpu_s: float
     seconds: float
     batches: int
+    processes_started: int  # in the tree during the window: Python workers Spark started again, mostly
     jit: tuple[int, float] | None = None  # the JVM's compilations and their seconds (None: no jstat)
     phases: dict[str, float] | None = None  # median ms of each phase of the window's micro-batches
     lateness_s: list[float] | None = None  # None: not measured after this window
@@ -272,10 +273,12 @@ def idle_window(
     """The CPU of this process tree (the watcher's thread apart) and the micro-batches over ``seconds`` of idling."""
     runs_before = len(read_table(data_dir, "checker_runs"))
     seen = {report.batchId for report in query.recentProgress}
+    jit_before = jit_totals(jvm_pid)  # jstat is a JVM of its own in this tree: before the meter starts
     meter = CpuMeter(os.getpid(), exclude=left_out).start()  # counts the Python workers Spark stops meanwhile
-    watcher_cpu, clock, jit_before = thread_cpu(watcher_thread), time.time(), jit_totals(jvm_pid)
+    watcher_cpu, clock = thread_cpu(watcher_thread), time.time()
     time.sleep(seconds)
     cpu = meter.stop()
+    started = meter.processes_started()
     jit_after = jit_totals(jvm_pid)
     watcher_cpu = thread_cpu(watcher_thread) - watcher_cpu
     elapsed = time.time() - clock
@@ -285,7 +288,7 @@ def idle_window(
     if jit_before is not None and jit_after is not None:
         jit = (jit_after[0] - jit_before[0], jit_after[1] - jit_before[1])
     ran = [r for r in query.recentProgress if r.batchId not in seen and "addBatch" in (r.durationMs or {})]
-    return Figures(label, cpu - watcher_cpu, watcher_cpu, elapsed, batches, jit, spark_phases(ran))
+    return Figures(label, cpu - watcher_cpu, watcher_cpu, elapsed, batches, started, jit, spark_phases(ran))
 
 
 def jit_totals(pid: int) -> tuple[int, float] | None:
@@ -377,17 +380,18 @@ def _jit(r: Figures) -> str:
 
 def print_figures(results: list[Figures]) -> None:
     print(
-        "| mode | CPU of the idle checker (% of one core) | micro-batches per minute | watcher (% of a core) "
+        "| mode | CPU of the idle checker (% of one core) | micro-batches per minute | processes started "
+        "| watcher (% of a core) "
         "| of which JIT compiling | due timer detected after its time: median / max | close → row: p50 / max |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         late = _spread(r.lateness_s, "{:.1f} s")
         close = _spread(r.latencies_s, "{:.2f} s")
         print(
             f"| {r.mode} | {100 * r.cpu_s / r.seconds:.1f} % ({r.cpu_s:.1f} s in {r.seconds:.0f} s) "
-            f"| {60 * r.batches / r.seconds:.1f} | {100 * r.watcher_cpu_s / r.seconds:.2f} % | {_jit(r)} "
-            f"| {late} | {close} |"
+            f"| {60 * r.batches / r.seconds:.1f} | {r.processes_started} "
+            f"| {100 * r.watcher_cpu_s / r.seconds:.2f} % | {_jit(r)} | {late} | {close} |"
         )
     for r in results:
         if r.phases:
