@@ -7,6 +7,7 @@ Run from the repository root::
     .venv/bin/python -m bench.idle_bench --windows 3      # three 10-minute windows in a row (the JIT settling)
     .venv/bin/python -m bench.idle_bench --no-prefetch    # each Delta write builds its table's state itself
     .venv/bin/python -m bench.idle_bench --spark-heartbeat  # an idle batch's checker_runs row through Spark too
+    .venv/bin/python -m bench.idle_bench --java-options="-XX:Tier4InvocationThreshold=50000"  # the driver's JVM
 
 Two modes, one after the other, each on its own ZooKeeper, Kafka broker and simulated cluster (six bookies,
 ``--ledgers`` healthy closed ledgers, E=3/WQ=2/AQ=2, in a process of its own), with the watcher in a thread and the
@@ -21,8 +22,11 @@ In each: once every ledger is checked and 20 s have passed, the CPU of this proc
 ``bench.cpu_meter``, so that Python workers Spark stops meanwhile are counted; the Spark driver's JVM,
 the Python workers, the driver and the watcher's thread; not the ZooKeeper, Kafka or bookie processes) over
 ``--seconds`` of nothing to do (``--baseline-seconds`` for the former design, whose cost is one batch per trigger,
-steady), and the micro-batches run meanwhile; with ``--windows`` n, n such stretches one after the other, each
-reported on its own (the JVM still compiles the code of the backlog just checked in the first minutes). Then
+steady), the micro-batches run meanwhile and the median of each of their phases (Spark's ``durationMs``), the
+processes started meanwhile (Python workers that Spark stopped after an idle minute and starts again), and the JDK's
+``jstat``'s count and time of the driver JVM's JIT compilations; with ``--windows`` n, n such stretches one after
+the other, each reported on its own (the JVM still compiles the code of the backlog just checked in the first
+minutes). Then
 under-replication marks are written whose grace ends 15 s, 25 s ... later (nothing else happens): how late each
 ``UNDER_REPLICATION_STUCK`` is detected after its time. Then ``--closes`` open ledgers are closed 3 s apart:
 close → row in ``ledger_checks``, as ``checker_bench`` measures it.
