@@ -50,7 +50,6 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming.query import StreamingQuery
 
 from bench.checker_bench import (
     add_java_options_argument,
@@ -70,7 +69,7 @@ from scrutiny.services.embedded import embedded_settings
 from scrutiny.services.servers import start_kafka, start_zookeeper
 from scrutiny.settings.loader import Settings, load_settings
 from scrutiny.simulator.scenario import parse_scenario
-from scrutiny.streaming.checker.job import start_checker
+from scrutiny.streaming.checker.job import RunningChecker, start_checker
 from scrutiny.watcher.metrics import WatcherMetrics
 from scrutiny.watcher.wiring import watcher_from_settings
 
@@ -249,7 +248,7 @@ def measure(
                     args.baseline_seconds if former else args.seconds,
                     left_out,
                     watcher_thread,
-                    query=checker.query,
+                    checker=checker,
                     jvm_pid=spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid(),  # type: ignore[union-attr]
                 )
             )
@@ -271,12 +270,12 @@ def idle_window(
     left_out: tuple[int, ...],
     watcher_thread: list[int],
     *,
-    query: StreamingQuery,
+    checker: RunningChecker,
     jvm_pid: int,
 ) -> Figures:
     """The CPU of this process tree (the watcher's thread apart) and the micro-batches over ``seconds`` of idling."""
     runs_before = len(read_table(data_dir, "checker_runs"))
-    seen = {report.batchId for report in query.recentProgress}
+    seen = {report.batchId for report in checker.query.recentProgress}
     jit_before = jit_totals(jvm_pid)  # jstat is a JVM of its own in this tree: before the meter starts
     meter = CpuMeter(os.getpid(), exclude=left_out).start()  # counts the Python workers Spark stops meanwhile
     watcher_cpu, clock = thread_cpu(watcher_thread), time.time()
@@ -291,8 +290,12 @@ def idle_window(
     jit = None
     if jit_before is not None and jit_after is not None:
         jit = (jit_after[0] - jit_before[0], jit_after[1] - jit_before[1])
-    ran = [r for r in query.recentProgress if r.batchId not in seen and "addBatch" in (r.durationMs or {})]
-    return Figures(label, cpu - watcher_cpu, watcher_cpu, elapsed, batches, started, jit, spark_phases(ran))
+    ran = [r for r in checker.query.recentProgress if r.batchId not in seen and "addBatch" in (r.durationMs or {})]
+    phases = spark_phases(ran)
+    if ran:  # the sink's own split of addBatch, over the window's batches (the last ones the checker kept)
+        phases["of which computing the batch"] = 1000 * statistics.median(checker.compute_seconds[-len(ran) :])
+        phases["of which the Delta writes"] = 1000 * statistics.median(checker.write_seconds[-len(ran) :])
+    return Figures(label, cpu - watcher_cpu, watcher_cpu, elapsed, batches, started, jit, phases)
 
 
 def jit_totals(pid: int) -> tuple[int, float] | None:

@@ -32,10 +32,10 @@
   write's cost does not grow with the tables' age. A compaction is a commit of its own, after the batch's.
 
 * **Quiet batches without Spark** (``quiet_runs_by_delta_rs``, the streaming job's choice): a batch that writes no
-  table but ``checker_runs`` (an idle checker's heartbeat) appends its row with delta-rs, carrying the same
-  idempotent-write record (:mod:`scrutiny.connectors.tables.light_append`): a few hundredths of a second of CPU
-  instead of a second of Spark jobs. Left to Spark on an object store, on a table of another protocol, on one holding
-  as many files as auto compaction waits for, and after delta-rs failed once.
+  table but ``checker_runs`` and ``verification_ages`` (an idle checker's heartbeat) appends their rows with
+  delta-rs, carrying the same idempotent-write record (:mod:`scrutiny.connectors.tables.light_append`): a few
+  hundredths of a second of CPU instead of a second of Spark jobs. Left to Spark on an object store, on a table of
+  another protocol, on one holding as many files as auto compaction waits for, and after delta-rs failed once.
 
 * **State built ahead** (``prefetch_state``, the streaming job's choice): an idempotent write makes Delta 4.4
   rebuild the table's whole state to find the app id's last version, and a commit leaves the new version's state
@@ -143,6 +143,10 @@ DEFAULT_CONFLICT_ATTEMPTS: Final = 8
 
 #: Tables created with ``delta.appendOnly=true``: the checker's history tables and the fix's record.
 _APPEND_ONLY: Final = (*APPEND_TABLES, *CREATED_ON_FIRST_ROW, REPAIR_ACTIONS)
+
+#: The tables a quiet batch writes, by delta-rs: an idle checker's heartbeat row and, once every
+#: ``checker.verification_ages_seconds``, the count of ledgers by the age of their last verification.
+QUIET_TABLES: Final = (VERIFICATION_AGES, CHECKER_RUNS)
 
 
 class WriteOutcome(StrEnum):
@@ -387,14 +391,18 @@ class CheckerTables:
         if not self._ready:
             self.ensure_tables()
         first, last = WRITTEN_TABLES[:-1], WRITTEN_TABLES[-1]
+        quiet = not any(rows[name].num_rows for name in first if name not in QUIET_TABLES)
         with ThreadPoolExecutor(max_workers=len(first), thread_name_prefix="delta-write") as pool:
-            pending = [pool.submit(self._write_table, name, rows[name], batch_id) for name in first]
+            pending = [
+                pool.submit(self._write_table, name, rows[name], batch_id, quiet=quiet and name in QUIET_TABLES)
+                for name in first
+            ]
             writes = [future.result() for future in pending]  # the first error is raised once all have ended
-        quiet = all(write.outcome is WriteOutcome.EMPTY for write in writes)
         return WriteResult(batch_id, (*writes, self._write_table(last, rows[last], batch_id, quiet=quiet)))
 
     def _write_table(self, name: str, rows: pa.Table, batch_id: int, *, quiet: bool = False) -> TableWrite:
-        """Write one table's rows (``quiet``: the batch wrote no other table, see :meth:`_append_quietly`)."""
+        """Write one table's rows (``quiet``: the batch writes no table but :data:`QUIET_TABLES`, see
+        :meth:`_append_quietly`)."""
         if not rows.num_rows and name != CHECKER_RUNS:
             return TableWrite(name, WriteOutcome.EMPTY)  # a re-run that finds rows here never wrote them before
         if name in CREATED_ON_FIRST_ROW and name not in self._created:
@@ -428,7 +436,8 @@ class CheckerTables:
         return TableWrite(name, WriteOutcome.WRITTEN, rows=rows.num_rows, inserted=inserted, updated=updated)
 
     def _append_quietly(self, name: str, rows: pa.Table, batch_id: int) -> bool | None:
-        """The row of a batch that wrote nothing else (an idle checker's heartbeat), appended by delta-rs.
+        """The rows of a batch that writes nothing but :data:`QUIET_TABLES` (an idle checker's heartbeat), appended by
+        delta-rs.
 
         A one-row idempotent append costs Delta on Spark about a second of CPU (the table's state rebuilt, then the
         write's and the commit's Spark jobs), delta-rs a few hundredths, with the same idempotent-write record: see

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,7 +12,15 @@ from deltalake.exceptions import DeltaError
 from pyspark.sql import SparkSession
 
 from scrutiny.connectors.tables.light_append import append_once
-from scrutiny.connectors.tables.schemas import CHECKER_RUNS, LEDGER_CHECKS, empty_output, output_table, run_rows
+from scrutiny.connectors.tables.schemas import (
+    CHECKER_RUNS,
+    LEDGER_CHECKS,
+    VERIFICATION_AGES,
+    VERIFICATION_AGES_SCHEMA,
+    empty_output,
+    output_table,
+    run_rows,
+)
 from scrutiny.settings.sections import CheckerSection
 from scrutiny.streaming import delta_writer
 from scrutiny.streaming.checker.job import job_tables
@@ -25,9 +34,9 @@ def quiet_tables(spark: SparkSession, data: Path, *, compact_min_files: int = 0,
     return CheckerTables(spark, data, app_id=APP, upkeep=upkeep, quiet_runs_by_delta_rs=on)
 
 
-def last_engine(tables: CheckerTables) -> str:
+def last_engine(tables: CheckerTables, table: str = CHECKER_RUNS) -> str:
     """Who made the table's last commit other than a compaction: "delta-rs" or "spark"."""
-    commits = [c for c in DeltaTable(tables.uri(CHECKER_RUNS)).history() if c.get("operation") != "OPTIMIZE"]
+    commits = [c for c in DeltaTable(tables.uri(table)).history() if c.get("operation") != "OPTIMIZE"]
     latest = max(commits, key=lambda commit: int(commit["version"]))
     if str(latest.get("engineInfo", "")).startswith("Apache-Spark"):
         return "spark"
@@ -57,6 +66,37 @@ def test_a_quiet_batch_row_is_appended_by_delta_rs_once_and_each_engine_skips_th
     assert last_engine(quiet) == "delta-rs"
     assert batch_counts(data, CHECKER_RUNS) == {0: 1, 1: 1, 2: 1}
     assert batch_counts(data, LEDGER_CHECKS) == {1: 1}
+
+
+def ages(batch_id: int) -> pa.Table:
+    """A batch's verification_ages rows: two age classes."""
+    at = datetime(2026, 12, 7, tzinfo=UTC)
+    rows = [
+        {"at": at, "age_class": name, "age_from_seconds": low, "age_to_seconds": high, "ledgers": 5, "overdue": False}
+        | {"oldest_verification": at, "batch_id": batch_id, "run_id": "run-1"}
+        for name, low, high in (("q1", 0, 3600), ("q2", 3600, 7200))
+    ]
+    return pa.Table.from_pylist(rows, schema=VERIFICATION_AGES_SCHEMA)
+
+
+def test_a_quiet_batch_writes_its_verification_ages_by_delta_rs_too(spark: SparkSession, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    quiet = quiet_tables(spark, data)
+    quiet.write_batch(0, empty_output(), run_record(), ages=ages(0))  # the table's first rows: Spark creates it
+    result = quiet.write_batch(1, empty_output(), run_record(), ages=ages(1))
+    assert result[VERIFICATION_AGES].outcome is WriteOutcome.WRITTEN and result[VERIFICATION_AGES].rows == 2
+    assert last_engine(quiet, VERIFICATION_AGES) == "delta-rs" and last_engine(quiet) == "delta-rs"
+    assert quiet.write_batch(1, empty_output(), run_record(), ages=ages(1)).skipped == (VERIFICATION_AGES, CHECKER_RUNS)
+    assert quiet_tables(spark, data, on=False).write_batch(1, empty_output(), run_record(), ages=ages(1)).skipped == (
+        VERIFICATION_AGES,
+        CHECKER_RUNS,
+    )  # Delta on Spark skips what delta-rs recorded
+
+    busy = quiet.write_batch(2, output_table(batch_rows(2)), run_record(), ages=ages(2))  # a check: all through Spark
+    assert last_engine(quiet, VERIFICATION_AGES) == "spark" and last_engine(quiet) == "spark"
+    assert busy[VERIFICATION_AGES].outcome is WriteOutcome.WRITTEN
+    assert batch_counts(data, VERIFICATION_AGES) == {0: 2, 1: 2, 2: 2}
+    assert batch_counts(data, CHECKER_RUNS) == {0: 1, 1: 1, 2: 1}
 
 
 def test_off_every_row_goes_through_spark(spark: SparkSession, tmp_path: Path) -> None:
