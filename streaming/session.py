@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socketserver
 import sys
 import threading
 import time
@@ -117,7 +118,7 @@ def build_spark_session(
         builder = builder.config(key, value)
     session = _launch(builder, log_file)
     _quiet_state_server(session)
-    _accumulator_server_logs_strangers(session)
+    accumulator_server_logs_strangers(getattr(session.sparkContext, "_accumulatorServer", None))
     return session
 
 
@@ -225,15 +226,14 @@ def _quiet_state_server(session: SparkSession) -> None:
     log4j.core.config.Configurator.setLevel(STATE_SERVER_LOGGER, log4j.Level.ERROR)
 
 
-def _accumulator_server_logs_strangers(session: SparkSession) -> None:
+def accumulator_server_logs_strangers(server: socketserver.BaseServer | None) -> None:
     """One warning line, not a traceback on standard error, when something else connects to PySpark's accumulator port.
 
-    The driver's accumulator server listens on a loopback port; a client of anything else that once had that port (a
-    ZooKeeper or Kafka client retrying a stopped server, say) can connect to it and send bytes that are not Spark's
-    token. PySpark refuses them and goes on serving, but ``socketserver`` prints the refusal's traceback, which reads
-    like a crash in a command's output.
+    The driver's accumulator server (``server``; None: none to change) listens on a loopback port; a client of anything
+    else that once had that port (a ZooKeeper or Kafka client retrying a stopped server, say) can connect to it and
+    send bytes that are not Spark's token. PySpark refuses them and goes on serving, but ``socketserver`` prints the
+    refusal's traceback, which reads like a crash in a command's output.
     """
-    server = getattr(session.sparkContext, "_accumulatorServer", None)
     if server is None:
         return
 
@@ -241,7 +241,7 @@ def _accumulator_server_logs_strangers(session: SparkSession) -> None:
         error = sys.exc_info()[1]
         log.warning("ignored a connection to Spark's accumulator port from %s: %r", client_address, error)
 
-    server.handle_error = handle_error
+    server.handle_error = handle_error  # type: ignore[method-assign]
 
 
 def _submitted() -> bool:
