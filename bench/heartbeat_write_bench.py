@@ -32,12 +32,12 @@ from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
+from bench.checker_bench import bench_session
 from bench.cpu_meter import CpuMeter
 from bench.delta_write_bench import Driver
 from scrutiny.connectors.tables.schemas import RunRecord, empty_output
 from scrutiny.settings.sections import CheckerSection
 from scrutiny.streaming.checker.job import job_tables
-from scrutiny.streaming.session import build_spark_session
 
 APP = "heartbeat-write-bench"
 
@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5, help="first rounds not counted (5)")
     parser.add_argument("--settle", type=float, default=3.0, help="seconds after each write that count (3)")
     args = parser.parse_args(argv)
-    spark = build_spark_session("heartbeat-write-bench", master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})
+    spark = bench_session("heartbeat-write-bench")
     checker = CheckerSection()
     driver = Driver(spark)
     try:
