@@ -6,6 +6,7 @@ Run from the repository root::
     .venv/bin/python -m bench.checker_bench --quick    # 5k backlog, 100 closes/s for 10 s
     .venv/bin/python -m bench.checker_bench --seconds 480 --window 60  # 8 min of closes, p50 per minute (~11 min)
     .venv/bin/python -m bench.checker_bench --no-prefetch  # each write builds its table's Delta state itself
+    .venv/bin/python -m bench.checker_bench --rounds 3 --seconds 3  # the backlog again in the same, warm, JVM
 
 It starts its own ZooKeeper and Kafka broker in a temporary directory, a simulated cluster of 9 bookies
 (healthy ledgers, E=3/WQ=2/AQ=2, 100 entries, "auto" ensembles) in a process of its own
@@ -15,8 +16,15 @@ temporary directory), and stops everything at the end.
 
 1. **backlog**: the cluster starts with ``--backlog`` closed ledgers; the watcher's snapshot puts
    them all in Kafka at once and the checker works through them. Checks per second = ledgers
-   checked / time from the first micro-batch's start to the last check's batch end (the
-   ``checker_runs`` table), i.e. the sustained rate when work is always waiting.
+   checked / time from the trigger of the first micro-batch with checks to the end of the last one (Spark's
+   progress reports: query planning, the computation, the Delta writes, the offsets' commit), i.e. the sustained
+   rate when work is always waiting. (Until 2026-12-07 the time ran from the first batch's output reaching the sink
+   to the last one's ``checker_runs`` row being made, leaving out the planning and the Delta writes; both are
+   logged.) With ``--rounds N`` the same
+   backlog is then checked N - 1 times more in the same Spark session, each time by a checker of its own (a new
+   checkpoint and tables, reading the topic from its start): the first round pays for a cold JVM (its JIT compiling
+   Spark's, Delta's and Kafka's code, the first query plans), the later ones show the rate of a checker that has
+   been running.
 2. **latency**: then ``--rate`` open ledgers per second are closed for ``--seconds`` seconds (each
    a ``set`` of its CLOSED metadata in ZooKeeper, as BookKeeper's close is); for each, the time from its close to
    its row being visible in the ``ledger_checks`` Delta table (polled every 0.1 s by a reader), as
@@ -44,6 +52,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -60,15 +69,18 @@ from scrutiny.core.ledger_tracker import TrackedLedger
 from scrutiny.core.zk_paths import ledger_path
 from scrutiny.services.embedded import embedded_settings
 from scrutiny.services.servers import start_kafka, start_zookeeper
-from scrutiny.settings.loader import load_settings
+from scrutiny.settings.loader import Settings, load_settings
 from scrutiny.settings.sections import CheckerSection
 from scrutiny.simulator.scenario import parse_scenario
-from scrutiny.streaming.checker.job import start_checker
+from scrutiny.streaming.checker.job import RunningChecker, start_checker
 from scrutiny.streaming.session import BASE_CONF, build_spark_session
 from scrutiny.watcher.metrics import WatcherMetrics
 from scrutiny.watcher.wiring import watcher_from_settings
 
 log = logging.getLogger("bench.checker")
+
+#: (ledgers checked, seconds, batches) of a pass over the backlog, and its CPU seconds (all but the bookies, bookies).
+BacklogRound = tuple[tuple[int, float, int], tuple[float, float]]
 
 
 def scenario_text(backlog: int, open_ledgers: int) -> str:
@@ -118,6 +130,12 @@ def main() -> int:
         type=int,
         default=CheckerSection().compact_min_files,
         help="checker.compact_min_files (0: the tables are not compacted, for comparison)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="check the backlog this many times in the same JVM, each by a new checker (checkpoint and tables)",
     )
     add_java_options_argument(parser)
     args = parser.parse_args()
@@ -186,22 +204,22 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
     threading.Thread(target=watcher.run, args=(stop,), daemon=True).start()
     spark = bench_session("checker-bench", args.java_options)
     checker = start_checker(spark, settings)
-    data_dir = settings.checker.data_dir
+    rounds: list[BacklogRound] = []
     try:
-        cpu_before = tree_cpu_seconds(os.getpid(), exclude=simulator.pid)
-        sim_before = tree_cpu_seconds(simulator.pid)
-        backlog_rate = wait_backlog(data_dir, args.backlog)
-        cpu = (
-            tree_cpu_seconds(os.getpid(), exclude=simulator.pid) - cpu_before,
-            tree_cpu_seconds(simulator.pid) - sim_before,
-        )
-        closed, batch_seconds = latency_phase(client, data_dir, args, closes)
+        rounds.append(backlog_round(checker, settings.checker.data_dir, args.backlog, simulator.pid))
+        for index in range(2, args.rounds + 1):
+            checker.stop()
+            settings = round_settings(settings, tmp / f"round-{index}")
+            checker = start_checker(spark, settings)
+            rounds.append(backlog_round(checker, settings.checker.data_dir, args.backlog, simulator.pid))
+        closed, batch_seconds = latency_phase(client, settings.checker.data_dir, args, closes)
         state = state_bytes(Path(settings.checker.checkpoint_dir))
         phases = spark_phases(checker.query.recentProgress)
         phases["of which computing the batch"] = 1000 * statistics.median(checker.compute_seconds or [0.0])
         phases["of which the Delta writes"] = 1000 * statistics.median(checker.write_seconds or [0.0])
     finally:
         stop_stack(checker, stop, simulator, watcher=watcher, client=client, spark=spark)
+    backlog_rate, cpu = rounds[0]
     report(
         args,
         backlog=backlog_rate,
@@ -215,10 +233,59 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
         f"the ZooKeeper and Kafka servers: all but the bookies) = {1000 * cpu[0] / backlog_rate[0]:.2f} ms per check, "
         f"{cpu[1]:.1f} s in the simulated bookies' process"
     )
+    for index, ((checked, seconds, batches), (cpu_s, _)) in enumerate(rounds[1:], start=2):
+        print(
+            f"round {index}, the backlog again in the same JVM (a new checker, checkpoint and tables): {checked} "
+            f"ledgers in {seconds:.1f} s over {batches} batches = {checked / seconds:,.0f}/s, "
+            f"{1000 * cpu_s / checked:.2f} ms of CPU per check"
+        )
     print(
         "Spark's phases of the recent micro-batches (median ms): "
         + ", ".join(f"{k} {v:.0f}" for k, v in phases.items())
     )
+
+
+def backlog_round(checker: RunningChecker, data_dir: str, backlog: int, simulator: int) -> BacklogRound:
+    """One checker's pass over the backlog: (ledgers checked, seconds of its batches from the first one's trigger to
+    the last one's end, batches), and the CPU seconds it took (this process tree without the simulator, the
+    simulator); the phases of its largest batch are logged."""
+    cpu_before = tree_cpu_seconds(os.getpid(), exclude=simulator)
+    sim_before = tree_cpu_seconds(simulator)
+    checked, computed, batches = wait_backlog(data_dir, backlog)
+    cpu = tree_cpu_seconds(os.getpid(), exclude=simulator) - cpu_before, tree_cpu_seconds(simulator) - sim_before
+    progress = checker.query.recentProgress
+    working = [
+        r["started_at"].timestamp() for r in read_table(data_dir, "checker_runs").to_pylist() if r["ledgers_checked"]
+    ]
+    spans = [span for span in map(trigger_span, progress) if any(span[0] <= at <= span[1] for at in working)]
+    seconds = max(end for _, end in spans) - min(start for start, _ in spans)
+    largest = max(progress, key=lambda p: p.numInputRows)
+    phases = spark_phases([largest])
+    if checker.batches <= len(checker.compute_seconds):  # a new checkpoint: the sink's n-th batch is batch n
+        phases["of which computing the batch"] = 1000 * checker.compute_seconds[largest.batchId]
+        phases["of which the Delta writes"] = 1000 * checker.write_seconds[largest.batchId]
+    log.info(
+        "the backlog: %.1f s of whole batches, %.1f s from the first's output to the last's rows made (the measure"
+        " before 2026-12-07); its largest batch (%d events), ms: %s",
+        seconds,
+        computed,
+        largest.numInputRows,
+        ", ".join(f"{k} {v:.0f}" for k, v in phases.items()),
+    )
+    return (checked, seconds, batches), cpu
+
+
+def trigger_span(progress: Any) -> tuple[float, float]:
+    """(start, end) of a micro-batch in epoch seconds, from its progress report: its trigger to its end (the query
+    planning, the computation, the sink's writes and the commit of its offsets)."""
+    start = datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00")).timestamp()
+    return start, start + progress.durationMs["triggerExecution"] / 1000
+
+
+def round_settings(settings: Settings, directory: Path) -> Settings:
+    """``settings`` with the checker's tables and checkpoint under ``directory``."""
+    checker = replace(settings.checker, data_dir=str(directory / "data"), checkpoint_dir=str(directory / "checkpoint"))
+    return replace(settings, checker=checker)
 
 
 def start_simulator(scenario: Path, zk: str, ready: dict[str, Any] | None = None) -> subprocess.Popen[str]:

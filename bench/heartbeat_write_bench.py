@@ -1,5 +1,5 @@
 """What an idle checker's heartbeat row costs to write: through Delta Lake on Spark, and through delta-rs
-(``checker.quiet_runs_by_delta_rs``).
+(``checker.runs_by_delta_rs``).
 
 Run from the repository root::
 
@@ -69,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="heartbeat-write-bench-") as tmp:
             writers = {
                 label: job_tables(
-                    spark, replace(checker, data_dir=str(Path(tmp) / label), quiet_runs_by_delta_rs=quiet), app_id=APP
+                    spark, replace(checker, data_dir=str(Path(tmp) / label), runs_by_delta_rs=quiet), app_id=APP
                 )
                 for label, quiet in (("Delta Lake on Spark", False), ("delta-rs", True))
             }

@@ -149,7 +149,7 @@ def main() -> int:
     parser.add_argument(
         "--spark-heartbeat",
         action="store_true",
-        help="checker.quiet_runs_by_delta_rs = false in both modes: every checker_runs row through Spark",
+        help="checker.runs_by_delta_rs = false in both modes: every checker_runs row through Spark",
     )
     add_java_options_argument(parser)
     args = parser.parse_args()
@@ -180,7 +180,7 @@ def run_mode(spark: SparkSession, args: argparse.Namespace, mode: str) -> list[F
             if args.no_prefetch:
                 settings = replace(settings, checker=replace(settings.checker, prefetch_table_state=False))
             if args.spark_heartbeat:
-                settings = replace(settings, checker=replace(settings.checker, quiet_runs_by_delta_rs=False))
+                settings = replace(settings, checker=replace(settings.checker, runs_by_delta_rs=False))
             if not former:
                 settings = with_intervals(settings, idle_batch_s=args.idle_batch_seconds, tick_s=args.tick_seconds)
             return measure(spark, settings, args, mode, tmp, servers=(zookeeper.pid, kafka.pid))

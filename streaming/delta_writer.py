@@ -31,11 +31,13 @@
   the writer's sessions and a short retention of replaced files on every table it creates or checks, so that a
   write's cost does not grow with the tables' age. A compaction is a commit of its own, after the batch's.
 
-* **Quiet batches without Spark** (``quiet_runs_by_delta_rs``, the streaming job's choice): a batch that writes no
-  table but ``checker_runs`` and ``verification_ages`` (an idle checker's heartbeat) appends their rows with
-  delta-rs, carrying the same idempotent-write record (:mod:`scrutiny.connectors.tables.light_append`): a few
-  hundredths of a second of CPU instead of a second of Spark jobs. Left to Spark on an object store, on a table of
-  another protocol, on one holding as many files as auto compaction waits for, and after delta-rs failed once.
+* **The job's own record without Spark** (``runs_by_delta_rs``, the streaming job's choice): every batch's
+  ``checker_runs`` row and ``verification_ages`` rows (:data:`BOOKKEEPING_TABLES`) are appended with delta-rs, carrying
+  the same idempotent-write record (:mod:`scrutiny.connectors.tables.light_append`): a few hundredths of a second of
+  CPU instead of a second of Spark jobs, and ``checker_runs``, which must wait for the other tables' commits, no longer
+  adds a Spark write's time to every batch. Left to Spark on an object store, on a table of another protocol, on one
+  holding as many files as auto compaction waits for, and after delta-rs failed once. The findings' tables
+  (``violations``, ``open_violations``, ``ledger_checks``, ``rejected_events``) are always Delta on Spark's.
 
 * **State built ahead** (``prefetch_state``, the streaming job's choice): an idempotent write makes Delta 4.4
   rebuild the table's whole state to find the app id's last version, and a commit leaves the new version's state
@@ -144,9 +146,9 @@ DEFAULT_CONFLICT_ATTEMPTS: Final = 8
 #: Tables created with ``delta.appendOnly=true``: the checker's history tables and the fix's record.
 _APPEND_ONLY: Final = (*APPEND_TABLES, *CREATED_ON_FIRST_ROW, REPAIR_ACTIONS)
 
-#: The tables a quiet batch writes, by delta-rs: an idle checker's heartbeat row and, once every
+#: The tables of the job's own record, appended by delta-rs when ``runs_by_delta_rs``: a row per batch and, once every
 #: ``checker.verification_ages_seconds``, the count of ledgers by the age of their last verification.
-QUIET_TABLES: Final = (VERIFICATION_AGES, CHECKER_RUNS)
+BOOKKEEPING_TABLES: Final = (VERIFICATION_AGES, CHECKER_RUNS)
 
 
 class WriteOutcome(StrEnum):
@@ -299,7 +301,7 @@ class CheckerTables:
         conflict_attempts: int = DEFAULT_CONFLICT_ATTEMPTS,
         prefetch_state: bool = False,
         upkeep: TableUpkeep | None = None,
-        quiet_runs_by_delta_rs: bool = False,
+        runs_by_delta_rs: bool = False,
     ) -> None:
         if not app_id:
             raise ConfigError("app_id must not be empty")
@@ -317,7 +319,7 @@ class CheckerTables:
         self._created: set[str] = set()
         # With prefetch_state, each table's state is rebuilt after its write, before the next batch asks for it.
         self.prefetch = StatePrefetch(self.spark) if prefetch_state else None
-        self.quiet_runs_by_delta_rs = quiet_runs_by_delta_rs
+        self.runs_by_delta_rs = runs_by_delta_rs
 
     def close(self) -> None:
         """Stop rebuilding the tables' state ahead of their writes (a no-op without ``prefetch_state``)."""
@@ -391,26 +393,21 @@ class CheckerTables:
         if not self._ready:
             self.ensure_tables()
         first, last = WRITTEN_TABLES[:-1], WRITTEN_TABLES[-1]
-        quiet = not any(rows[name].num_rows for name in first if name not in QUIET_TABLES)
         with ThreadPoolExecutor(max_workers=len(first), thread_name_prefix="delta-write") as pool:
-            pending = [
-                pool.submit(self._write_table, name, rows[name], batch_id, quiet=quiet and name in QUIET_TABLES)
-                for name in first
-            ]
+            pending = [pool.submit(self._write_table, name, rows[name], batch_id) for name in first]
             writes = [future.result() for future in pending]  # the first error is raised once all have ended
-        return WriteResult(batch_id, (*writes, self._write_table(last, rows[last], batch_id, quiet=quiet)))
+        return WriteResult(batch_id, (*writes, self._write_table(last, rows[last], batch_id)))
 
-    def _write_table(self, name: str, rows: pa.Table, batch_id: int, *, quiet: bool = False) -> TableWrite:
-        """Write one table's rows (``quiet``: the batch writes no table but :data:`QUIET_TABLES`, see
-        :meth:`_append_quietly`)."""
+    def _write_table(self, name: str, rows: pa.Table, batch_id: int) -> TableWrite:
+        """Write one table's rows (those of :data:`BOOKKEEPING_TABLES` by delta-rs: :meth:`_append_light`)."""
         if not rows.num_rows and name != CHECKER_RUNS:
             return TableWrite(name, WriteOutcome.EMPTY)  # a re-run that finds rows here never wrote them before
         if name in CREATED_ON_FIRST_ROW and name not in self._created:
             ensure_table(self.spark, self.data_dir, name, properties=self.upkeep.properties())
             self._created.add(name)
         done = self.committed_batch(name)
-        if quiet:
-            appended = self._append_quietly(name, rows, batch_id)
+        if name in BOOKKEEPING_TABLES:
+            appended = self._append_light(name, rows, batch_id)
             if appended is not None:
                 outcome = WriteOutcome.WRITTEN if appended else WriteOutcome.SKIPPED
                 return TableWrite(name, outcome, rows=rows.num_rows if appended else 0)
@@ -435,9 +432,8 @@ class CheckerTables:
             return TableWrite(name, WriteOutcome.SKIPPED)
         return TableWrite(name, WriteOutcome.WRITTEN, rows=rows.num_rows, inserted=inserted, updated=updated)
 
-    def _append_quietly(self, name: str, rows: pa.Table, batch_id: int) -> bool | None:
-        """The rows of a batch that writes nothing but :data:`QUIET_TABLES` (an idle checker's heartbeat), appended by
-        delta-rs.
+    def _append_light(self, name: str, rows: pa.Table, batch_id: int) -> bool | None:
+        """A batch's rows of one of :data:`BOOKKEEPING_TABLES`, appended by delta-rs.
 
         A one-row idempotent append costs Delta on Spark about a second of CPU (the table's state rebuilt, then the
         write's and the commit's Spark jobs), delta-rs a few hundredths, with the same idempotent-write record: see
@@ -446,13 +442,13 @@ class CheckerTables:
         or delta-rs failed once: from then on this writer leaves every row to Spark, which records or skips it as
         Delta decides).
         """
-        if not self.quiet_runs_by_delta_rs or not is_local(self.data_dir):
+        if not self.runs_by_delta_rs or not is_local(self.data_dir):
             return None
         max_files = self.upkeep.compact_min_files or None
         try:
             return append_once(self.uri(name), rows, app_id=self.app_id, version=batch_id, max_files=max_files)
         except (DeltaError, OSError, pa.ArrowException) as error:
-            self.quiet_runs_by_delta_rs = False
+            self.runs_by_delta_rs = False
             log.warning("delta-rs could not append to %s (%s): its rows go through Spark from now on", name, error)
             return None
 

@@ -173,7 +173,7 @@ class CheckerSection:
     orphan_sweep_write_seconds: float = 600.0
     write_conflict_attempts: int = 8
     prefetch_table_state: bool = True
-    quiet_runs_by_delta_rs: bool = True
+    runs_by_delta_rs: bool = True
     compact_min_files: int = 50
     compact_file_mb: int = 16
     removed_file_retention_hours: float = 6.0

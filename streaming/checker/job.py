@@ -103,7 +103,7 @@ def job_tables(spark: SparkSession, checker: CheckerSection, *, app_id: str) -> 
         conflict_attempts=checker.write_conflict_attempts,
         prefetch_state=checker.prefetch_table_state,
         upkeep=TableUpkeep.of(checker),
-        quiet_runs_by_delta_rs=checker.quiet_runs_by_delta_rs,
+        runs_by_delta_rs=checker.runs_by_delta_rs,
     )
 
 

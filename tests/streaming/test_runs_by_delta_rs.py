@@ -1,4 +1,4 @@
-"""A batch that writes nothing but its checker_runs row appends it with delta-rs, once, next to Delta on Spark."""
+"""Every batch's checker_runs and verification_ages rows are appended with delta-rs, once, next to Delta on Spark."""
 
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ from scrutiny.streaming.table_upkeep import TableUpkeep
 from tests.streaming.test_delta_writer import APP, batch_counts, batch_rows, run_record
 
 
-def quiet_tables(spark: SparkSession, data: Path, *, compact_min_files: int = 0, on: bool = True) -> CheckerTables:
+def light_tables(spark: SparkSession, data: Path, *, compact_min_files: int = 0, on: bool = True) -> CheckerTables:
     upkeep = TableUpkeep(compact_min_files=compact_min_files)
-    return CheckerTables(spark, data, app_id=APP, upkeep=upkeep, quiet_runs_by_delta_rs=on)
+    return CheckerTables(spark, data, app_id=APP, upkeep=upkeep, runs_by_delta_rs=on)
 
 
 def last_engine(tables: CheckerTables, table: str = CHECKER_RUNS) -> str:
@@ -44,28 +44,29 @@ def last_engine(tables: CheckerTables, table: str = CHECKER_RUNS) -> str:
     return "delta-rs"
 
 
-def test_a_quiet_batch_row_is_appended_by_delta_rs_once_and_each_engine_skips_the_others(
+def test_a_batch_row_is_appended_by_delta_rs_once_and_each_engine_skips_the_others(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     data = tmp_path / "data"
-    quiet = quiet_tables(spark, data)
-    result = quiet.write_batch(0, empty_output(), run_record())
+    light = light_tables(spark, data)
+    result = light.write_batch(0, empty_output(), run_record())
     assert result[CHECKER_RUNS].outcome is WriteOutcome.WRITTEN and result[CHECKER_RUNS].rows == 1
-    assert last_engine(quiet) == "delta-rs"
-    assert quiet.last_batch_id() == 0  # Delta's idempotent-write record, in delta-rs's commit
-    assert quiet.write_batch(0, empty_output(), run_record()).skipped == (CHECKER_RUNS,)
+    assert last_engine(light) == "delta-rs"
+    assert light.last_batch_id() == 0  # Delta's idempotent-write record, in delta-rs's commit
+    assert light.write_batch(0, empty_output(), run_record()).skipped == (CHECKER_RUNS,)
 
-    spark_only = quiet_tables(spark, data, on=False)
+    spark_only = light_tables(spark, data, on=False)
     assert spark_only.write_batch(0, empty_output(), run_record()).skipped == (CHECKER_RUNS,)  # Delta on Spark skips it
     assert batch_counts(data, CHECKER_RUNS) == {0: 1}
 
-    busy = quiet.write_batch(1, output_table(batch_rows(1)), run_record())  # rows for other tables: all through Spark
-    assert busy[CHECKER_RUNS].outcome is WriteOutcome.WRITTEN and last_engine(quiet) == "spark"
-    assert quiet.write_batch(1, empty_output(), run_record()).skipped == (CHECKER_RUNS,)  # delta-rs skips Spark's
-    quiet.write_batch(2, empty_output(), run_record())
-    assert last_engine(quiet) == "delta-rs"
+    spark_only.write_batch(1, empty_output(), run_record())
+    assert last_engine(light) == "spark"
+    assert light.write_batch(1, empty_output(), run_record()).skipped == (CHECKER_RUNS,)  # delta-rs skips Spark's
+    busy = light.write_batch(2, output_table(batch_rows(2)), run_record())  # a check: its table through Spark
+    assert busy[CHECKER_RUNS].outcome is WriteOutcome.WRITTEN and last_engine(light) == "delta-rs"
+    assert busy[LEDGER_CHECKS].outcome is WriteOutcome.WRITTEN and last_engine(light, LEDGER_CHECKS) == "spark"
     assert batch_counts(data, CHECKER_RUNS) == {0: 1, 1: 1, 2: 1}
-    assert batch_counts(data, LEDGER_CHECKS) == {1: 1}
+    assert batch_counts(data, LEDGER_CHECKS) == {2: 1}
 
 
 def ages(batch_id: int) -> pa.Table:
@@ -79,28 +80,29 @@ def ages(batch_id: int) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=VERIFICATION_AGES_SCHEMA)
 
 
-def test_a_quiet_batch_writes_its_verification_ages_by_delta_rs_too(spark: SparkSession, tmp_path: Path) -> None:
+def test_a_batch_writes_its_verification_ages_by_delta_rs_too(spark: SparkSession, tmp_path: Path) -> None:
     data = tmp_path / "data"
-    quiet = quiet_tables(spark, data)
-    quiet.write_batch(0, empty_output(), run_record(), ages=ages(0))  # the table's first rows: Spark creates it
-    result = quiet.write_batch(1, empty_output(), run_record(), ages=ages(1))
+    light = light_tables(spark, data)
+    light.write_batch(0, empty_output(), run_record(), ages=ages(0))  # the table's first rows: Spark creates it
+    result = light.write_batch(1, empty_output(), run_record(), ages=ages(1))
     assert result[VERIFICATION_AGES].outcome is WriteOutcome.WRITTEN and result[VERIFICATION_AGES].rows == 2
-    assert last_engine(quiet, VERIFICATION_AGES) == "delta-rs" and last_engine(quiet) == "delta-rs"
-    assert quiet.write_batch(1, empty_output(), run_record(), ages=ages(1)).skipped == (VERIFICATION_AGES, CHECKER_RUNS)
-    assert quiet_tables(spark, data, on=False).write_batch(1, empty_output(), run_record(), ages=ages(1)).skipped == (
+    assert last_engine(light, VERIFICATION_AGES) == "delta-rs" and last_engine(light) == "delta-rs"
+    assert light.write_batch(1, empty_output(), run_record(), ages=ages(1)).skipped == (VERIFICATION_AGES, CHECKER_RUNS)
+    assert light_tables(spark, data, on=False).write_batch(1, empty_output(), run_record(), ages=ages(1)).skipped == (
         VERIFICATION_AGES,
         CHECKER_RUNS,
     )  # Delta on Spark skips what delta-rs recorded
 
-    busy = quiet.write_batch(2, output_table(batch_rows(2)), run_record(), ages=ages(2))  # a check: all through Spark
-    assert last_engine(quiet, VERIFICATION_AGES) == "spark" and last_engine(quiet) == "spark"
+    busy = light.write_batch(2, output_table(batch_rows(2)), run_record(), ages=ages(2))  # a check: Spark writes it
+    assert last_engine(light, VERIFICATION_AGES) == "delta-rs" and last_engine(light) == "delta-rs"
+    assert last_engine(light, LEDGER_CHECKS) == "spark"
     assert busy[VERIFICATION_AGES].outcome is WriteOutcome.WRITTEN
     assert batch_counts(data, VERIFICATION_AGES) == {0: 2, 1: 2, 2: 2}
     assert batch_counts(data, CHECKER_RUNS) == {0: 1, 1: 1, 2: 1}
 
 
 def test_off_every_row_goes_through_spark(spark: SparkSession, tmp_path: Path) -> None:
-    tables = quiet_tables(spark, tmp_path / "data", on=False)
+    tables = light_tables(spark, tmp_path / "data", on=False)
     tables.write_batch(0, empty_output(), run_record())
     assert last_engine(tables) == "spark"
 
@@ -108,10 +110,10 @@ def test_off_every_row_goes_through_spark(spark: SparkSession, tmp_path: Path) -
 def test_a_table_holding_compact_min_files_files_is_written_and_compacted_by_spark(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """With compact_min_files = 3, quiet rows 0-2 add three files by delta-rs; row 3 goes through Spark, whose auto
+    """With compact_min_files = 3, rows 0-2 add three files by delta-rs; row 3 goes through Spark, whose auto
     compaction then rewrites the files, and row 4 is delta-rs's again."""
     data = tmp_path / "data"
-    tables = quiet_tables(spark, data, compact_min_files=3)
+    tables = light_tables(spark, data, compact_min_files=3)
     engines = []
     for batch in range(5):
         tables.write_batch(batch, empty_output(), run_record())
@@ -125,7 +127,7 @@ def test_a_table_holding_compact_min_files_files_is_written_and_compacted_by_spa
 
 def test_a_table_of_a_newer_protocol_is_left_to_spark_untouched(spark: SparkSession, tmp_path: Path) -> None:
     data = tmp_path / "data"
-    tables = quiet_tables(spark, data)
+    tables = light_tables(spark, data)
     tables.ensure_tables()
     uri = tables.uri(CHECKER_RUNS)
     spark.sql(f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES ('delta.minWriterVersion' = '3')")
@@ -136,7 +138,7 @@ def test_a_table_of_a_newer_protocol_is_left_to_spark_untouched(spark: SparkSess
 
 
 def test_a_commit_delta_rs_refuses_raises_and_records_nothing(spark: SparkSession, tmp_path: Path) -> None:
-    tables = quiet_tables(spark, tmp_path / "data")
+    tables = light_tables(spark, tmp_path / "data")
     tables.ensure_tables()
     rows = run_rows(run_record(), batch_id=0)
     wrong = rows.append_column("not_a_column", pa.array([7], pa.int64()))  # not the table's schema
@@ -152,7 +154,7 @@ def test_after_delta_rs_fails_the_writer_leaves_every_row_to_spark(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     data = tmp_path / "data"
-    tables = quiet_tables(spark, data)
+    tables = light_tables(spark, data)
     calls = []
 
     def failing(*args: object, **kwargs: object) -> bool | None:
@@ -174,10 +176,10 @@ def test_only_a_local_data_directory_is_written_by_delta_rs() -> None:
 
 
 def test_spark_continues_a_log_that_delta_rs_checkpointed(spark: SparkSession, tmp_path: Path) -> None:
-    """An idle day's rows by delta-rs: past its checkpoint interval (100 commits), Spark still reads the table's
-    state from delta-rs's checkpoint, skips a batch delta-rs recorded and appends the next."""
+    """A day's rows by delta-rs: past its checkpoint interval (100 commits), Spark still reads the table's state from
+    delta-rs's checkpoint, skips a batch delta-rs recorded and appends the next (a writer whose delta-rs failed)."""
     data = tmp_path / "data"
-    tables = quiet_tables(spark, data)
+    tables = light_tables(spark, data, on=False)
     tables.ensure_tables()
     for batch in range(105):
         assert append_once(tables.uri(CHECKER_RUNS), run_rows(run_record(), batch_id=batch), app_id=APP, version=batch)
@@ -191,9 +193,9 @@ def test_spark_continues_a_log_that_delta_rs_checkpointed(spark: SparkSession, t
     assert batch_counts(data, CHECKER_RUNS) == {batch: 1 for batch in range(106)}
 
 
-def test_the_streaming_job_writes_quiet_rows_as_its_settings_say(spark: SparkSession, tmp_path: Path) -> None:
+def test_the_streaming_job_writes_its_record_as_its_settings_say(spark: SparkSession, tmp_path: Path) -> None:
     on = job_tables(spark, CheckerSection(data_dir=str(tmp_path / "on")), app_id=APP)
-    off = job_tables(spark, CheckerSection(data_dir=str(tmp_path / "off"), quiet_runs_by_delta_rs=False), app_id=APP)
+    off = job_tables(spark, CheckerSection(data_dir=str(tmp_path / "off"), runs_by_delta_rs=False), app_id=APP)
     for tables in (on, off):
         tables.write_batch(0, empty_output(), run_record())
         tables.close()
