@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -11,6 +13,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 from pyspark.sql import SparkSession
 
+from scrutiny.connectors.tables.delta import read_table
 from scrutiny.connectors.tables.light_append import append_once
 from scrutiny.connectors.tables.schemas import (
     CHECKER_RUNS,
@@ -200,3 +203,43 @@ def test_the_streaming_job_writes_its_record_as_its_settings_say(spark: SparkSes
         tables.write_batch(0, empty_output(), run_record())
         tables.close()
     assert (last_engine(on), last_engine(off)) == ("delta-rs", "spark")
+
+
+def test_delta_rs_and_another_writers_spark_appends_at_once_each_land_once(spark: SparkSession, tmp_path: Path) -> None:
+    """The stream's rows by delta-rs while another writer of the same tables (the orphan sweep, a scan) appends its own
+    through Spark: the two engines' commits race for the same log versions, and every row lands once."""
+    data = tmp_path / "data"
+    stream = light_tables(spark, data)
+    stream.ensure_tables()
+    other = CheckerTables(spark, data, app_id="another-writer")
+    done = threading.Event()
+    written: list[int] = []
+    errors: list[BaseException] = []
+
+    def stream_batches() -> None:  # until the other writer is done
+        try:
+            while not done.is_set() or len(written) < 3:
+                batch = len(written)
+                assert stream.write_batch(batch, empty_output(), run_record()).written == (CHECKER_RUNS,)
+                written.append(batch)
+        except BaseException as error:  # handed to the test's thread
+            errors.append(error)
+
+    thread = threading.Thread(target=stream_batches)
+    thread.start()
+    try:
+        for batch in range(3):
+            other.write_batch(batch, empty_output(), replace(run_record(), run_id="run-2"))
+    finally:
+        done.set()
+        thread.join(timeout=120)
+    assert not thread.is_alive() and not errors, errors
+    rows = read_table(data, CHECKER_RUNS).to_pylist()
+    by_writer = {run: sorted(r["batch_id"] for r in rows if r["run_id"] == run) for run in ("run-1", "run-2")}
+    assert by_writer == {"run-1": written, "run-2": [0, 1, 2]}
+    assert stream.last_batch_id() == written[-1] and other.last_batch_id() == 2
+    history = DeltaTable(stream.uri(CHECKER_RUNS)).history()
+    commits = sorted((c for c in history if c.get("operation") == "WRITE"), key=lambda c: int(c["version"]))
+    engines = ["spark" if str(c.get("engineInfo", "")).startswith("Apache-Spark") else "delta-rs" for c in commits]
+    first, last = engines.index("spark"), len(engines) - 1 - engines[::-1].index("spark")
+    assert "delta-rs" in engines[first:last], engines  # the writers' appends interleaved: they ran at once
