@@ -137,6 +137,11 @@ def main() -> int:
         default=1,
         help="check the backlog this many times in the same JVM, each by a new checker (checkpoint and tables)",
     )
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="log the Spark stages of each round's largest batch: wall time, tasks, task time (Spark's event log)",
+    )
     add_java_options_argument(parser)
     args = parser.parse_args()
     if args.quick:
@@ -157,9 +162,17 @@ def add_java_options_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def bench_session(name: str, java_options: str = "") -> SparkSession:
-    """The benchmarks' Spark session: ``local[2]``, 2 shuffle partitions, ``java_options`` added to the driver's."""
+def bench_session(name: str, java_options: str = "", *, event_log: Path | None = None) -> SparkSession:
+    """The benchmarks' Spark session: ``local[2]``, 2 shuffle partitions, ``java_options`` added to the driver's;
+    Spark's event log (uncompressed JSON lines) written under ``event_log`` when given."""
     conf = {"spark.sql.shuffle.partitions": "2"}
+    if event_log is not None:
+        event_log.mkdir(parents=True, exist_ok=True)
+        conf |= {
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": event_log.resolve().as_uri(),
+            "spark.eventLog.compress": "false",
+        }
     if java_options:
         conf["spark.driver.extraJavaOptions"] = f"{BASE_CONF['spark.driver.extraJavaOptions']} {java_options}"
     return build_spark_session(name, master="local[2]", conf=conf)
@@ -202,16 +215,17 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
     stop = threading.Event()
     watcher = watcher_from_settings(settings, "bench", WatcherMetrics())
     threading.Thread(target=watcher.run, args=(stop,), daemon=True).start()
-    spark = bench_session("checker-bench", args.java_options)
+    events = tmp / "events" if args.stages else None
+    spark = bench_session("checker-bench", args.java_options, event_log=events)
     checker = start_checker(spark, settings)
     rounds: list[BacklogRound] = []
     try:
-        rounds.append(backlog_round(checker, settings.checker.data_dir, args.backlog, simulator.pid))
+        rounds.append(backlog_round(checker, settings.checker.data_dir, args.backlog, simulator.pid, events))
         for index in range(2, args.rounds + 1):
             checker.stop()
             settings = round_settings(settings, tmp / f"round-{index}")
             checker = start_checker(spark, settings)
-            rounds.append(backlog_round(checker, settings.checker.data_dir, args.backlog, simulator.pid))
+            rounds.append(backlog_round(checker, settings.checker.data_dir, args.backlog, simulator.pid, events))
         closed, batch_seconds = latency_phase(client, settings.checker.data_dir, args, closes)
         state = state_bytes(Path(settings.checker.checkpoint_dir))
         phases = spark_phases(checker.query.recentProgress)
@@ -245,10 +259,13 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
     )
 
 
-def backlog_round(checker: RunningChecker, data_dir: str, backlog: int, simulator: int) -> BacklogRound:
+def backlog_round(
+    checker: RunningChecker, data_dir: str, backlog: int, simulator: int, events: Path | None = None
+) -> BacklogRound:
     """One checker's pass over the backlog: (ledgers checked, seconds of its batches from the first one's trigger to
     the last one's end, batches), and the CPU seconds it took (this process tree without the simulator, the
-    simulator); the phases of its largest batch are logged."""
+    simulator); the phases of its largest batch are logged, and its Spark stages when Spark writes its event log under
+    ``events``."""
     cpu_before = tree_cpu_seconds(os.getpid(), exclude=simulator)
     sim_before = tree_cpu_seconds(simulator)
     checked, computed, batches = wait_backlog(data_dir, backlog)
@@ -272,7 +289,35 @@ def backlog_round(checker: RunningChecker, data_dir: str, backlog: int, simulato
         largest.numInputRows,
         ", ".join(f"{k} {v:.0f}" for k, v in phases.items()),
     )
+    if events is not None:
+        start, end = trigger_span(largest)
+        for stage in stages_between(events, start, end):
+            log.info("  stage %s", stage)
     return (checked, seconds, batches), cpu
+
+
+def stages_between(event_log: Path, start: float, end: float, *, shortest_ms: int = 100) -> list[str]:
+    """The Spark stages submitted between ``start`` and ``end`` (epoch seconds) that ran ``shortest_ms`` or more, from
+    the event log under ``event_log``: wall time, tasks, the tasks' summed run time, and the stage's name."""
+    run_ms: dict[int, list[int]] = {}
+    stages: list[str] = []
+    for path in sorted(event_log.rglob("events_*")):
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            event = json.loads(line)
+            if event["Event"] == "SparkListenerTaskEnd":
+                metrics = event.get("Task Metrics") or {}
+                run_ms.setdefault(event["Stage ID"], []).append(int(metrics.get("Executor Run Time", 0)))
+            elif event["Event"] == "SparkListenerStageCompleted":
+                info = event["Stage Info"]
+                submitted, completed = info.get("Submission Time", 0), info.get("Completion Time", 0)
+                wall = completed - submitted
+                if start * 1000 <= submitted <= end * 1000 and wall >= shortest_ms:
+                    tasks = run_ms.get(info["Stage ID"], [])
+                    stages.append(
+                        f"+{submitted / 1000 - start:.2f} s: {wall} ms, {len(tasks)} tasks running {sum(tasks)} ms: "
+                        f"{info['Stage Name'][:60]}"
+                    )
+    return stages
 
 
 def trigger_span(progress: Any) -> tuple[float, float]:
