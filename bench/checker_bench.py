@@ -7,6 +7,7 @@ Run from the repository root::
     .venv/bin/python -m bench.checker_bench --seconds 480 --window 60  # 8 min of closes, p50 per minute (~11 min)
     .venv/bin/python -m bench.checker_bench --no-prefetch  # each write builds its table's Delta state itself
     .venv/bin/python -m bench.checker_bench --rounds 3 --seconds 3  # the backlog again in the same, warm, JVM
+    .venv/bin/python -m bench.checker_bench --burst --seconds 3 --stages  # and as rechecks to the running checker
 
 It starts its own ZooKeeper and Kafka broker in a temporary directory, a simulated cluster of 9 bookies
 (healthy ledgers, E=3/WQ=2/AQ=2, 100 entries, "auto" ensembles) in a process of its own
@@ -24,7 +25,9 @@ temporary directory), and stops everything at the end.
    backlog is then checked N - 1 times more in the same Spark session, each time by a checker of its own (a new
    checkpoint and tables, reading the topic from its start): the first round pays for a cold JVM (its JIT compiling
    Spark's, Delta's and Kafka's code, the first query plans), the later ones show the rate of a checker that has
-   been running.
+   been running. With ``--burst``, a LEDGER_RECHECK for every backlog ledger is then put in Kafka at once (what the
+   watcher publishes for a bookie whose cookie changed) and the checker already running checks them all again: its
+   JVM, query plan and tables' state warm. ``--stages`` logs each pass's largest batch stage by stage.
 2. **latency**: then ``--rate`` open ledgers per second are closed for ``--seconds`` seconds (each
    a ``set`` of its CLOSED metadata in ZooKeeper, as BookKeeper's close is); for each, the time from its close to
    its row being visible in the ``ledger_checks`` Delta table (polled every 0.1 s by a reader), as
@@ -62,11 +65,16 @@ from kazoo.client import KazooClient
 from pyspark.sql import SparkSession
 
 from bench.cpu_meter import tree_cpu_seconds
+from scrutiny.connectors.kafka.config import kafka_client_config
+from scrutiny.connectors.kafka.events import Publisher, recheck_event
+from scrutiny.connectors.kafka.publisher import EventPublisher, TopicConfig
 from scrutiny.connectors.tables.delta import read_table, table_uri
 from scrutiny.connectors.zookeeper.client import start_zookeeper_client
+from scrutiny.connectors.zookeeper.tree import node_of
 from scrutiny.core.ledger_metadata import LedgerState, decode_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.ledger_tracker import TrackedLedger
 from scrutiny.core.zk_paths import ledger_path
+from scrutiny.proto import ledger_events_pb2 as pb
 from scrutiny.services.embedded import embedded_settings
 from scrutiny.services.servers import start_kafka, start_zookeeper
 from scrutiny.settings.loader import Settings, load_settings
@@ -141,6 +149,11 @@ def main() -> int:
         "--stages",
         action="store_true",
         help="log the Spark stages of each round's largest batch: wall time, tasks, task time (Spark's event log)",
+    )
+    parser.add_argument(
+        "--burst",
+        action="store_true",
+        help="then a LEDGER_RECHECK for every backlog ledger at once, to the checker already running (a last round)",
     )
     add_java_options_argument(parser)
     args = parser.parse_args()
@@ -226,6 +239,9 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
             settings = round_settings(settings, tmp / f"round-{index}")
             checker = start_checker(spark, settings)
             rounds.append(backlog_round(checker, settings.checker.data_dir, args.backlog, simulator.pid, events))
+        if args.burst:
+            sent = publish_rechecks(settings, client, range(1, args.backlog + 1))
+            burst = backlog_round(checker, settings.checker.data_dir, args.backlog, simulator.pid, events, after=sent)
         closed, batch_seconds = latency_phase(client, settings.checker.data_dir, args, closes)
         state = state_bytes(Path(settings.checker.checkpoint_dir))
         phases = spark_phases(checker.query.recentProgress)
@@ -234,6 +250,8 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
     finally:
         stop_stack(checker, stop, simulator, watcher=watcher, client=client, spark=spark)
     backlog_rate, cpu = rounds[0]
+    if args.burst:
+        rounds.append(burst)
     report(
         args,
         backlog=backlog_rate,
@@ -248,8 +266,11 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
         f"{cpu[1]:.1f} s in the simulated bookies' process"
     )
     for index, ((checked, seconds, batches), (cpu_s, _)) in enumerate(rounds[1:], start=2):
+        what = "a new checker, checkpoint and tables"
+        if args.burst and index == len(rounds):
+            what = "LEDGER_RECHECKs for the checker already running"
         print(
-            f"round {index}, the backlog again in the same JVM (a new checker, checkpoint and tables): {checked} "
+            f"round {index}, the backlog again in the same JVM ({what}): {checked} "
             f"ledgers in {seconds:.1f} s over {batches} batches = {checked / seconds:,.0f}/s, "
             f"{1000 * cpu_s / checked:.2f} ms of CPU per check"
         )
@@ -260,23 +281,29 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
 
 
 def backlog_round(
-    checker: RunningChecker, data_dir: str, backlog: int, simulator: int, events: Path | None = None
+    checker: RunningChecker,
+    data_dir: str,
+    backlog: int,
+    simulator: int,
+    events: Path | None = None,
+    *,
+    after: float = 0.0,
 ) -> BacklogRound:
-    """One checker's pass over the backlog: (ledgers checked, seconds of its batches from the first one's trigger to
-    the last one's end, batches), and the CPU seconds it took (this process tree without the simulator, the
-    simulator); the phases of its largest batch are logged, and its Spark stages when Spark writes its event log under
-    ``events``."""
+    """One checker's pass over the backlog, in its batches that started after ``after`` (epoch seconds): (ledgers
+    checked, seconds of those batches from the first one's trigger to the last one's end, batches), and the CPU seconds
+    it took (this process tree without the simulator, the simulator); the phases of its largest batch are logged, and
+    its Spark stages when Spark writes its event log under ``events``."""
     cpu_before = tree_cpu_seconds(os.getpid(), exclude=simulator)
     sim_before = tree_cpu_seconds(simulator)
-    checked, computed, batches = wait_backlog(data_dir, backlog)
+    runs = wait_checked(data_dir, backlog, after)
     cpu = tree_cpu_seconds(os.getpid(), exclude=simulator) - cpu_before, tree_cpu_seconds(simulator) - sim_before
+    checked = sum(r["ledgers_checked"] for r in runs)
+    computed = (max(r["finished_at"] for r in runs) - min(r["started_at"] for r in runs)).total_seconds()
     progress = checker.query.recentProgress
-    working = [
-        r["started_at"].timestamp() for r in read_table(data_dir, "checker_runs").to_pylist() if r["ledgers_checked"]
-    ]
+    working = [r["started_at"].timestamp() for r in runs]
     spans = [span for span in map(trigger_span, progress) if any(span[0] <= at <= span[1] for at in working)]
     seconds = max(end for _, end in spans) - min(start for start, _ in spans)
-    largest = max(progress, key=lambda p: p.numInputRows)
+    largest = max((p for p in progress if trigger_span(p)[0] >= after), key=lambda p: p.numInputRows)
     phases = spark_phases([largest])
     if checker.batches <= len(checker.compute_seconds):  # a new checkpoint: the sink's n-th batch is batch n
         phases["of which computing the batch"] = 1000 * checker.compute_seconds[largest.batchId]
@@ -293,7 +320,47 @@ def backlog_round(
         start, end = trigger_span(largest)
         for stage in stages_between(events, start, end):
             log.info("  stage %s", stage)
-    return (checked, seconds, batches), cpu
+    return (checked, seconds, len(runs)), cpu
+
+
+def wait_checked(data_dir: str, checks: int, after: float) -> list[dict[str, Any]]:
+    """The ``checker_runs`` rows with checks of the batches started after ``after`` (epoch seconds), once they have
+    checked ``checks`` ledgers in all."""
+    deadline = time.monotonic() + 1800
+    while time.monotonic() < deadline:
+        try:
+            rows = read_table(data_dir, "checker_runs").to_pylist()
+        except Exception:  # not created yet
+            rows = []
+        runs = [r for r in rows if r["ledgers_checked"] and r["started_at"].timestamp() >= after]
+        done = sum(r["ledgers_checked"] for r in runs)
+        log.info("backlog: %d / %d checked", done, checks)
+        if done >= checks:
+            return runs
+        time.sleep(2)
+    raise SystemExit(f"the checker did not check {checks} ledgers within 30 minutes")
+
+
+def publish_rechecks(settings: Settings, client: KazooClient, ledgers: range) -> float:
+    """A LEDGER_RECHECK for each of ``ledgers`` (reason COOKIE_CHANGED, the first bookie of its ensemble: what the
+    watcher publishes for every ledger of a bookie whose cookie changed), put in Kafka at once; returns when the
+    first was sent (epoch seconds). The znodes are read first."""
+    root = settings.zookeeper.ledgers_root
+    nodes = {ledger: node_of(*client.get(ledger_path(ledger, root=root))) for ledger in ledgers}
+    publisher = Publisher("bench-burst", 1, root)
+    topic = TopicConfig(settings.kafka.topic, partitions=settings.kafka.partitions, max_pending=len(nodes) + 1)
+    sender = EventPublisher(kafka_client_config(settings.kafka).kwargs("bench-burst"), topic)
+    started = time.time()
+    now_ms = int(started * 1000)
+    try:
+        for ledger, node in nodes.items():
+            bookie = decode_ledger_metadata(node.data).segments[0].ensemble[0]
+            reason = pb.RecheckReason.COOKIE_CHANGED
+            sender.publish(recheck_event(ledger, node, reason, bookie, publisher, observed_ms=now_ms))
+        sender.flush(60)
+    finally:
+        sender.close()
+    return started
 
 
 def stages_between(event_log: Path, start: float, end: float, *, shortest_ms: int = 100) -> list[str]:
@@ -420,21 +487,11 @@ def checks_seen(data_dir: str) -> dict[int, float]:
 
 
 def wait_backlog(data_dir: str, backlog: int) -> tuple[int, float, int]:
-    """(ledgers checked, seconds, micro-batches) for the snapshot backlog."""
-    deadline = time.monotonic() + 1800
-    runs: list[dict[str, Any]] = []
-    while time.monotonic() < deadline:
-        seen = checks_seen(data_dir)
-        log.info("backlog: %d / %d checked", len(seen), backlog)
-        # checker_runs is committed after the batch's other tables: its figures are complete once it counts them all
-        runs = read_table(data_dir, "checker_runs").to_pylist() if len(seen) >= backlog else []
-        if sum(r["ledgers_checked"] for r in runs) >= backlog:
-            break
-        time.sleep(2)
-    working = [r for r in runs if r["ledgers_checked"]]
-    start = min(r["started_at"] for r in runs)
-    end = max(r["finished_at"] for r in working)
-    return sum(r["ledgers_checked"] for r in working), (end - start).total_seconds(), len(working)
+    """(ledgers checked, seconds from the first batch with checks reaching the sink to the last one's ``checker_runs``
+    row being made, micro-batches with checks) for the snapshot backlog."""
+    runs = wait_checked(data_dir, backlog, after=0.0)
+    start, end = min(r["started_at"] for r in runs), max(r["finished_at"] for r in runs)
+    return sum(r["ledgers_checked"] for r in runs), (end - start).total_seconds(), len(runs)
 
 
 def latency_phase(
