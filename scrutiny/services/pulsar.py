@@ -29,6 +29,7 @@ from typing import Any
 from scrutiny.paths import BOOKKEEPER_LOGGING, PULSAR_JARS
 from scrutiny.services.bookkeeper_tools import jvm_options, metadata_service_uri
 from scrutiny.services.servers import (
+    LOG_FILE,
     LOOPBACK,
     PULSAR,
     RunningServer,
@@ -46,6 +47,35 @@ CONFIG_FILE = "broker.conf"
 _MORE_OPENS = ("java.base/sun.net", "java.management/sun.management")
 _POLL_S = 0.25
 _HTTP_TIMEOUT_S = 30.0
+#: Starts tried with new ports when one was taken between choosing it and the broker's bind (its log says so).
+_PORT_ATTEMPTS = 3
+_BIND_FAILED = b"failed to bind to"
+
+
+class _PortTakenError(ServicesError):
+    """The broker could not bind a port chosen free a moment before: another process took it."""
+
+
+class _LogWatch:
+    """Looks for a phrase in what a log file gains from an offset on, reading each byte once."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = path.stat().st_size if path.exists() else 0
+        self.carry = b""
+
+    def saw(self, phrase: bytes) -> bool:
+        """Whether ``phrase`` (lower case) is in what the log gained since this watch began."""
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                new = handle.read()
+        except OSError:
+            return False
+        self.offset += len(new)
+        text = self.carry + new.lower()
+        self.carry = text[-len(phrase) :]
+        return phrase in text
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,13 +171,24 @@ class LocalPulsar:
             LOOPBACK,
         ]
         began = time.monotonic()
-        self.server = spawn_server(PULSAR, self.directory, command, broker_port)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return time.monotonic() - began
+        for attempt in range(_PORT_ATTEMPTS):
+            if attempt:  # new ports: one of the last try's was taken before the broker bound it
+                broker_port, self.web_port = free_port(), free_port()
+                config.write_text(options.config(self.zookeeper, broker_port, self.web_port))
+            watch = _LogWatch(self.directory / LOG_FILE)
+            self.server = spawn_server(PULSAR, self.directory, command, broker_port)
+            try:
+                self._wait_ready(watch)
+            except _PortTakenError:
+                self.stop()
+                if attempt == _PORT_ATTEMPTS - 1:
+                    raise
+                continue
+            except BaseException:
+                self.stop()
+                raise
+            return time.monotonic() - began
+        raise AssertionError("unreachable")
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop the broker (SIGTERM closes its ledgers; SIGKILL after ``timeout``)."""
@@ -155,11 +196,14 @@ class LocalPulsar:
             self.server.stop(timeout)
             self.server = None
 
-    def _wait_ready(self) -> None:
-        """Until the namespace ``public/default`` exists (the clusters' list answers a little before it does)."""
+    def _wait_ready(self, watch: _LogWatch) -> None:
+        """Until the namespace ``public/default`` exists (the clusters' list answers a little before it does);
+        :class:`_PortTakenError` as soon as the broker's log says it could not bind one of its ports."""
         assert self.server is not None
         deadline = time.monotonic() + self.start_timeout
         while True:
+            if watch.saw(_BIND_FAILED):
+                raise _PortTakenError("the Pulsar broker could not bind its port", log_tail=self.server.log_tail())
             if not self.server.is_alive():
                 raise ServicesError("the Pulsar broker exited while starting", log_tail=self.server.log_tail())
             with contextlib.suppress(OSError, ValueError, ServicesError):  # not listening yet; no tenant yet (404)
