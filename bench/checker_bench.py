@@ -297,8 +297,7 @@ def backlog_round(
     sim_before = tree_cpu_seconds(simulator)
     runs = wait_checked(data_dir, backlog, after)
     cpu = tree_cpu_seconds(os.getpid(), exclude=simulator) - cpu_before, tree_cpu_seconds(simulator) - sim_before
-    checked = sum(r["ledgers_checked"] for r in runs)
-    computed = (max(r["finished_at"] for r in runs) - min(r["started_at"] for r in runs)).total_seconds()
+    checked, computed, _ = sink_figures(runs)
     progress = checker.query.recentProgress
     working = [r["started_at"].timestamp() for r in runs]
     spans = [span for span in map(trigger_span, progress) if any(span[0] <= at <= span[1] for at in working)]
@@ -489,7 +488,12 @@ def checks_seen(data_dir: str) -> dict[int, float]:
 def wait_backlog(data_dir: str, backlog: int) -> tuple[int, float, int]:
     """(ledgers checked, seconds from the first batch with checks reaching the sink to the last one's ``checker_runs``
     row being made, micro-batches with checks) for the snapshot backlog."""
-    runs = wait_checked(data_dir, backlog, after=0.0)
+    return sink_figures(wait_checked(data_dir, backlog, after=0.0))
+
+
+def sink_figures(runs: list[dict[str, Any]]) -> tuple[int, float, int]:
+    """(ledgers checked, seconds from the first run's output reaching the sink to the last one's row being made, runs)
+    of ``checker_runs`` rows with checks."""
     start, end = min(r["started_at"] for r in runs), max(r["finished_at"] for r in runs)
     return sum(r["ledgers_checked"] for r in runs), (end - start).total_seconds(), len(runs)
 

@@ -405,12 +405,12 @@ class CheckerTables:
         if name in CREATED_ON_FIRST_ROW and name not in self._created:
             ensure_table(self.spark, self.data_dir, name, properties=self.upkeep.properties())
             self._created.add(name)
-        done = self.committed_batch(name)
         if name in BOOKKEEPING_TABLES:
-            appended = self._append_light(name, rows, batch_id)
+            appended = self._append_light(name, rows, batch_id)  # reads the app's record itself
             if appended is not None:
                 outcome = WriteOutcome.WRITTEN if appended else WriteOutcome.SKIPPED
                 return TableWrite(name, outcome, rows=rows.num_rows if appended else 0)
+        done = self.committed_batch(name)
         held = done is not None and done >= batch_id
         if done is not None and done > batch_id:
             log.warning(

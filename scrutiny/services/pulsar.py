@@ -147,9 +147,7 @@ class LocalPulsar:
             raise ServicesError(f"Pulsar's jars are not in {PULSAR_JARS}: run scripts/setup")
         options = options or PulsarOptions()
         self.directory.mkdir(parents=True, exist_ok=True)
-        broker_port, self.web_port = free_port(), free_port()
         config = self.directory / CONFIG_FILE
-        config.write_text(options.config(self.zookeeper, broker_port, self.web_port))
         opens = [part for module in _MORE_OPENS for part in ("--add-opens", f"{module}=ALL-UNNAMED")]
         command = [
             java_binary(),
@@ -171,10 +169,9 @@ class LocalPulsar:
             LOOPBACK,
         ]
         began = time.monotonic()
-        for attempt in range(_PORT_ATTEMPTS):
-            if attempt:  # new ports: one of the last try's was taken before the broker bound it
-                broker_port, self.web_port = free_port(), free_port()
-                config.write_text(options.config(self.zookeeper, broker_port, self.web_port))
+        for attempt in range(_PORT_ATTEMPTS):  # new ports each try: one of the last try's was taken before its bind
+            broker_port, self.web_port = free_port(), free_port()
+            config.write_text(options.config(self.zookeeper, broker_port, self.web_port))
             watch = _LogWatch(self.directory / LOG_FILE)
             self.server = spawn_server(PULSAR, self.directory, command, broker_port)
             try:

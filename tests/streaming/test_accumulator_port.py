@@ -47,9 +47,9 @@ def test_bytes_that_are_not_sparks_token_are_logged_in_one_line_and_spark_is_sti
         with socket.create_connection((str(address[0]), int(address[1])), timeout=5) as jvm:
             jvm.sendall(TOKEN.encode() + struct.pack("!i", 0))
             assert jvm.recv(1) == b"\x01"
-            server.shutdown()
     finally:
         server.shutdown()
+        server.server_close()
 
 
 def test_the_sessions_server_logs_strangers(spark: SparkSession) -> None:
