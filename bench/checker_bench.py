@@ -6,6 +6,7 @@ Run from the repository root::
     .venv/bin/python -m bench.checker_bench --quick    # 5k backlog, 100 closes/s for 10 s
     .venv/bin/python -m bench.checker_bench --seconds 480 --window 60  # 8 min of closes, p50 per minute (~11 min)
     .venv/bin/python -m bench.checker_bench --no-prefetch  # each write builds its table's Delta state itself
+    .venv/bin/python -m bench.checker_bench --findings-by-spark  # ledger_checks and the other appends through Spark
     .venv/bin/python -m bench.checker_bench --rounds 3 --seconds 3  # the backlog again in the same, warm, JVM
     .venv/bin/python -m bench.checker_bench --burst --seconds 3 --stages  # and as rechecks to the running checker
 
@@ -134,6 +135,11 @@ def main() -> int:
         help="checker.prefetch_table_state = false: each write builds its table's Delta state (for comparison)",
     )
     parser.add_argument(
+        "--findings-by-spark",
+        action="store_true",
+        help="checker.findings_by_delta_rs = false: ledger_checks, violations, rejected_events through Spark",
+    )
+    parser.add_argument(
         "--compact-min-files",
         type=int,
         default=CheckerSection().compact_min_files,
@@ -220,6 +226,7 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
             shuffle_partitions=2,
             prefetch_table_state=not args.no_prefetch,
             compact_min_files=args.compact_min_files,
+            findings_by_delta_rs=not args.findings_by_spark,
         ),
     )
     client = start_zookeeper_client(settings.zookeeper, timeout_s=30, hosts=zk)

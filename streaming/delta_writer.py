@@ -31,13 +31,15 @@
   the writer's sessions and a short retention of replaced files on every table it creates or checks, so that a
   write's cost does not grow with the tables' age. A compaction is a commit of its own, after the batch's.
 
-* **The job's own record without Spark** (``runs_by_delta_rs``, the streaming job's choice): every batch's
-  ``checker_runs`` row and ``verification_ages`` rows (:data:`BOOKKEEPING_TABLES`) are appended with delta-rs, carrying
-  the same idempotent-write record (:mod:`scrutiny.connectors.tables.light_append`): a few hundredths of a second of
-  CPU instead of a second of Spark jobs, and ``checker_runs``, which must wait for the other tables' commits, no longer
-  adds a Spark write's time to every batch. Left to Spark on an object store, on a table of another protocol, on one
-  holding as many files as auto compaction waits for, and after delta-rs failed once. The findings' tables
-  (``violations``, ``open_violations``, ``ledger_checks``, ``rejected_events``) are always Delta on Spark's.
+* **The job's own record and its findings' appends without Spark** (``runs_by_delta_rs`` and ``findings_by_delta_rs``,
+  the streaming job's choices): every batch's ``checker_runs`` row and ``verification_ages`` rows
+  (:data:`BOOKKEEPING_TABLES`), and its rows of the append-only findings' tables ``ledger_checks``, ``violations`` and
+  ``rejected_events`` (:data:`FINDINGS_APPENDS`), are appended with delta-rs, carrying the same idempotent-write
+  record (:mod:`scrutiny.connectors.tables.light_append`): a few hundredths of a second of CPU instead of a second of
+  Spark jobs a table (planning, code generation, Parquet writing, the commit), and ``checker_runs``, which must wait
+  for the other tables' commits, no longer adds a Spark write's time to every batch. Left to Spark on an object store,
+  on a table of another protocol, on one holding as many files as auto compaction waits for, and after delta-rs failed
+  once. ``open_violations`` is a MERGE: always Delta on Spark's.
 
 * **State built ahead** (``prefetch_state``, the streaming job's choice): an idempotent write makes Delta 4.4
   rebuild the table's whole state to find the app id's last version, and a commit leaves the new version's state
@@ -149,6 +151,9 @@ _APPEND_ONLY: Final = (*APPEND_TABLES, *CREATED_ON_FIRST_ROW, REPAIR_ACTIONS)
 #: The tables of the job's own record, appended by delta-rs when ``runs_by_delta_rs``: a row per batch and, once every
 #: ``checker.verification_ages_seconds``, the count of ledgers by the age of their last verification.
 BOOKKEEPING_TABLES: Final = (VERIFICATION_AGES, CHECKER_RUNS)
+#: The findings' append-only tables, appended by delta-rs when ``findings_by_delta_rs``: a batch's checks, the
+#: violations it found and the records of the topic it could not use. ``open_violations`` is a MERGE: always Spark's.
+FINDINGS_APPENDS: Final = (VIOLATIONS, LEDGER_CHECKS, REJECTED_EVENTS)
 
 
 class WriteOutcome(StrEnum):
@@ -302,6 +307,7 @@ class CheckerTables:
         prefetch_state: bool = False,
         upkeep: TableUpkeep | None = None,
         runs_by_delta_rs: bool = False,
+        findings_by_delta_rs: bool = False,
     ) -> None:
         if not app_id:
             raise ConfigError("app_id must not be empty")
@@ -319,7 +325,10 @@ class CheckerTables:
         self._created: set[str] = set()
         # With prefetch_state, each table's state is rebuilt after its write, before the next batch asks for it.
         self.prefetch = StatePrefetch(self.spark) if prefetch_state else None
-        self.runs_by_delta_rs = runs_by_delta_rs
+        #: The tables appended by delta-rs (:meth:`_append_light`); emptied when delta-rs fails once.
+        self.light_tables: frozenset[str] = frozenset(
+            (*(BOOKKEEPING_TABLES if runs_by_delta_rs else ()), *(FINDINGS_APPENDS if findings_by_delta_rs else ()))
+        )
 
     def close(self) -> None:
         """Stop rebuilding the tables' state ahead of their writes (a no-op without ``prefetch_state``)."""
@@ -399,13 +408,13 @@ class CheckerTables:
         return WriteResult(batch_id, (*writes, self._write_table(last, rows[last], batch_id)))
 
     def _write_table(self, name: str, rows: pa.Table, batch_id: int) -> TableWrite:
-        """Write one table's rows (those of :data:`BOOKKEEPING_TABLES` by delta-rs: :meth:`_append_light`)."""
+        """Write one table's rows (those of :attr:`light_tables` by delta-rs: :meth:`_append_light`)."""
         if not rows.num_rows and name != CHECKER_RUNS:
             return TableWrite(name, WriteOutcome.EMPTY)  # a re-run that finds rows here never wrote them before
         if name in CREATED_ON_FIRST_ROW and name not in self._created:
             ensure_table(self.spark, self.data_dir, name, properties=self.upkeep.properties())
             self._created.add(name)
-        if name in BOOKKEEPING_TABLES:
+        if name in self.light_tables:
             appended = self._append_light(name, rows, batch_id)  # reads the app's record itself
             if appended is not None:
                 outcome = WriteOutcome.WRITTEN if appended else WriteOutcome.SKIPPED
@@ -433,7 +442,7 @@ class CheckerTables:
         return TableWrite(name, WriteOutcome.WRITTEN, rows=rows.num_rows, inserted=inserted, updated=updated)
 
     def _append_light(self, name: str, rows: pa.Table, batch_id: int) -> bool | None:
-        """A batch's rows of one of :data:`BOOKKEEPING_TABLES`, appended by delta-rs.
+        """A batch's rows of one of :attr:`light_tables`, appended by delta-rs.
 
         A one-row idempotent append costs Delta on Spark about a second of CPU (the table's state rebuilt, then the
         write's and the commit's Spark jobs), delta-rs a few hundredths, with the same idempotent-write record: see
@@ -442,14 +451,14 @@ class CheckerTables:
         or delta-rs failed once: from then on this writer leaves every row to Spark, which records or skips it as
         Delta decides).
         """
-        if not self.runs_by_delta_rs or not is_local(self.data_dir):
+        if not is_local(self.data_dir):
             return None
         max_files = self.upkeep.compact_min_files or None
         try:
             return append_once(self.uri(name), rows, app_id=self.app_id, version=batch_id, max_files=max_files)
         except (DeltaError, OSError, pa.ArrowException) as error:
-            self.runs_by_delta_rs = False
-            log.warning("delta-rs could not append to %s (%s): its rows go through Spark from now on", name, error)
+            self.light_tables = frozenset()
+            log.warning("delta-rs could not append to %s (%s): all rows go through Spark from now on", name, error)
             return None
 
     def _merge_open_violations(self, changes: pa.Table, batch_id: int) -> tuple[int, int]:

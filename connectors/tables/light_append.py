@@ -1,11 +1,12 @@
-"""A few rows appended to a table without Spark: delta-rs, exactly once per app transaction.
+"""A batch's rows appended to a table without Spark: delta-rs, exactly once per app transaction.
 
-The streaming job writes its findings' tables through Delta Lake on Spark (:mod:`scrutiny.streaming.delta_writer`).
-Its own record is nearly all fixed cost: every batch appends its row to ``checker_runs`` (and, every
+The streaming job writes ``open_violations`` (a MERGE) through Delta Lake on Spark
+(:mod:`scrutiny.streaming.delta_writer`), and its appends here: every batch's row in ``checker_runs`` (and, every
 ``checker.verification_ages_seconds``, its ``verification_ages`` rows), the only write of an idle checker's heartbeat,
-and Delta on Spark spends about a second of CPU on such an idempotent append (it rebuilds the table's state to find
-the app's last version, then runs the write and the commit as Spark jobs). delta-rs makes the same commit in a few
-hundredths of a second. :func:`append_once` makes it the way Delta on Spark would:
+and its rows of ``ledger_checks``, ``violations`` and ``rejected_events``. Delta on Spark spends about a second of CPU
+on such an idempotent append (it rebuilds the table's state to find the app's last version, then plans, generates
+code for, writes and commits the rows as Spark jobs); delta-rs makes the same commit in a few hundredths of a second.
+:func:`append_once` makes it the way Delta on Spark would:
 
 * **Exactly once.** The commit carries Delta's idempotent-write record (a ``txn`` action: app id and version), the one
   Spark's ``txnAppId``/``txnVersion`` options write, and nothing is written when the table already records that

@@ -174,6 +174,7 @@ class CheckerSection:
     write_conflict_attempts: int = 8
     prefetch_table_state: bool = True
     runs_by_delta_rs: bool = True
+    findings_by_delta_rs: bool = True
     compact_min_files: int = 50
     compact_file_mb: int = 16
     removed_file_retention_hours: float = 6.0

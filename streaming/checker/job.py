@@ -104,6 +104,7 @@ def job_tables(spark: SparkSession, checker: CheckerSection, *, app_id: str) -> 
         prefetch_state=checker.prefetch_table_state,
         upkeep=TableUpkeep.of(checker),
         runs_by_delta_rs=checker.runs_by_delta_rs,
+        findings_by_delta_rs=checker.findings_by_delta_rs,
     )
 
 
