@@ -158,8 +158,13 @@ def main() -> int:
     )
     parser.add_argument(
         "--burst",
-        action="store_true",
-        help="then a LEDGER_RECHECK for every backlog ledger at once, to the checker already running (a last round)",
+        type=int,
+        nargs="?",
+        const=1,
+        default=0,
+        metavar="N",
+        help="then a LEDGER_RECHECK for every backlog ledger at once, to the checker already running (a last round);"
+        " N: that many such rounds, one after another (the later ones with the JVM's compilers done)",
     )
     add_java_options_argument(parser)
     args = parser.parse_args()
@@ -239,6 +244,7 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
     spark = bench_session("checker-bench", args.java_options, event_log=events)
     checker = start_checker(spark, settings)
     rounds: list[BacklogRound] = []
+    bursts: list[BacklogRound] = []
     try:
         rounds.append(backlog_round(checker, settings.checker.data_dir, args.backlog, simulator.pid, events))
         for index in range(2, args.rounds + 1):
@@ -246,9 +252,11 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
             settings = round_settings(settings, tmp / f"round-{index}")
             checker = start_checker(spark, settings)
             rounds.append(backlog_round(checker, settings.checker.data_dir, args.backlog, simulator.pid, events))
-        if args.burst:
+        for _ in range(args.burst):
             sent = publish_rechecks(settings, client, range(1, args.backlog + 1))
-            burst = backlog_round(checker, settings.checker.data_dir, args.backlog, simulator.pid, events, after=sent)
+            bursts.append(
+                backlog_round(checker, settings.checker.data_dir, args.backlog, simulator.pid, events, after=sent)
+            )
         closed, batch_seconds = latency_phase(client, settings.checker.data_dir, args, closes)
         state = state_bytes(Path(settings.checker.checkpoint_dir))
         phases = spark_phases(checker.query.recentProgress)
@@ -257,8 +265,6 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
     finally:
         stop_stack(checker, stop, simulator, watcher=watcher, client=client, spark=spark)
     backlog_rate, cpu = rounds[0]
-    if args.burst:
-        rounds.append(burst)
     report(
         args,
         backlog=backlog_rate,
@@ -272,9 +278,9 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
         f"the ZooKeeper and Kafka servers: all but the bookies) = {1000 * cpu[0] / backlog_rate[0]:.2f} ms per check, "
         f"{cpu[1]:.1f} s in the simulated bookies' process"
     )
-    for index, ((checked, seconds, batches), (cpu_s, _)) in enumerate(rounds[1:], start=2):
+    for index, ((checked, seconds, batches), (cpu_s, _)) in enumerate(rounds[1:] + bursts, start=2):
         what = "a new checker, checkpoint and tables"
-        if args.burst and index == len(rounds):
+        if index > len(rounds):
             what = "LEDGER_RECHECKs for the checker already running"
         print(
             f"round {index}, the backlog again in the same JVM ({what}): {checked} "

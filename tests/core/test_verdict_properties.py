@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import itertools
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from scrutiny.core import verdict as verdict_module
 from scrutiny.core.ledger_metadata import LedgerMetadata, LedgerState, Segment, build_ledger_metadata
 from scrutiny.core.sequence_groups import SequenceGroup, from_entries, per_run
+from scrutiny.core.striping import segment_spans
 from scrutiny.core.verdict import BookieAnswer, VerdictKind, compute_verdict
 from scrutiny.core.vocabulary import Category, Severity
 from tests.support.reference import Holdings, reference_replicas
@@ -180,3 +183,73 @@ def test_verdict_never_raises_on_any_consistent_listing(
     answers = {b: BookieAnswer.listing(sorted(listings[i % len(listings)])) for i, b in enumerate(bookies)}
     verdict = compute_verdict(metadata, answers, now_ms=0)
     assert verdict.verdict in VerdictKind
+
+
+@st.composite
+def near_striped(draw: st.DrawFn) -> tuple[LedgerMetadata, dict[str, BookieAnswer]]:
+    """Every bookie answering what its stripes hold, in any listing form, or that with one thing changed."""
+    metadata = draw(ledgers())
+    ideal = truth(metadata)
+    answers: dict[str, BookieAnswer] = {}
+    for bookie in sorted({b for s in metadata.segments for b in s.ensemble}):
+        entries = set(ideal.get(bookie, set()))
+        form = draw(st.sampled_from(["compact", "per_run", "odd"]))
+        groups = from_entries(sorted(entries))
+        answers[bookie] = BookieAnswer.listing(per_run(groups) if form == "per_run" else groups)
+        if form == "odd":
+            answers[bookie] = BookieAnswer.listing(odd_groups(entries, draw))
+    change = draw(st.sampled_from(["none", "none", "drop", "add", "unknown", "absent", "stranger", "negative"]))
+    victim = draw(st.sampled_from(sorted(answers)))
+    held = set(ideal.get(victim, set()))
+    if change == "drop" and held:
+        held.discard(draw(st.sampled_from(sorted(held))))
+        answers[victim] = BookieAnswer.listing(from_entries(sorted(held)))
+    elif change == "add":
+        held.add(base_of(metadata) + draw(st.integers(0, 85)))
+        answers[victim] = BookieAnswer.listing(from_entries(sorted(held)))
+    elif change == "unknown":
+        answers[victim] = BookieAnswer.unknown("timeout")
+    elif change == "absent":
+        del answers[victim]
+    elif change == "stranger":
+        answers["stranger.example:3181"] = BookieAnswer.listing(from_entries(sorted(held)))
+    elif change == "negative":
+        answers[victim] = BookieAnswer.no_ledger()
+    return metadata, answers
+
+
+@settings(max_examples=400, deadline=None)
+@given(near_striped())
+def test_the_striped_shortcut_gives_the_full_verdict(scenario: tuple[LedgerMetadata, dict[str, BookieAnswer]]) -> None:
+    """Answers exactly as striped skip the sweep: the verdict is the one the sweep gives, whatever differs."""
+    metadata, answers = scenario
+    shortcut = compute_verdict(metadata, answers, now_ms=0)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(verdict_module, "_as_striped", lambda *_: False)
+        full = compute_verdict(metadata, answers, now_ms=0)
+    assert shortcut == full
+
+
+@settings(max_examples=100, deadline=None)
+@given(ledgers())
+def test_a_closed_ledger_held_as_striped_takes_the_shortcut(metadata: LedgerMetadata) -> None:
+    """One segment, every bookie listing its stripe (compact or one group per run): the comparison suffices."""
+    last = metadata.last_entry_id
+    assume(last is not None)
+    assert last is not None
+    metadata = build_ledger_metadata(
+        ensemble_size=metadata.ensemble_size,
+        write_quorum=metadata.write_quorum,
+        ack_quorum=metadata.ack_quorum,
+        segments=metadata.segments[:1],
+        state=LedgerState.CLOSED,
+        last_entry_id=last,
+    )
+    ideal = truth(metadata)
+    for form in (from_entries, lambda entries: per_run(from_entries(entries))):
+        answers = {
+            b: verdict_module._compacted(BookieAnswer.listing(form(sorted(ideal.get(b, set())))))
+            for b in metadata.segments[0].ensemble
+        }
+        spans = segment_spans([base_of(metadata)], [metadata.segments[0].ensemble], metadata.last_entry_id)
+        assert verdict_module._as_striped(metadata, [s for s in spans if not s.empty], answers)
