@@ -40,7 +40,8 @@ DEFAULT_CHUNK_SIZE = 1000
 DEFAULT_TIMEOUT_S = 10.0
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _INT32_MAX = 2**31 - 1
-_Status = pb.LedgerListing.Status
+#: A listing's status values (plain ints: read once, not through the enum wrapper for every listing).
+_POSITIVE, _NO_LEDGER, _UNKNOWN = pb.LedgerListing.POSITIVE, pb.LedgerListing.NO_LEDGER, pb.LedgerListing.UNKNOWN
 
 
 class AgentClientError(ScrutinyError, ValueError):
@@ -355,19 +356,22 @@ def _page_problem(page: pb.LedgersPage, after: int, asked: int) -> str:
 
 def _answer_of(listing: pb.LedgerListing) -> AgentAnswer:
     """One ``LedgerListing`` as a checker's answer."""
-    if listing.status == _Status.POSITIVE:
+    status = listing.status
+    if status == _POSITIVE:
         try:
             groups = decode_listing_compact(listing.listing)
         except ValueError as error:  # ListingFormatError, or anything else a bad listing provokes
             return AgentAnswer(BookieAnswer.unknown(f"agent sent a malformed listing: {error}"))
-        return AgentAnswer(BookieAnswer.listing(groups), listing.as_of_ms)
-    if listing.status == _Status.NO_LEDGER:
-        return AgentAnswer(BookieAnswer.no_ledger(), listing.as_of_ms)
-    if listing.status == _Status.UNKNOWN:
+        as_of = listing.as_of_ms
+        return AgentAnswer(BookieAnswer.listing(groups, as_of), as_of)
+    if status == _NO_LEDGER:
+        as_of = listing.as_of_ms
+        return AgentAnswer(BookieAnswer.no_ledger(as_of), as_of)
+    if status == _UNKNOWN:
         if listing.limbo:
             return AgentAnswer(BookieAnswer.in_limbo(listing.reason or "ledger in limbo"))
         return AgentAnswer(BookieAnswer.unknown(listing.reason or "agent gave no reason"))
-    return AgentAnswer(BookieAnswer.unknown(f"agent sent status {listing.status}, which this client does not know"))
+    return AgentAnswer(BookieAnswer.unknown(f"agent sent status {status}, which this client does not know"))
 
 
 def _header_of(pair: tuple[int, int], result: pb.EntryHeaderResult) -> EntryHeader | str | None:

@@ -35,6 +35,7 @@ LEDGER_KINDS = frozenset(
 )
 _LEDGER_DATA_KINDS = frozenset({ChangeKind.LEDGER_CREATED, ChangeKind.LEDGER_CHANGED})
 _KNOWN_KINDS = frozenset(v for v in pb.EventKind.values() if v != pb.EventKind.EVENT_KIND_UNSPECIFIED)
+_RECHECK, _RESTARTED = pb.EventKind.LEDGER_RECHECK, pb.RecheckReason.BOOKIE_RESTARTED  # read once: every event asks
 #: Every other known kind: sent to every partition with :data:`CLUSTER_KEY`.
 CLUSTER_KINDS = _KNOWN_KINDS - LEDGER_KINDS
 
@@ -122,7 +123,7 @@ def recheck_event(
 
 def waits_only(event: pb.LedgerEvent) -> bool:
     """A LEDGER_RECHECK after a bookie's restart: only a ledger that waits for the bookie's answers is checked."""
-    return event.kind == pb.EventKind.LEDGER_RECHECK and event.recheck == pb.RecheckReason.BOOKIE_RESTARTED
+    return event.kind == _RECHECK and event.recheck == _RESTARTED
 
 
 def bookie_lost_event(

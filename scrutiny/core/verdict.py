@@ -100,14 +100,16 @@ class BookieAnswer:
     beyond: EntryHeader | None = None
 
     @classmethod
-    def listing(cls, groups: tuple[SequenceGroup, ...] | list[SequenceGroup]) -> BookieAnswer:
-        """A positive answer: the bookie holds these entries of the ledger."""
-        return cls(AnswerKind.LISTING, tuple(groups))
+    def listing(
+        cls, groups: tuple[SequenceGroup, ...] | list[SequenceGroup], as_of_ms: int | None = None
+    ) -> BookieAnswer:
+        """A positive answer: the bookie holds these entries of the ledger (read from its index at ``as_of_ms``)."""
+        return cls(AnswerKind.LISTING, tuple(groups), "", as_of_ms)
 
     @classmethod
-    def no_ledger(cls) -> BookieAnswer:
-        """An explicit negative (ENOLEDGER): the bookie holds no entry of the ledger."""
-        return cls(AnswerKind.NO_LEDGER)
+    def no_ledger(cls, as_of_ms: int | None = None) -> BookieAnswer:
+        """An explicit negative (ENOLEDGER): the bookie holds no entry of the ledger (its index's, at ``as_of_ms``)."""
+        return cls(AnswerKind.NO_LEDGER, (), "", as_of_ms)
 
     @classmethod
     def unknown(cls, reason: str) -> BookieAnswer:

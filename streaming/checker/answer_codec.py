@@ -1,23 +1,26 @@
 """Bookie answers as bytes, to travel in a row from the fetch stage to the stateful processor.
 
-A JSON object: bookie id -> ``["L", base64 listing]`` (the compact listing bytes of
-:mod:`scrutiny.core.listing_codec`), ``["N"]`` (no ledger), ``["U", reason]`` (unknown) or ``["Z", reason]``
-(unknown: the ledger in limbo), each with the answer's ``as_of_ms`` appended when it has one (an index read: the
-write-cache rule of the verdict needs it), then, when the answer has one, its ``beyond`` entry header as
-``[ledger, entry, last-add-confirmed, length]`` (after ``as_of_ms``, null when it has none).
-Written and read by this job only, within one micro-batch.
+A JSON object: bookie id -> ``["L", [first_start, last_start, size, period, ...]]`` (the listing's groups, four
+integers a group, as the fetch stage has them: both bookie clients merge a listing's runs into periodic groups as they
+decode it, :func:`~scrutiny.core.listing_codec.decode_listing_compact`), ``["N"]`` (no ledger),
+``["U", reason]`` (unknown) or ``["Z", reason]`` (unknown: the ledger in limbo), each with the answer's ``as_of_ms``
+appended when it has one (an index read: the write-cache rule of the verdict needs it), then, when the answer has
+one, its ``beyond`` entry header as ``[ledger, entry, last-add-confirmed, length]`` (after ``as_of_ms``, null when
+it has none). Written and read by this job only, within one micro-batch, so the groups are taken back as written:
+the fetch stage validated them when it decoded the bookie's listing.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Mapping
-from dataclasses import replace
 
 from scrutiny.core.entry_header import EntryHeader
-from scrutiny.core.listing_codec import decode_listing, encode_listing
+from scrutiny.core.sequence_groups import SequenceGroup
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+_KIND_OF = {"L": AnswerKind.LISTING, "N": AnswerKind.NO_LEDGER, "U": AnswerKind.UNKNOWN, "Z": AnswerKind.UNKNOWN}
 
 
 def encode_answers(answers: Mapping[str, BookieAnswer]) -> bytes:
@@ -26,7 +29,7 @@ def encode_answers(answers: Mapping[str, BookieAnswer]) -> bytes:
     for bookie, answer in answers.items():
         item: list[object]
         if answer.kind is AnswerKind.LISTING:
-            item = ["L", base64.b64encode(encode_listing(answer.groups)).decode("ascii")]
+            item = ["L", [n for g in answer.groups for n in (g.first_start, g.last_start, g.size, g.period)]]
         elif answer.kind is AnswerKind.NO_LEDGER:
             item = ["N"]
         else:
@@ -38,23 +41,23 @@ def encode_answers(answers: Mapping[str, BookieAnswer]) -> bytes:
         elif answer.as_of_ms is not None:
             item.append(answer.as_of_ms)
         doc[bookie] = item
-    return json.dumps(doc, separators=(",", ":")).encode()
+    return _ENCODER.encode(doc).encode()
 
 
 def decode_answers(data: bytes) -> dict[str, BookieAnswer]:
     """The inverse of :func:`encode_answers`."""
     out: dict[str, BookieAnswer] = {}
     for bookie, item in json.loads(data).items():
-        size = 1 if item[0] == "N" else 2
-        as_of = int(item[size]) if len(item) > size and item[size] is not None else None
+        tag = item[0]
+        size = 1 if tag == "N" else 2
+        as_of = item[size] if len(item) > size else None
         beyond = EntryHeader(*item[size + 1]) if len(item) > size + 1 else None
-        if item[0] == "L":
-            answer = BookieAnswer.listing(decode_listing(base64.b64decode(item[1])))
-        elif item[0] == "N":
-            answer = BookieAnswer.no_ledger()
-        elif item[0] == "Z":
-            answer = BookieAnswer.in_limbo(item[1])
-        else:
-            answer = BookieAnswer.unknown(item[1])
-        out[bookie] = answer if as_of is None and beyond is None else replace(answer, as_of_ms=as_of, beyond=beyond)
+        groups: tuple[SequenceGroup, ...] = ()
+        reason = ""
+        if tag == "L":
+            fields = item[1]
+            groups = tuple(SequenceGroup(*fields[i : i + 4]) for i in range(0, len(fields), 4))
+        elif tag != "N":
+            reason = item[1]
+        out[bookie] = BookieAnswer(_KIND_OF[tag], groups, reason, as_of, tag == "Z", beyond)
     return out

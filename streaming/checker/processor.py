@@ -111,6 +111,8 @@ _RECHECK_WHY = {
     pb.RecheckReason.BOOKIE_RESTARTED: LifecycleKind.RESTARTED,
 }
 _DELETED = pb.EventKind.LEDGER_DELETED
+_WALKS = (pb.Origin.SNAPSHOT, pb.Origin.RESYNC)
+_LIVE, _RECHECK = pb.Origin.LIVE, pb.EventKind.LEDGER_RECHECK
 
 
 class LedgerProcessor(StatefulProcessor):
@@ -158,7 +160,7 @@ class LedgerProcessor(StatefulProcessor):
         walked = False  # a snapshot or resync names every ledger that exists
         for row in ordered:
             event = pb.LedgerEvent.FromString(row["event"])
-            walked = walked or event.origin in (pb.Origin.SNAPSHOT, pb.Origin.RESYNC)
+            walked = walked or event.origin in _WALKS
             by_ledger.setdefault(int(row["ledger_id"]), []).append((row, event))
         before = self._load()
         states = dict(before)
@@ -304,7 +306,7 @@ class LedgerProcessor(StatefulProcessor):
                 state,
                 version=event.stat.version,
                 data=event.metadata,
-                changed_ms=event.stat.mtime_ms if event.origin == pb.Origin.LIVE else None,
+                changed_ms=event.stat.mtime_ms if event.origin == _LIVE else None,
                 written_ms=event.stat.mtime_ms or None,
                 answers=decode_answers(answers) if answers else None,
                 now_ms=now_ms,
@@ -312,7 +314,7 @@ class LedgerProcessor(StatefulProcessor):
                 config=tracker,
                 decode_error=event.decode_error,
             )
-        if event.kind == pb.EventKind.LEDGER_RECHECK:
+        if event.kind == _RECHECK:
             return on_recheck(
                 state,
                 why=_RECHECK_WHY.get(event.recheck),
@@ -326,7 +328,7 @@ class LedgerProcessor(StatefulProcessor):
                 config=tracker,
                 decode_error=event.decode_error,
             )
-        if event.kind == pb.EventKind.LEDGER_DELETED:
+        if event.kind == _DELETED:
             return on_deleted(state)
         if event.kind == pb.EventKind.UNDER_REPLICATION_MARKED:
             mark = event.under_replication

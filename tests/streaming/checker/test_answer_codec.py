@@ -44,7 +44,9 @@ def test_round_trip_keeps_every_answer(given_answers: dict[str, BookieAnswer]) -
         assert back[bookie].kind is answer.kind
         assert back[bookie].as_of_ms == answer.as_of_ms  # the write-cache rule needs it after the trip
         assert back[bookie].beyond == answer.beyond  # so does the proof of a too-low close
+        assert back[bookie].limbo == answer.limbo
         if answer.kind is AnswerKind.LISTING:
+            assert back[bookie].groups == answer.groups  # as the fetch stage had them: no re-encoding on the way
             assert expand_set(back[bookie].groups) == expand_set(answer.groups)
         else:
             assert back[bookie].reason == answer.reason
