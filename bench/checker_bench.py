@@ -311,9 +311,8 @@ def backlog_round(
     runs = wait_checked(data_dir, backlog, after)
     cpu = tree_cpu_seconds(os.getpid(), exclude=simulator) - cpu_before, tree_cpu_seconds(simulator) - sim_before
     checked, computed, _ = sink_figures(runs)
-    progress = checker.query.recentProgress
     working = [r["started_at"].timestamp() for r in runs]
-    spans = [span for span in map(trigger_span, progress) if any(span[0] <= at <= span[1] for at in working)]
+    progress, spans = batch_spans(checker, working)
     seconds = max(end for _, end in spans) - min(start for start, _ in spans)
     largest = max((p for p in progress if trigger_span(p)[0] >= after), key=lambda p: p.numInputRows)
     phases = spark_phases([largest])
@@ -333,6 +332,20 @@ def backlog_round(
         for stage in stages_between(events, start, end):
             log.info("  stage %s", stage)
     return (checked, seconds, len(runs)), cpu
+
+
+def batch_spans(checker: RunningChecker, working: list[float]) -> tuple[list[Any], list[tuple[float, float]]]:
+    """The query's recent progress and the trigger spans of its batches that hold the ``working`` times (each a
+    ``checker_runs`` row's start, epoch seconds). A batch's progress is posted after its sink made its rows: waits
+    (up to 30 s) until every one of them is in."""
+    deadline = time.monotonic() + 30
+    while True:
+        progress = checker.query.recentProgress
+        spans = [span for span in map(trigger_span, progress) if any(span[0] <= at <= span[1] for at in working)]
+        covered = all(any(start <= at <= end for start, end in spans) for at in working)
+        if covered or time.monotonic() > deadline:
+            return progress, spans
+        time.sleep(0.1)
 
 
 def wait_checked(data_dir: str, checks: int, after: float) -> list[dict[str, Any]]:

@@ -63,6 +63,7 @@ from typing import Any
 
 from scrutiny.core.backoff import Backoff
 from scrutiny.core.bookie_lifecycle import LifecycleKind
+from scrutiny.core.compact_json import compact_json
 from scrutiny.core.errors import FormatError
 from scrutiny.core.ledger_metadata import LedgerMetadata, LedgerState, decode_ledger_metadata
 from scrutiny.core.reverify import next_reverify_ms
@@ -182,7 +183,7 @@ class TrackedLedger:
 
     def to_bytes(self) -> bytes:
         """Compact JSON for the state store."""
-        return json.dumps(self.to_doc(), separators=(",", ":")).encode()
+        return compact_json(self.to_doc()).encode()
 
     def to_doc(self) -> dict[str, object]:
         """The compact JSON document of :meth:`to_bytes` (short keys, defaults left out)."""
@@ -494,9 +495,12 @@ def on_reread(
     """A re-verification's fresh read of the znode: a newer version is checked like a change, the same one is
     checked again (with ``answers`` when they were fetched for it, else they are asked for first); either way the
     check measures no detection latency. ``data`` and ``decode_error`` as in :func:`on_metadata`."""
-    again = replace(state, checked=False, retry_at_ms=None) if version == state.version else state
+    if version == state.version:
+        again = replace(state, checked=False, retry_at_ms=None, changed_ms=None)
+    else:
+        again = state if state.changed_ms is None else replace(state, changed_ms=None)
     return on_metadata(
-        replace(again, changed_ms=None),
+        again,
         version=version,
         data=data,
         changed_ms=None,

@@ -266,14 +266,15 @@ def _verdict(
         [s.first_entry_id for s in metadata.segments], [s.ensemble for s in metadata.segments], last_entry
     )
     checked = [span for span in spans if not span.empty]
-    # One group per run (BookKeeper's listing form) becomes periodic groups first: linear, exact.
-    answers = {b: _compacted(a) for b, a in answers.items()}
     violations: list[Violation] = []
     retry: list[str] = []
     # Every bookie holding exactly the entries its stripes promise (the common case) leaves the sweep nothing to
-    # find: no entry short of a replica, none after the end, nobody to ask again. Checked at the cost of a comparison.
+    # find: no entry short of a replica, none after the end, nobody to ask again. Checked at the cost of a comparison
+    # (of listings merged already, as the bookie clients decode them: others take the sweep).
     if not (closed and _as_striped(metadata, checked, answers)):
-        violations, retry = _held_findings(metadata, spans, checked, answers, marked=under_replication is not None)
+        # One group per run (BookKeeper's listing form) becomes periodic groups first: linear, exact.
+        compacted = {b: _compacted(a) for b, a in answers.items()}
+        violations, retry = _held_findings(metadata, spans, checked, compacted, marked=under_replication is not None)
     examined = closed or bool(spans)
     if examined:
         violations += _metadata_checks(metadata, checked, closed, config, cluster)
@@ -324,8 +325,8 @@ def _held_findings(
 
 
 def _as_striped(metadata: LedgerMetadata, checked: list[SegmentSpan], answers: Mapping[str, BookieAnswer]) -> bool:
-    """True when the bookies answering are exactly the ensembles' and each listed exactly the entries the striping
-    puts on it (the answers compacted: equal group lists hold equal entries)."""
+    """True when the bookies answering are exactly the ensembles' and each listed exactly the groups the striping's
+    entries for it merge into (equal group lists hold equal entries; a listing in another form gives False)."""
     expected: dict[str, list[SequenceGroup]] = {}
     for segment in metadata.segments:
         for bookie in segment.ensemble:

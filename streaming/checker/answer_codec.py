@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from scrutiny.core.compact_json import compact_json
 from scrutiny.core.entry_header import EntryHeader
 from scrutiny.core.sequence_groups import SequenceGroup
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"))
 _KIND_OF = {"L": AnswerKind.LISTING, "N": AnswerKind.NO_LEDGER, "U": AnswerKind.UNKNOWN, "Z": AnswerKind.UNKNOWN}
 
 
@@ -41,7 +41,7 @@ def encode_answers(answers: Mapping[str, BookieAnswer]) -> bytes:
         elif answer.as_of_ms is not None:
             item.append(answer.as_of_ms)
         doc[bookie] = item
-    return _ENCODER.encode(doc).encode()
+    return compact_json(doc).encode()
 
 
 def decode_answers(data: bytes) -> dict[str, BookieAnswer]:

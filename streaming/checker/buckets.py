@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Final
 
+from scrutiny.core.compact_json import compact_json
 from scrutiny.core.ledger_tracker import TrackedLedger
 
 #: Ledgers per bucket (a power of two, so a bucket is a run of ids).
@@ -31,7 +32,7 @@ def bucket_of(ledger_id: int) -> int:
 def encode_bucket(states: Mapping[int, TrackedLedger]) -> bytes:
     """A bucket's ledgers as one compact JSON object: ledger id -> state document."""
     doc = {str(ledger_id): states[ledger_id].to_doc() for ledger_id in sorted(states)}
-    return json.dumps(doc, separators=(",", ":")).encode()
+    return compact_json(doc).encode()
 
 
 def decode_bucket(data: bytes) -> dict[int, TrackedLedger]:

@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from scrutiny.connectors.bookies.fetch import shared_fetcher
 from scrutiny.connectors.kafka.events import LEDGER_KINDS, RejectedEventError, accept_event, waits_only
+from scrutiny.core.compact_json import compact_json
 from scrutiny.core.errors import FormatError, ScrutinyError
 from scrutiny.core.ledger_metadata import decode_ledger_metadata
 from scrutiny.core.ledger_tracker import needs_check
@@ -100,7 +101,7 @@ class RejectedRow:
             "value_bytes": len(value),
             "value_head": value[:VALUE_HEAD_BYTES].hex(),
         }
-        return json.dumps(doc, separators=(",", ":")).encode()
+        return compact_json(doc).encode()
 
 
 @dataclass(slots=True)

@@ -127,6 +127,7 @@ class LedgerProcessor(StatefulProcessor):
         self._budget = ReverifyBudget(config.reverify_per_task, config.reverify_spacing_ms)
         self._rpcs = 0
         self._rpcs_ledger = 0
+        self._view: ClusterView | None = None  # the cluster as this call sees it (one look per bucket)
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Once per state partition: the value state holding each bucket's ledgers."""
@@ -148,6 +149,7 @@ class LedgerProcessor(StatefulProcessor):
             yield from self._replayed_rows(int(key[0]), timerValues)
             return
         now_ms = _now_ms(timerValues.getCurrentProcessingTimeInMs())  # the fetch stage's answers are in already
+        self._view = None
         ordered = sorted(rows, key=lambda r: r["offset"])
         if int(key[0]) in (STATS_KEY, REJECTED_KEY):
             made = stats_records if int(key[0]) == STATS_KEY else rejected_records
@@ -192,6 +194,7 @@ class LedgerProcessor(StatefulProcessor):
             return
         now_ms = _now_ms(timerValues.getCurrentProcessingTimeInMs())
         bucket = int(key[0])
+        self._view = None
         before = self._load()
         states = dict(before)
         due = [lid for lid, state in before.items() if any(t <= now_ms for t in state.timers())]
@@ -553,11 +556,14 @@ class LedgerProcessor(StatefulProcessor):
         return [*changes, timers_record(bucket, wanted, utc(now_ms))]
 
     def _cluster(self) -> ClusterView:
-        try:
-            return self.config.cluster_reader().get().view
-        except ScrutinyError as error:
-            log.warning("cluster view unavailable (%s): registration and placement not judged", error)
-            return ClusterView()
+        """The registered bookies and racks, read once per call of Spark's (a bucket's events, or its timers)."""
+        if self._view is None:
+            try:
+                self._view = self.config.cluster_reader().get().view
+            except ScrutinyError as error:
+                log.warning("cluster view unavailable (%s): registration and placement not judged", error)
+                self._view = ClusterView()
+        return self._view
 
     def _rows(self, records: list[Record]) -> Iterator[Any]:
         """The records as output rows, with a figures record for the requests this step sent (retries,

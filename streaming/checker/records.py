@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 
+from scrutiny.core.compact_json import compact_json
 from scrutiny.core.ledger_metadata import LedgerMetadata
 from scrutiny.core.ledger_tracker import Outcome, TrackedLedger, ViolationKey
 from scrutiny.core.verdict import Violation
@@ -137,7 +138,7 @@ def utc(epoch_ms: int) -> datetime:
 def narrow(record: Record) -> tuple[object, object, object, str]:
     """``record`` as a row of :data:`NARROW_DDL` (nulls left out of the payload)."""
     rest = {k: v for k, v in record.items() if k not in _NARROW_KEYS and v is not None}
-    return record["record"], record["ledger_id"], record["at"], json.dumps(rest, separators=(",", ":"))
+    return record["record"], record["ledger_id"], record["at"], compact_json(rest)
 
 
 def widen(kind: str, ledger_id: int, at: datetime, payload: str | None) -> Record:
@@ -159,7 +160,7 @@ def _violation(violation: Violation) -> Record:
         "severity": violation.severity.value,
         "bookie": violation.bookie,
         "segment_first_entry": violation.segment_first_entry,
-        "entries": json.dumps(entries.as_json_dict(), separators=(",", ":")) if entries is not None else None,
+        "entries": compact_json(entries.as_json_dict()) if entries is not None else None,
         "entry_count": entries.count if entries is not None else None,
         "first_entry": entries.first if entries is not None else None,
         "last_entry": entries.last if entries is not None else None,
@@ -183,7 +184,7 @@ def _context(metadata: LedgerMetadata | None, version: int) -> Record:
     segments = [{"first_entry": s.first_entry_id, "bookies": list(s.ensemble)} for s in metadata.segments]
     return {
         "metadata_version": version,
-        "ensemble": json.dumps(segments, separators=(",", ":")),
+        "ensemble": compact_json(segments),
         "ensemble_size": metadata.ensemble_size,
         "write_quorum": metadata.write_quorum,
         "ack_quorum": metadata.ack_quorum,

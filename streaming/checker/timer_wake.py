@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 
+from scrutiny.core.compact_json import compact_json
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.streaming.checkpoint_files import CheckpointFiles
 
@@ -80,7 +81,7 @@ class TimerCalendar:
         """Write the calendar to the checkpoint directory (before the batch commits: a batch run again reports the
         same timers, and assigning them twice changes nothing)."""
         if self.files is not None:
-            self.files.write(CALENDAR_FILE, json.dumps(self._next, separators=(",", ":")).encode())
+            self.files.write(CALENDAR_FILE, compact_json(self._next).encode())
 
     def earliest(self) -> int | None:
         """The earliest timer of any bucket (None: no timer)."""

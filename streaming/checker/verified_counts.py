@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 import pyarrow as pa
 
 from scrutiny.connectors.tables.schemas import VERIFICATION_AGES_SCHEMA
+from scrutiny.core.compact_json import compact_json
 from scrutiny.core.verification_ages import AgeClass, VerifiedSlots, slot_width_ms
 from scrutiny.streaming.checker.records import VERIFIED_RECORD
 from scrutiny.streaming.checkpoint_files import CheckpointFiles
@@ -60,7 +61,7 @@ class VerifiedCounts:
         """Write the counts to the checkpoint directory (after the batch's tables)."""
         if self.files is not None:
             doc = {"batch": self._batch, "before": self._before.to_doc(), "after": self.current.to_doc()}
-            self.files.write(COUNTS_FILE, json.dumps(doc, separators=(",", ":")).encode())
+            self.files.write(COUNTS_FILE, compact_json(doc).encode())
 
     def classes(self, now_ms: int) -> tuple[AgeClass, ...]:
         """The age classes now."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from scrutiny.connectors.bookies.fetch import FetchConfig, shared_fetcher
+from scrutiny.core.compact_json import compact_json
 from scrutiny.core.errors import ScrutinyError
 from scrutiny.core.ledger_metadata import closed_last_entry
 from scrutiny.core.ledger_scan import (
@@ -196,7 +197,7 @@ def input_items(batch: pa.RecordBatch) -> Iterator[ScanItem]:
 
 def encode_keys(keys: list[ViolationKey]) -> str | None:
     """Open violation keys as the compact JSON of the input's ``open_keys`` column (None: none)."""
-    return json.dumps([list(k) for k in keys], separators=(",", ":")) if keys else None
+    return compact_json([list(k) for k in keys]) if keys else None
 
 
 def decode_keys(text: str | None) -> tuple[ViolationKey, ...]:

@@ -233,7 +233,8 @@ def test_the_striped_shortcut_gives_the_full_verdict(scenario: tuple[LedgerMetad
 @settings(max_examples=100, deadline=None)
 @given(ledgers())
 def test_a_closed_ledger_held_as_striped_takes_the_shortcut(metadata: LedgerMetadata) -> None:
-    """One segment, every bookie listing its stripe (compact or one group per run): the comparison suffices."""
+    """One segment, every bookie listing its stripe (compact, or one group per run once merged as the bookie clients
+    merge it): the comparison suffices."""
     last = metadata.last_entry_id
     assume(last is not None)
     assert last is not None
