@@ -146,6 +146,13 @@ def main() -> int:
         help="checker.compact_min_files (0: the tables are not compacted, for comparison)",
     )
     parser.add_argument(
+        "--partitions",
+        type=int,
+        default=2,
+        help="Kafka partitions of the topic (the fetch stage's tasks) and checker.shuffle_partitions (the stateful"
+        " step's): 2, one per core, unless given",
+    )
+    parser.add_argument(
         "--rounds",
         type=int,
         default=1,
@@ -222,13 +229,13 @@ def run(args: argparse.Namespace, tmp: Path, zk: str, kafka: str, closes: int) -
     settings = embedded_settings(load_settings(env={}), scenario, zk, kafka)
     settings = replace(
         settings,
-        kafka=replace(settings.kafka, partitions=2),
+        kafka=replace(settings.kafka, partitions=args.partitions),
         checker=replace(
             settings.checker,
             data_dir=str(tmp / "data"),
             checkpoint_dir=str(tmp / "checkpoint"),
             trigger_seconds=args.trigger,
-            shuffle_partitions=2,
+            shuffle_partitions=args.partitions,
             prefetch_table_state=not args.no_prefetch,
             compact_min_files=args.compact_min_files,
             findings_by_delta_rs=not args.findings_by_spark,
@@ -614,7 +621,10 @@ def report(
     checked, seconds, batch_count = backlog
     latencies = [latency for _, latency in closed]
     healthy = TrackedLedger(version=1, checked=True, changed_ms=1_795_000_000_000)
-    print(f"machine: {os.cpu_count()} cores; checker on local[2], trigger {args.trigger} s, 2 Kafka partitions")
+    print(
+        f"machine: {os.cpu_count()} cores; checker on local[2], trigger {args.trigger} s,"
+        f" {args.partitions} Kafka partitions"
+    )
     print(
         f"backlog: {checked} ledgers checked in {seconds:.1f} s over {batch_count} batches = {checked / seconds:,.0f}/s"
     )
