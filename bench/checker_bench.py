@@ -9,6 +9,7 @@ Run from the repository root::
     .venv/bin/python -m bench.checker_bench --findings-by-spark  # ledger_checks and the other appends through Spark
     .venv/bin/python -m bench.checker_bench --rounds 3 --seconds 3  # the backlog again in the same, warm, JVM
     .venv/bin/python -m bench.checker_bench --burst --seconds 3 --stages  # and as rechecks to the running checker
+    .venv/bin/python -m bench.checker_bench --burst 4 --seconds 3  # 4 such bursts, one after the other
 
 It starts its own ZooKeeper and Kafka broker in a temporary directory, a simulated cluster of 9 bookies
 (healthy ledgers, E=3/WQ=2/AQ=2, 100 entries, "auto" ensembles) in a process of its own
@@ -28,7 +29,9 @@ temporary directory), and stops everything at the end.
    Spark's, Delta's and Kafka's code, the first query plans), the later ones show the rate of a checker that has
    been running. With ``--burst``, a LEDGER_RECHECK for every backlog ledger is then put in Kafka at once (what the
    watcher publishes for a bookie whose cookie changed) and the checker already running checks them all again: its
-   JVM, query plan and tables' state warm. ``--stages`` logs each pass's largest batch stage by stage.
+   JVM, query plan and tables' state warm; ``--burst N`` does that N times, one after the other (the later rounds
+   with the JVM's compilers done). ``--stages`` logs each pass's largest batch stage by stage. ``--partitions``
+   sets the topic's partitions and the stateful step's (2, one per core, unless given).
 2. **latency**: then ``--rate`` open ledgers per second are closed for ``--seconds`` seconds (each
    a ``set`` of its CLOSED metadata in ZooKeeper, as BookKeeper's close is); for each, the time from its close to
    its row being visible in the ``ledger_checks`` Delta table (polled every 0.1 s by a reader), as

@@ -57,7 +57,11 @@ BASE_CONF: Mapping[str, str] = {
     "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
-    "spark.driver.extraJavaOptions": "-Xss16m",
+    # The JVM's first compiler only (C1): its work here is small next to the Python workers' (the Kafka reads, the
+    # state store, moving rows to and from Python), and the optimizing compiler (C2) kept compiling each batch's
+    # generated code for minutes, a sixth to a tenth of the checker's CPU (bench/README.md, "The JVM's compilers").
+    # C1 alone reserves a 48 MB code cache: a long-running job's generated code gets the tiered default's 240 MB+.
+    "spark.driver.extraJavaOptions": "-Xss16m -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m",
     "spark.sql.shuffle.partitions": "4",
     # A micro-batch only when Kafka has new records: with processing-time timers Spark would otherwise run one every
     # trigger, idle or not. The checker's driver publishes a TICK when a timer is due (streaming/checker/timer_wake).

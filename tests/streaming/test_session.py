@@ -1,4 +1,4 @@
-"""Starting Spark's JVM again when it exited before it began, and only then."""
+"""The session: starting Spark's JVM again when it exited before it began (and only then), and its JVM's options."""
 
 from __future__ import annotations
 
@@ -63,3 +63,10 @@ def test_artifact_names_end_before_the_version(tmp_path: Path) -> None:
     for name in names:
         (tmp_path / name).write_bytes(b"")
     assert session_module._artifacts_of(tmp_path) == {"spark-sql-kafka", "zstd-jni", "jackson-databind", "shims"}
+
+
+def test_the_jvm_compiles_with_c1_alone_in_a_code_cache_a_long_run_does_not_fill() -> None:
+    options = session_module.BASE_CONF["spark.driver.extraJavaOptions"].split()
+    assert "-XX:TieredStopAtLevel=1" in options  # C2 cost a sixth to a tenth of a busy checker's CPU
+    assert "-XX:ReservedCodeCacheSize=256m" in options  # C1 alone would reserve 48 MB
+    assert "-Xss16m" in options
