@@ -22,8 +22,8 @@ Times: every record carries the real time of its step (the wall clock when the v
 bookies answered), never the micro-batch's start.
 
 A batch run again after a crash (:mod:`scrutiny.streaming.checker.replay`): when its first run's output was kept, each
-bucket gets the states of that run and returns its records, without asking anybody; every step's state changes are
-returned as "state" records for that purpose (:func:`~scrutiny.streaming.checker.records.state_records`).
+bucket gets the states of that run and returns its records, without asking anybody; every call's state changes are
+returned as a "state" record for that purpose, one a bucket (:func:`~scrutiny.streaming.checker.records.state_records`).
 
 Guarantees: events of one ledger are applied in offset order (the order of a mark and the
 metadata does not change the outcome: see :mod:`scrutiny.core.ledger_tracker`); only the newest

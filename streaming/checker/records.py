@@ -79,37 +79,43 @@ def retry_records(
 def state_records(
     before: Mapping[int, TrackedLedger], after: Mapping[int, TrackedLedger], *, now_ms: int
 ) -> list[Record]:
-    """One "state" record per ledger of a bucket whose state a step changed: the new state, none when forgotten.
+    """One "state" record for the ledgers of a bucket whose state a step changed (none if none did): ``states`` lists
+    ``[ledger id, new state]`` in ledger order, the state None when forgotten; the record names the first of them, so
+    that a batch run again finds it with its bucket. One record a bucket, not one a ledger: each output row costs
+    PySpark a conversion.
 
     Not written to any table: the sink keeps them with the batch, so that a batch run again after a crash sets the
     states its first run reached (:mod:`scrutiny.streaming.checker.replay`).
     """
-    at = utc(now_ms)
-    records: list[Record] = []
-    for ledger_id in sorted(before.keys() | after.keys()):
-        state = after.get(ledger_id)
-        if before.get(ledger_id) != state:
-            record: Record = {"record": STATE_RECORD, "ledger_id": ledger_id, "at": at}
-            records.append(record if state is None else {**record, "state": state.to_doc()})
-    return records
+    states = [
+        [ledger_id, None if state is None else state.to_doc()]
+        for ledger_id in sorted(before.keys() | after.keys())
+        if before.get(ledger_id) != (state := after.get(ledger_id))
+    ]
+    if not states:
+        return []
+    return [{"record": STATE_RECORD, "ledger_id": states[0][0], "at": utc(now_ms), "states": states}]
 
 
 def verified_records(
     before: Mapping[int, TrackedLedger], after: Mapping[int, TrackedLedger], *, now_ms: int
 ) -> list[Record]:
-    """One "verified" record per ledger of a bucket whose last verified check a step changed (verified again,
-    verified for the first time, or forgotten): ``was`` and ``now`` are the times before and after (None: none).
-    Written to no table: the sink keeps the count of ledgers by the age of their last verification
-    (:mod:`scrutiny.streaming.checker.verification_ages`) from them."""
-    at = utc(now_ms)
-    records: list[Record] = []
+    """One "verified" record for the ledgers of a bucket whose last verified check a step changed (verified again,
+    verified for the first time, or forgotten), none if none did: ``moves`` lists ``[was, now]``, the times before
+    and after (None: none), under the first such ledger's id. Written to no table: the sink keeps the count of
+    ledgers by the age of their last verification (:mod:`scrutiny.streaming.checker.verification_ages`) from them."""
+    first: int | None = None
+    moves: list[list[int | None]] = []
     for ledger_id in sorted(before.keys() | after.keys()):
         old, new = before.get(ledger_id), after.get(ledger_id)
         was = old.verified_ms if old is not None else None
         now = new.verified_ms if new is not None else None
         if was != now:
-            records.append({"record": VERIFIED_RECORD, "ledger_id": ledger_id, "at": at, "was": was, "now": now})
-    return records
+            first = ledger_id if first is None else first
+            moves.append([was, now])
+    if first is None:
+        return []
+    return [{"record": VERIFIED_RECORD, "ledger_id": first, "at": utc(now_ms), "moves": moves}]
 
 
 def stats_records(figures: list[bytes], *, now_ms: int, source: str) -> list[Record]:

@@ -109,11 +109,13 @@ def replayed_states(before: Mapping[int, TrackedLedger], rows: tuple[NarrowRow, 
     for kind, ledger_id, _, payload in rows:
         if kind != STATE_RECORD:
             continue
-        document = json.loads(payload or "{}").get("state")
-        if document is None:
-            states.pop(ledger_id, None)
-        else:
-            states[ledger_id] = TrackedLedger.from_doc(document)
+        doc = json.loads(payload or "{}")
+        # A bucket's changes in one record; a record of one ledger's (its "state", none: forgotten) before 2026-12-07.
+        for changed, document in doc["states"] if "states" in doc else [(ledger_id, doc.get("state"))]:
+            if document is None:
+                states.pop(changed, None)
+            else:
+                states[changed] = TrackedLedger.from_doc(document)
     return states
 
 

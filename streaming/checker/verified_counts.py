@@ -1,6 +1,6 @@
 """The driver's count of ledgers by the age of their last verification, kept with the checkpoint.
 
-The stateful step reports every change of a ledger's last verified check as a "verified" record
+The stateful step reports the changes of its ledgers' last verified checks in a "verified" record a bucket
 (:func:`~scrutiny.streaming.checker.records.verified_records`); the sink moves the counts of
 :class:`~scrutiny.core.verification_ages.VerifiedSlots` with them, publishes the age classes as metrics and, every
 ``checker.verification_ages_seconds``, as rows of the ``verification_ages`` table. The counts live in the checkpoint
@@ -14,6 +14,7 @@ import json
 import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
+from typing import cast
 
 import pyarrow as pa
 
@@ -53,8 +54,10 @@ class VerifiedCounts:
         after = base.copy()
         for record in records:
             if record["record"] == VERIFIED_RECORD:
-                was, now = record.get("was"), record.get("now")
-                after.move(was if isinstance(was, int) else None, now if isinstance(now, int) else None)
+                # A bucket's moves in one record; a record of one ledger's ("was", "now") before 2026-12-07.
+                moves = cast("list[list[object]]", record.get("moves", [[record.get("was"), record.get("now")]]))
+                for was, now in moves:
+                    after.move(was if isinstance(was, int) else None, now if isinstance(now, int) else None)
         self._batch, self._before, self.current = batch_id, base, after
 
     def keep(self) -> None:

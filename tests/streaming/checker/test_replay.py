@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from scrutiny.core.ledger_tracker import TrackedLedger
 from scrutiny.streaming.checker.buckets import BUCKET_SIZE
-from scrutiny.streaming.checker.records import STATS_KEY, narrow, state_records
+from scrutiny.streaming.checker.records import STATS_KEY, narrow, state_records, verified_records
 from scrutiny.streaming.checker.replay import OUTPUTS_DIR, BatchOutputs, replayed_states
 from scrutiny.streaming.checker.verified_counts import VerifiedCounts
 from scrutiny.streaming.checkpoint_files import CheckpointFiles
@@ -91,10 +91,22 @@ def test_a_bucket_replayed_from_its_state_records_reaches_the_states_of_the_firs
     middle = {1: ledger(1), 2: ledger(5, retry_at_ms=7), 4: ledger(1)}  # 2 changed, 3 forgotten, 4 new
     after = {1: ledger(2), 2: ledger(5, retry_at_ms=7), 4: ledger(1)}
     kept = [*state_records(before, middle, now_ms=1), *state_records(middle, after, now_ms=2)]
-    assert [r["ledger_id"] for r in kept] == [2, 3, 4, 1]  # the unchanged ledger says nothing
+    assert [r["ledger_id"] for r in kept] == [2, 1]  # one record a call, under its first changed ledger
+    assert [[lid for lid, _ in r["states"]] for r in kept] == [[2, 3, 4], [1]]  # type: ignore[attr-defined]
+    assert state_records(after, after, now_ms=3) == []  # unchanged ledgers say nothing
     rows = tuple(narrow(r) for r in kept)
     assert replayed_states(before, rows) == after  # type: ignore[arg-type]
     assert replayed_states(before, ()) == before
+
+
+def test_state_records_of_one_ledger_each_as_kept_before_2026_12_07_replay_too() -> None:
+    before = {2: ledger(2), 3: ledger(3)}
+    kept = [
+        {"record": "state", "ledger_id": 2, "at": AT, "state": ledger(5, retry_at_ms=7).to_doc()},
+        {"record": "state", "ledger_id": 3, "at": AT},  # forgotten
+    ]
+    rows = tuple(narrow(r) for r in kept)
+    assert replayed_states(before, rows) == {2: ledger(5, retry_at_ms=7)}  # type: ignore[arg-type]
 
 
 def test_the_verification_counts_continue_after_a_restart_and_a_batch_run_again_counts_once(
@@ -103,11 +115,13 @@ def test_the_verification_counts_continue_after_a_restart_and_a_batch_run_again_
     def counts() -> VerifiedCounts:
         return VerifiedCounts(files, interval_ms=256_000, grace_ms=10_000, table_every_s=60)
 
-    first_batch = [{"record": "verified", "ledger_id": i, "was": None, "now": 1_000 * i} for i in range(1, 4)]
+    verified = {i: TrackedLedger(version=1, checked=True, verified_ms=1_000 * i) for i in range(1, 4)}
+    first_batch = verified_records({}, verified, now_ms=4_000)
+    assert [r["moves"] for r in first_batch] == [[[None, 1_000], [None, 2_000], [None, 3_000]]]  # one a bucket
     kept = counts()
     kept.apply(0, first_batch)
     kept.keep()
-    second_batch = [
+    second_batch = [  # one record a ledger, as kept before 2026-12-07
         {"record": "verified", "ledger_id": 1, "was": 1_000, "now": 90_000},  # verified again
         {"record": "verified", "ledger_id": 3, "was": 3_000, "now": None},  # deleted
         {"record": "check", "ledger_id": 2},  # not a verification
