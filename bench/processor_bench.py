@@ -13,7 +13,9 @@ registered bookies, each event as the watcher's snapshot publishes it, each with
 as the job keys them), with the bucket's state store, its timers and the cluster view replaced by small in-memory
 stand-ins: no Spark, no JVM, no network. Timed: CPU seconds of this process (``time.process_time``) per run, the
 garbage collector running as in the job; printed: the median per ledger, the checks' verdicts and the output rows
-per ledger.
+per ledger. Then PySpark's part in handing those rows back to Spark, timed the same way: each bucket's rows turned
+into an Arrow record batch as its row-based ``transformWithState`` serializer does (``Row.asDict`` per row,
+``RecordBatch.from_pylist`` per bucket), which costs per row, not per ledger.
 
 With ``--profile``, one more run under cProfile and the share of the main steps in it (cumulative time; cProfile
 slows Python calls unevenly, so read the shares, not the times). Nothing is asserted: exit 0.
@@ -32,6 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import Row
 
 from scrutiny.connectors.bookies.fetch import FetchConfig
@@ -112,15 +115,29 @@ def buckets_of(ledgers: int) -> dict[int, list[Row]]:
     return buckets
 
 
-def run_once(config: JobConfig, buckets: dict[int, list[Row]]) -> list[Row]:
-    """Every bucket through a new processor with an empty state (as a first check is); the output rows."""
-    rows: list[Row] = []
+def run_once(config: JobConfig, buckets: dict[int, list[Row]]) -> list[list[Row]]:
+    """Every bucket through a new processor with an empty state (as a first check is); each bucket's output rows."""
+    rows: list[list[Row]] = []
     for bucket, events in buckets.items():
         processor = LedgerProcessor(config)
         processor.init(Handle())  # type: ignore[arg-type]
         output: Iterator[Any] = processor.handleInputRows((bucket,), iter(events), Timers(NOW_MS))  # type: ignore[arg-type]
-        rows += output
+        rows.append(list(output))
     return rows
+
+
+#: The Arrow schema PySpark gives the step's output (:data:`~scrutiny.streaming.checker.records.NARROW_DDL`).
+OUTPUT_ARROW = pa.schema(
+    [("record", pa.string()), ("ledger_id", pa.int64()), ("at", pa.timestamp("us", tz="UTC")), ("payload", pa.string())]
+)
+
+
+def to_arrow(output: list[list[Row]]) -> int:
+    """Each bucket's rows as PySpark's row-based ``transformWithState`` serializer hands them to Spark; rows made."""
+    made = 0
+    for rows in output:
+        made += pa.RecordBatch.from_pylist([row.asDict(True) for row in rows], schema=OUTPUT_ARROW).num_rows
+    return made
 
 
 def verdicts(rows: list[Row]) -> Counter[str]:
@@ -139,19 +156,26 @@ def main() -> int:
     runs = args.runs or (3 if args.quick else 5)
     config = _BenchConfig(ZooKeeperSection(), "/ledgers", "/bookies", FetchConfig(), TrackerConfig())
     buckets = buckets_of(ledgers)
-    run_once(config, buckets)  # imports, caches
+    to_arrow(run_once(config, buckets))  # imports, caches
     seconds: list[float] = []
-    rows: list[Row] = []
+    converting: list[float] = []
+    output: list[list[Row]] = []
     for _ in range(runs):
         started = time.process_time()
-        rows = run_once(config, buckets)
+        output = run_once(config, buckets)
         seconds.append(time.process_time() - started)
-    median = statistics.median(seconds)
+        started = time.process_time()
+        to_arrow(output)
+        converting.append(time.process_time() - started)
+    rows = [row for bucket in output for row in bucket]
     print(f"stateful step, {ledgers:,} healthy closed ledgers (E=3/WQ=2/AQ=2, 100 entries), {runs} runs:")
     each = ", ".join(f"{s:.2f} s" for s in seconds)
-    print(f"  CPU per ledger: median {median / ledgers * 1e6:.0f} µs (runs: {each})")
+    print(f"  CPU per ledger: median {statistics.median(seconds) / ledgers * 1e6:.0f} µs (runs: {each})")
     judged = ", ".join(f"{count:,} {verdict}" for verdict, count in sorted(verdicts(rows).items()))
     print(f"  checks: {judged}; output rows per ledger: {len(rows) / ledgers:.2f}")
+    each = ", ".join(f"{s:.2f} s" for s in converting)
+    median = statistics.median(converting) / ledgers * 1e6
+    print(f"  PySpark's conversion of those rows to Arrow, per ledger: median {median:.0f} µs (runs: {each})")
     if args.profile:
         print_profile(config, buckets)
     return 0
