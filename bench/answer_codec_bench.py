@@ -9,8 +9,7 @@ The answers are those of a healthy closed ledger of ``checker_bench``'s backlog 
 bookies, each listing its stripe, read from the agent's index (an as-of time each). Timed in the same run, with
 ``timeit``: :func:`~scrutiny.streaming.checker.answer_codec.encode_answers` and ``decode_answers`` (a :mod:`marshal`
 dump), and the same tree written as compact JSON and read back with :func:`json.loads` (the codec's form before
-2026-12-07). Printed: the median per ledger of each, their ratios
-and the bytes. Nothing is asserted: exit 0.
+2026-12-07). Printed: the median per ledger of each, their ratios and the bytes. Nothing is asserted: exit 0.
 """
 
 from __future__ import annotations

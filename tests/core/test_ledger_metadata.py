@@ -410,6 +410,9 @@ def test_malformed_fields(body: bytes, expected: str) -> None:
 def test_non_utf8_bookie_id_is_rejected() -> None:
     body = minimal_body(ensemble=1, quorum=1, segments=()) + bytes_field(6, bytes_field(1, b"a\xff") + int_field(2, 0))
     assert "ensemble member 0 is not valid UTF-8" in str(reason(v3(body)))
+    members = bytes_field(1, b"b:1") + bytes_field(1, b"c\xfe") + int_field(2, 0)  # the second one named
+    body = minimal_body(ensemble=2, quorum=1, segments=()) + bytes_field(6, members)
+    assert "segment 0: ensemble member 1 is not valid UTF-8" in str(reason(v3(body)))
 
 
 ABC = ("a:1", "b:1", "c:1")
