@@ -41,7 +41,7 @@ from scrutiny.connectors.bookies.fetch import FetchConfig
 from scrutiny.connectors.kafka.events import Publisher, event_for_change
 from scrutiny.connectors.zookeeper.cluster_cache import ClusterSnapshot
 from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
-from scrutiny.core.ledger_metadata import build_ledger_metadata, encode_ledger_metadata_v3
+from scrutiny.core.ledger_metadata import build_ledger_metadata, decode_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.ledger_tracker import TrackerConfig
 from scrutiny.core.metadata_view import ChangeKind, MetadataChange, Node, NodeStat
 from scrutiny.core.striping import expected_groups
@@ -87,7 +87,8 @@ class _BenchConfig(JobConfig):
 
 
 def fetched_row(ledger_id: int, offset: int, publisher: Publisher) -> Row:
-    """The fetch stage's row for the snapshot event of a healthy closed ledger: the event and its answers."""
+    """The fetch stage's row for the snapshot event of a healthy closed ledger: the event, its answers and its
+    metadata decoded."""
     ensemble = tuple(BOOKIES[(ledger_id + k) % len(BOOKIES)] for k in range(ENSEMBLE))
     metadata = build_ledger_metadata(
         ensemble_size=ENSEMBLE,
@@ -104,7 +105,8 @@ def fetched_row(ledger_id: int, offset: int, publisher: Publisher) -> Row:
         bookie: BookieAnswer.listing(expected_groups(index, ENSEMBLE, WRITE_QUORUM, 0, LAST_ENTRY))
         for index, bookie in enumerate(ensemble)
     }
-    return Row(ledger_id=ledger_id, offset=offset, event=event.SerializeToString(), answers=encode_answers(answers))
+    fetched = encode_answers(answers, decode_ledger_metadata(event.metadata))  # as the fetch stage decodes it
+    return Row(ledger_id=ledger_id, offset=offset, event=event.SerializeToString(), answers=fetched)
 
 
 def buckets_of(ledgers: int) -> dict[int, list[Row]]:

@@ -779,6 +779,82 @@ def _add_custom_metadata(
             stored.MergeFromString(extra)
 
 
+# --------------------------------------------------------------------------- plain values
+
+#: :func:`metadata_to_plain`'s tuple: the fields in their order, enums as their values, segments as (first entry,
+#: ensemble) pairs, and last the stored form's details (:class:`_WireDetails`' fields).
+PlainMetadata = tuple[
+    int,
+    str,
+    int,
+    int,
+    int,
+    int | None,
+    int | None,
+    tuple[tuple[int, tuple[str, ...]], ...],
+    str | None,
+    bytes | None,
+    int | None,
+    tuple[tuple[str, bytes], ...],
+    int | None,
+    tuple[int | None, int, bool, bytes, tuple[bytes, ...], tuple[bytes, ...]],
+]
+_STATE_BY_VALUE: Final = {state.value: state for state in LedgerState}
+_DIGEST_BY_VALUE: Final = {digest.value: digest for digest in DigestType}
+
+
+def metadata_to_plain(metadata: LedgerMetadata) -> PlainMetadata:
+    """``metadata`` as a tuple of plain values (for :mod:`marshal`), with what re-encoding needs: handing metadata
+    decoded in one process of a job to another of the same job costs a fraction of decoding it again
+    (``bench/answer_codec_bench.py``). Never for bytes kept or received: :func:`metadata_from_plain` trusts its input
+    as the decoder does not."""
+    wire = metadata._wire
+    return (
+        metadata.format_version,
+        metadata.state.value,
+        metadata.ensemble_size,
+        metadata.write_quorum,
+        metadata.ack_quorum,
+        metadata.last_entry_id,
+        metadata.length,
+        tuple((s.first_entry_id, s.ensemble) for s in metadata.segments),
+        None if metadata.digest_type is None else metadata.digest_type.value,
+        metadata.password,
+        metadata.ctime,
+        metadata.custom_metadata,
+        metadata.c_token,
+        (
+            wire.last_entry_id,
+            wire.length,
+            wire.ack_quorum_stored,
+            wire.unknown,
+            wire.segment_unknown,
+            wire.custom_unknown,
+        ),
+    )
+
+
+def metadata_from_plain(plain: PlainMetadata) -> LedgerMetadata:
+    """The inverse of :func:`metadata_to_plain` (equal metadata, re-encoding to the same bytes); not validated."""
+    version, state, size, write, ack, last, length, segments, digest, password, ctime, custom, c_token, wire = plain
+    return LedgerMetadata(
+        format_version=version,
+        state=_STATE_BY_VALUE[state],
+        ensemble_size=size,
+        write_quorum=write,
+        ack_quorum=ack,
+        last_entry_id=last,
+        length=length,
+        segments=tuple(Segment(first, ensemble) for first, ensemble in segments),
+        digest_type=None if digest is None else _DIGEST_BY_VALUE[digest],
+        password=password,
+        ctime=ctime,
+        custom_metadata=custom,
+        c_token=c_token,
+        _wire=_WireDetails(*wire),
+    )
+
+
 # --------------------------------------------------------------------------- building
 
 

@@ -310,6 +310,7 @@ def on_metadata(
     config: TrackerConfig,
     written_ms: int | None = None,
     decode_error: str = "",
+    decoded: LedgerMetadata | None = None,
 ) -> Step:
     """A ledger's metadata was created or changed (``answers`` = its bookies', fetched for this version).
 
@@ -319,6 +320,8 @@ def on_metadata(
     ``data`` is the znode's bytes without the password (:mod:`scrutiny.core.metadata_redaction`), and
     ``decode_error`` why the znode's own bytes do not decode, when the reader said: bytes that cannot be searched for
     a password come empty, and ``METADATA_UNREADABLE`` then gives that error, not the one of the empty bytes.
+    ``decoded``: ``data`` decoded, when the caller has it (decoded by :func:`decode_ledger_metadata` from these very
+    bytes: it is taken as is).
     """
     state = state or TrackedLedger()
     if version < state.version or (version == state.version and (state.checked or state.retry_at_ms is not None)):
@@ -335,7 +338,7 @@ def on_metadata(
         reported=(),
     )
     try:
-        metadata = decode_ledger_metadata(data)
+        metadata = decoded if decoded is not None else decode_ledger_metadata(data)
     except FormatError as error:
         unreadable = Violation(
             Category.METADATA_UNREADABLE,
@@ -491,10 +494,11 @@ def on_reread(
     config: TrackerConfig,
     answers: Mapping[str, BookieAnswer] | None = None,
     decode_error: str = "",
+    decoded: LedgerMetadata | None = None,
 ) -> Step:
     """A re-verification's fresh read of the znode: a newer version is checked like a change, the same one is
     checked again (with ``answers`` when they were fetched for it, else they are asked for first); either way the
-    check measures no detection latency. ``data`` and ``decode_error`` as in :func:`on_metadata`."""
+    check measures no detection latency. ``data``, ``decode_error`` and ``decoded`` as in :func:`on_metadata`."""
     if version == state.version:
         again = replace(state, checked=False, retry_at_ms=None, changed_ms=None)
     else:
@@ -510,6 +514,7 @@ def on_reread(
         cluster=cluster,
         config=config,
         decode_error=decode_error,
+        decoded=decoded,
     )
 
 
@@ -526,9 +531,11 @@ def on_recheck(
     cluster: ClusterView,
     config: TrackerConfig,
     decode_error: str = "",
+    decoded: LedgerMetadata | None = None,
 ) -> Step:
     """The watcher asks for the ledger to be checked again because of what happened to ``bookie`` (``why``; None: a
-    plain check): checked like a re-verification (``data`` and ``decode_error`` as in :func:`on_metadata`). Lost:
+    plain check): checked like a re-verification (``data``, ``decode_error`` and ``decoded`` as in
+    :func:`on_metadata`). Lost:
     the ledger must be marked or re-replicated within the grace (unless it is marked already). Back after a loss, or
     with a new cookie: the bookie's pending deadline and report go. Restarted: checked only if it waits for the
     bookie (see :func:`waits_for`), else left as it is."""
@@ -544,6 +551,7 @@ def on_recheck(
         config=config,
         answers=answers,
         decode_error=decode_error,
+        decoded=decoded,
     )
     after = step.state
     if after is None or why not in (LifecycleKind.LOST, LifecycleKind.RETURNED, LifecycleKind.COOKIE_CHANGED):

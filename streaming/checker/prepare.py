@@ -33,7 +33,7 @@ from scrutiny.connectors.bookies.fetch import shared_fetcher
 from scrutiny.connectors.kafka.events import LEDGER_KINDS, RejectedEventError, accept_event, waits_only
 from scrutiny.core.compact_json import compact_json
 from scrutiny.core.errors import FormatError, ScrutinyError
-from scrutiny.core.ledger_metadata import decode_ledger_metadata
+from scrutiny.core.ledger_metadata import LedgerMetadata, decode_ledger_metadata
 from scrutiny.core.ledger_tracker import needs_check
 from scrutiny.core.verdict import BookieAnswer
 from scrutiny.proto import ledger_events_pb2 as pb
@@ -143,7 +143,8 @@ class PrepareEvents:
                 log.warning("cannot fetch listings this batch: %s", error)
                 unknown = BookieAnswer.unknown(f"cluster view unavailable: {error}")
                 fetched = {k: dict.fromkeys(v.bookies, unknown) for k, v in wanted.items()}
-            answers = {wanted[lid].offset: encode_answers(got) for lid, got in fetched.items() if lid in wanted}
+            checked = ((wanted[lid], got) for lid, got in fetched.items() if lid in wanted)
+            answers = {to_check.offset: encode_answers(got, to_check.metadata) for to_check, got in checked}
         figures = {"events": read.events, "rpcs": rpcs, "fetched": len(wanted), "fetch_ms": _ms(started)}
         if read.rejected:
             figures["rejected"] = len(read.rejected)
@@ -193,11 +194,13 @@ def ledger_rows(batches: Iterator[pa.RecordBatch], ledgers_root: str) -> ReadEve
 
 
 class ToCheck(NamedTuple):
-    """A ledger to check: the offset of its last metadata event, the bookies to ask, its lastEntryId when closed."""
+    """A ledger to check: the offset of its last metadata event, the bookies to ask, its lastEntryId when closed, and
+    that event's metadata decoded (handed on to the stateful step with the answers)."""
 
     offset: int
     bookies: tuple[str, ...]
     end: int | None
+    metadata: LedgerMetadata
 
 
 def ledgers_to_check(rows: list[EventRow]) -> dict[int, ToCheck]:
@@ -220,7 +223,7 @@ def ledgers_to_check(rows: list[EventRow]) -> dict[int, ToCheck]:
             continue
         if needs_check(metadata):
             bookies = tuple(dict.fromkeys(b for s in metadata.segments for b in s.ensemble))
-            wanted[ledger] = ToCheck(newest.offset, bookies, metadata.last_entry_id)
+            wanted[ledger] = ToCheck(newest.offset, bookies, metadata.last_entry_id, metadata)
     return wanted
 
 

@@ -304,6 +304,7 @@ class LedgerProcessor(StatefulProcessor):
 
     def _step(self, state: TrackedLedger | None, event: pb.LedgerEvent, answers: bytes | None, now_ms: int) -> Step:
         tracker = self.config.tracker
+        answered, decoded = decode_answers(answers) if answers else (None, None)  # decoded: event.metadata's
         if event.kind in _METADATA:
             return on_metadata(
                 state,
@@ -311,11 +312,12 @@ class LedgerProcessor(StatefulProcessor):
                 data=event.metadata,
                 changed_ms=event.stat.mtime_ms if event.origin == _LIVE else None,
                 written_ms=event.stat.mtime_ms or None,
-                answers=decode_answers(answers) if answers else None,
+                answers=answered,
                 now_ms=now_ms,
                 cluster=self._cluster(),
                 config=tracker,
                 decode_error=event.decode_error,
+                decoded=decoded,
             )
         if event.kind == _RECHECK:
             return on_recheck(
@@ -325,11 +327,12 @@ class LedgerProcessor(StatefulProcessor):
                 version=event.stat.version,
                 data=event.metadata,
                 written_ms=event.stat.mtime_ms or None,
-                answers=decode_answers(answers) if answers else None,
+                answers=answered,
                 now_ms=now_ms,
                 cluster=self._cluster(),
                 config=tracker,
                 decode_error=event.decode_error,
+                decoded=decoded,
             )
         if event.kind == _DELETED:
             return on_deleted(state)

@@ -116,7 +116,8 @@ def test_scan_scale_bench_scans_each_size_and_measures_every_process() -> None:
 def test_answer_codec_bench_times_both_forms_of_the_same_answers() -> None:
     done = run_bench("bench.answer_codec_bench", "--quick")
     assert re.search(r"marshal against JSON: writing ×\d+\.\d+, reading ×\d+\.\d+", done.stdout)
-    assert re.search(r"bytes: marshal \d+, JSON \d+", done.stdout)
+    assert re.search(r"the metadata taken back against decoded again: ×\d+\.\d+", done.stdout)
+    assert re.search(r"bytes: \d+ in all, the answers' tree \d+ \(JSON \d+\)", done.stdout)
 
 
 def test_processor_bench_checks_healthy_ledgers_and_shares_out_its_time() -> None:

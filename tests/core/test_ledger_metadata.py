@@ -7,6 +7,7 @@ runtime writes them, so they check the field numbers as well as the codec.
 from __future__ import annotations
 
 import dataclasses
+import marshal
 import re
 import string
 from collections import Counter
@@ -27,6 +28,8 @@ from scrutiny.core.ledger_metadata import (
     build_ledger_metadata,
     decode_ledger_metadata,
     encode_ledger_metadata_v3,
+    metadata_from_plain,
+    metadata_to_plain,
 )
 from scrutiny.proto import bookkeeper_formats_pb2 as pb
 from tests.support.strategies import assert_fair_shares, one_byte_change, one_text_change
@@ -172,6 +175,30 @@ def test_v3_reencoding_is_byte_exact(body: bytes) -> None:
     md = decode_ledger_metadata(blob)
     assert encode_ledger_metadata_v3(md) == blob
     assert decode_ledger_metadata(encode_ledger_metadata_v3(md)) == md
+
+
+def through_plain(md: LedgerMetadata) -> LedgerMetadata:
+    """``md`` handed from one process to another as the checker's two stages do (plain values, marshal)."""
+    return metadata_from_plain(marshal.loads(marshal.dumps(metadata_to_plain(md))))
+
+
+@pytest.mark.parametrize("body", V3_VARIANTS.values(), ids=V3_VARIANTS.keys())
+def test_plain_values_keep_what_reencoding_needs(body: bytes) -> None:
+    blob = v3(body)
+    back = through_plain(decode_ledger_metadata(blob))
+    assert back == decode_ledger_metadata(blob)
+    assert encode_ledger_metadata_v3(back) == blob  # unknown fields, absent options: the stored form's details too
+
+
+@FAST
+@given(st.data())
+def test_plain_values_give_back_the_decoded_metadata(data: st.DataObject) -> None:
+    body, version = data.draw(valid_blobs())
+    md = decode_ledger_metadata(write_body(body, version))
+    back = through_plain(md)
+    assert back == md and back._wire == md._wire
+    assert back.state is md.state and back.digest_type is md.digest_type  # the enums themselves, not their text
+    assert back.as_json_dict() == md.as_json_dict() and back.password == md.password
 
 
 def test_open_and_in_recovery_ledgers_ignore_stored_last_entry_and_length() -> None:

@@ -1,4 +1,4 @@
-"""Bookie answers survive the trip from the fetch stage to the processor unchanged."""
+"""Bookie answers and the decoded metadata survive the trip from the fetch stage to the processor unchanged."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scrutiny.core.entry_header import EntryHeader
+from scrutiny.core.ledger_metadata import build_ledger_metadata, decode_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.sequence_groups import from_entries
 from scrutiny.core.verdict import AnswerKind, BookieAnswer
 from scrutiny.streaming.checker.answer_codec import decode_answers, encode_answers
@@ -38,7 +39,8 @@ answers = st.builds(
 
 @given(st.dictionaries(st.text(min_size=1, max_size=12), answers, max_size=6))
 def test_round_trip_keeps_every_answer(given_answers: dict[str, BookieAnswer]) -> None:
-    back = decode_answers(encode_answers(given_answers))
+    back, metadata = decode_answers(encode_answers(given_answers))
+    assert metadata is None
     assert back.keys() == given_answers.keys()
     for bookie, answer in given_answers.items():
         assert back[bookie].kind is answer.kind
@@ -50,3 +52,23 @@ def test_round_trip_keeps_every_answer(given_answers: dict[str, BookieAnswer]) -
             assert expand_set(back[bookie].groups) == expand_set(answer.groups)
         else:
             assert back[bookie].reason == answer.reason
+
+
+def test_the_metadata_decoded_by_the_fetch_stage_travels_with_the_answers() -> None:
+    blob = encode_ledger_metadata_v3(
+        build_ledger_metadata(
+            ensemble_size=3,
+            write_quorum=2,
+            ack_quorum=2,
+            segments=[(0, ("b1:3181", "b2:3181", "b3:3181")), (50, ("b1:3181", "b4:3181", "b3:3181"))],
+            last_entry_id=99,
+            length=10_000,
+            custom_metadata={"pulsar/managed-ledger": b"public/default/persistent/t"},
+        )
+    )
+    decoded = decode_ledger_metadata(blob)
+    given_answers = {"b1:3181": BookieAnswer.no_ledger(), "b2:3181": BookieAnswer.unknown("timed out")}
+    back, metadata = decode_answers(encode_answers(given_answers, decoded))
+    assert back == given_answers
+    assert metadata == decoded and metadata is not decoded
+    assert metadata is not None and encode_ledger_metadata_v3(metadata) == blob

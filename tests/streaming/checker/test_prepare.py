@@ -10,7 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scrutiny.connectors.kafka.events import CLUSTER_KEY, LEDGER_KINDS, RejectReason
-from scrutiny.core.ledger_metadata import LedgerState, build_ledger_metadata, encode_ledger_metadata_v3
+from scrutiny.core.ledger_metadata import (
+    LedgerState,
+    build_ledger_metadata,
+    decode_ledger_metadata,
+    encode_ledger_metadata_v3,
+)
 from scrutiny.proto import ledger_events_pb2 as pb
 from scrutiny.streaming.checker.prepare import VALUE_HEAD_BYTES, ledger_rows, ledgers_to_check
 from scrutiny.streaming.checker.records import CLUSTER_LEDGER
@@ -89,6 +94,12 @@ def test_only_the_newest_metadata_of_a_ledger_that_needs_a_check_is_fetched() ->
         6: (10, E1),
     }
     assert {ledger: c.end for ledger, c in wanted.items()} == {1: 9, 4: None, 6: 9}  # the closed ones' ends
+    # each one's newest metadata, decoded once here and handed on with the answers
+    assert {ledger: c.metadata for ledger, c in wanted.items()} == {
+        1: decode_ledger_metadata(closed),
+        4: decode_ledger_metadata(metadata(LedgerState.OPEN, [(0, E1), (5, E2)], last=-1)),
+        6: decode_ledger_metadata(closed),
+    }
 
 
 def test_every_record_the_checker_cannot_use_is_rejected_with_where_it_is_and_why() -> None:

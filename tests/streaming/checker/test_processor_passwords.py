@@ -105,11 +105,14 @@ def znodes(monkeypatch: pytest.MonkeyPatch) -> Znodes:
 
 
 def event_row(ledger_id: int, offset: int, data: bytes) -> Row:
-    """What the fetch stage hands the processor for the watcher's event of this znode (with its answers)."""
+    """What the fetch stage hands the processor for the watcher's event of this znode (with its answers and the
+    event's metadata decoded)."""
     node = Node(data, NodeStat(1, 10 + offset, 10 + offset, MTIME_MS, MTIME_MS))
     change = MetadataChange(ChangeKind.LEDGER_CREATED, ledger_id, node)
     event = event_for_change(change, pb.Origin.SNAPSHOT, Publisher("w1", 1, "/ledgers"), observed_ms=MTIME_MS)
-    answers = encode_answers(ANSWERS[ledger_id]) if ledger_id in ANSWERS else None
+    answers = None
+    if ledger_id in ANSWERS:
+        answers = encode_answers(ANSWERS[ledger_id], decode_ledger_metadata(event.metadata))
     return Row(ledger_id=ledger_id, offset=offset, event=event.SerializeToString(), answers=answers)
 
 
