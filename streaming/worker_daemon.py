@@ -1,11 +1,14 @@
-"""Spark's Python daemon, with PySpark's worker code imported once, before it forks the workers.
+"""Spark's Python daemon, with PySpark's worker code and the checker's own imported once, before it forks the workers.
 
 Spark's daemon (``pyspark.daemon``) forks one process per Python worker and each worker then imports
 ``pyspark.worker`` (and the SQL modules behind it, ~0.3 s of CPU) afresh: the daemon leaves it to the worker because
 a module might start threads when imported, and a fork copies no thread. ``pyspark.worker`` starts none and imports
 neither pandas nor pyarrow (a test checks both), so this daemon imports it first and
 every worker it forks has it already; a worker Spark starts again after its idle minute (a quiet checker's next
-micro-batch) begins at once.
+micro-batch) begins at once. So do the checker's modules of :data:`PRELOADED` (about half of the ~0.6 s a new
+worker spent importing the checker's code): those that start no thread and import none of numpy, pyarrow, pandas or
+grpc (the test checks that too). The rest (the stages' modules, which need pyarrow, and the bookie clients, which
+need grpc) each worker imports itself, after the fork.
 
 A new worker's first task also adds Spark's files directory to its path, and PySpark then calls
 ``importlib.invalidate_caches()``, which in Python 3.11 makes every zip importer read its archive's directory again:
@@ -19,6 +22,7 @@ where they run, as it must for the checker's own code.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import weakref
@@ -26,6 +30,19 @@ import zipimport
 
 import pyspark.worker  # noqa: F401  (imported here, before the forks, on purpose)
 from pyspark.daemon import manager
+
+#: The checker's modules the daemon imports before the forks (with what they import).
+PRELOADED = (
+    "pyspark.sql.streaming.stateful_processor",
+    "scrutiny.core.ledger_tracker",
+    "scrutiny.connectors.kafka.events",
+    "scrutiny.connectors.zookeeper.cluster_cache",
+    "scrutiny.streaming.checker.answer_codec",
+    "scrutiny.proto.bookie_agent_pb2",
+    "scrutiny.proto.bookkeeper_protocol_pb2",
+)
+#: What :func:`preload` imported (the workers show it: their ``__main__`` is this module).
+preloaded: list[str] = []
 
 _reread_directory = zipimport.zipimporter.invalidate_caches
 #: Each zip importer's archive as it was when its directory was last read (size, modification time).
@@ -57,6 +74,18 @@ def keep_zip_directories() -> None:
     zipimport.zipimporter.invalidate_caches = _reread_if_changed  # type: ignore[method-assign,assignment]
 
 
+def preload() -> None:
+    """Import :data:`PRELOADED`; a module that does not import is left to the workers (they then say why)."""
+    for name in PRELOADED:
+        try:
+            importlib.import_module(name)
+        except Exception as error:  # the daemon must start: a worker importing the module reports the error
+            print(f"worker daemon: {name} not imported before the forks ({error!r})", file=sys.stderr)
+        else:
+            preloaded.append(name)
+
+
 if __name__ == "__main__":
+    preload()
     keep_zip_directories()
     manager()

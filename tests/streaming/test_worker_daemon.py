@@ -1,4 +1,5 @@
-"""Spark's Python workers are forked from a daemon that imported PySpark's worker code once, safely."""
+"""Spark's Python workers are forked from a daemon that imported PySpark's worker code and the checker's once,
+safely."""
 
 from __future__ import annotations
 
@@ -12,15 +13,19 @@ from pyspark.sql import SparkSession
 
 from scrutiny.streaming.session import BASE_CONF
 from scrutiny.streaming.worker_bytecode import pyspark_archive
+from scrutiny.streaming.worker_daemon import PRELOADED
 
 DAEMON = "scrutiny.streaming.worker_daemon"
 
-#: What the daemon holds before it forks: the worker's code, and no thread nor any module known to start threads.
+#: What the daemon holds before it forks: the worker's code and the checker's preloaded modules, and no thread nor
+#: any module known to start threads (or, for grpc, to hold state a fork must not copy).
 BEFORE_THE_FORKS = f"""
 import os, sys, threading
-import {DAEMON}
+import {DAEMON} as daemon
+daemon.preload()
 print("pyspark.worker" in sys.modules, threading.active_count(), len(os.listdir("/proc/self/task")),
-      sorted(m for m in ("pyarrow", "pandas", "grpc") if m in sys.modules))
+      tuple(daemon.preloaded) == daemon.PRELOADED and all(name in sys.modules for name in daemon.PRELOADED),
+      sorted(m for m in ("pyarrow", "pandas", "numpy", "grpc") if m in sys.modules))
 """
 
 
@@ -36,7 +41,7 @@ def test_the_daemon_imports_the_worker_code_and_starts_no_thread_before_forking(
         timeout=60,
         check=True,
     )
-    assert done.stdout.strip().split(maxsplit=3) == ["True", "1", "1", "[]"]
+    assert done.stdout.strip().split(maxsplit=4) == ["True", "1", "1", "True", "[]"], done.stderr
 
 
 @pytest.mark.unit
@@ -52,6 +57,13 @@ def _parent_command(_: object) -> str:
 def test_the_session_s_python_workers_are_forked_by_the_daemon(spark: SparkSession) -> None:
     parents = set(spark.sparkContext.parallelize(range(4), 2).map(_parent_command).collect())
     assert parents and all(f"-m {DAEMON} pyspark.worker" in parent for parent in parents), parents
+    # and each one has the modules the daemon imported before forking it (its __main__ is the daemon's)
+    preloads = set(
+        spark.sparkContext.parallelize(range(4), 2)
+        .map(lambda _: tuple(getattr(__import__("sys").modules["__main__"], "preloaded", ())))
+        .collect()
+    )
+    assert preloads == {PRELOADED}, preloads
 
 
 #: A zip importer of the daemon reads its archive's directory again only once the archive changed.
