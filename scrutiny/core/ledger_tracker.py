@@ -58,7 +58,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from scrutiny.core.backoff import Backoff
@@ -67,6 +67,7 @@ from scrutiny.core.compact_json import compact_json
 from scrutiny.core.errors import FormatError
 from scrutiny.core.ledger_metadata import LedgerMetadata, LedgerState, decode_ledger_metadata
 from scrutiny.core.reverify import next_reverify_ms
+from scrutiny.core.slot_replace import replace  # dataclasses.replace, faster for the state's copies
 from scrutiny.core.utc_text import format_duration_ms, format_utc_ms
 from scrutiny.core.verdict import (
     BookieAnswer,
