@@ -12,8 +12,8 @@ Pulsar ledger's, as BookKeeper writes it) decoded. Timed in the same run, with `
 :func:`~scrutiny.streaming.checker.answer_codec.encode_answers` and ``decode_answers`` (a :mod:`marshal` dump of the
 answers and the metadata's plain values), the answers' tree written as compact JSON and read back with
 :func:`json.loads` (the codec's form before 2026-12-07), and the metadata taken back from its plain values against
-:func:`~scrutiny.core.ledger_metadata.decode_ledger_metadata` of its bytes (what the stateful step did before
-2026-12-08). Printed: the median per ledger of each, their ratios and the bytes. Nothing is asserted: exit 0.
+:func:`~scrutiny.core.ledger_metadata.decode_ledger_metadata` of its bytes (what the stateful step did before the fetch
+stage handed it on). Printed: the median per ledger of each, their ratios and the bytes. Nothing is asserted: exit 0.
 """
 
 from __future__ import annotations
