@@ -536,10 +536,9 @@ def on_recheck(
 ) -> Step:
     """The watcher asks for the ledger to be checked again because of what happened to ``bookie`` (``why``; None: a
     plain check): checked like a re-verification (``data``, ``decode_error`` and ``decoded`` as in
-    :func:`on_metadata`). Lost:
-    the ledger must be marked or re-replicated within the grace (unless it is marked already). Back after a loss, or
-    with a new cookie: the bookie's pending deadline and report go. Restarted: checked only if it waits for the
-    bookie (see :func:`waits_for`), else left as it is."""
+    :func:`on_metadata`). Lost: the ledger must be marked or re-replicated within the grace (unless it is marked
+    already). Back after a loss, or with a new cookie: the bookie's pending deadline and report go. Restarted: checked
+    only if it waits for the bookie (see :func:`waits_for`), else left as it is."""
     if why is LifecycleKind.RESTARTED and (state is None or not waits_for(state, bookie)):
         return Step(state)
     step = on_reread(
