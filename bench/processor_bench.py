@@ -38,20 +38,17 @@ import pyarrow as pa
 from pyspark.sql import Row
 
 from scrutiny.connectors.bookies.fetch import FetchConfig
-from scrutiny.connectors.kafka.events import Publisher, event_for_change
+from scrutiny.connectors.kafka.events import Publisher
 from scrutiny.connectors.zookeeper.cluster_cache import ClusterSnapshot
 from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
-from scrutiny.core.ledger_metadata import build_ledger_metadata, decode_ledger_metadata, encode_ledger_metadata_v3
+from scrutiny.core.ledger_metadata import build_ledger_metadata, encode_ledger_metadata_v3
 from scrutiny.core.ledger_tracker import TrackerConfig
-from scrutiny.core.metadata_view import ChangeKind, MetadataChange, Node, NodeStat
 from scrutiny.core.striping import expected_groups
 from scrutiny.core.verdict import BookieAnswer, ClusterView
-from scrutiny.proto import ledger_events_pb2 as pb
-from scrutiny.streaming.checker.answer_codec import encode_answers
 from scrutiny.streaming.checker.buckets import bucket_of
 from scrutiny.streaming.checker.config import JobConfig
 from scrutiny.streaming.checker.processor import LedgerProcessor
-from tests.support.processor_fakes import Handle, Timers
+from tests.support.processor_fakes import Handle, Timers, snapshot_row
 
 BOOKIES = tuple(f"127.0.0.1:{3181 + index}" for index in range(9))
 ENSEMBLE, WRITE_QUORUM, ACK_QUORUM, LAST_ENTRY = 3, 2, 2, 99
@@ -98,15 +95,13 @@ def fetched_row(ledger_id: int, offset: int, publisher: Publisher) -> Row:
         last_entry_id=LAST_ENTRY,
         length=100 * (LAST_ENTRY + 1),
     )
-    node = Node(encode_ledger_metadata_v3(metadata), NodeStat(1, 10 + offset, 10 + offset, MTIME_MS, MTIME_MS))
-    change = MetadataChange(ChangeKind.LEDGER_CREATED, ledger_id, node)
-    event = event_for_change(change, pb.Origin.SNAPSHOT, publisher, observed_ms=MTIME_MS)
     answers = {
         bookie: BookieAnswer.listing(expected_groups(index, ENSEMBLE, WRITE_QUORUM, 0, LAST_ENTRY))
         for index, bookie in enumerate(ensemble)
     }
-    fetched = encode_answers(answers, decode_ledger_metadata(event.metadata))  # as the fetch stage decodes it
-    return Row(ledger_id=ledger_id, offset=offset, event=event.SerializeToString(), answers=fetched)
+    return snapshot_row(
+        ledger_id, offset, encode_ledger_metadata_v3(metadata), answers, mtime_ms=MTIME_MS, publisher=publisher
+    )
 
 
 def buckets_of(ledgers: int) -> dict[int, list[Row]]:

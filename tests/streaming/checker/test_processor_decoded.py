@@ -11,22 +11,17 @@ import pytest
 from pyspark.sql import Row
 
 from scrutiny.connectors.bookies.fetch import FetchConfig
-from scrutiny.connectors.kafka.events import Publisher, event_for_change
 from scrutiny.connectors.zookeeper.cluster_cache import ClusterSnapshot
 from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
 from scrutiny.core import ledger_tracker
 from scrutiny.core.ledger_metadata import LedgerMetadata, build_ledger_metadata, decode_ledger_metadata
 from scrutiny.core.ledger_metadata import encode_ledger_metadata_v3 as encode
 from scrutiny.core.ledger_tracker import TrackerConfig
-from scrutiny.core.metadata_view import ChangeKind, MetadataChange, Node, NodeStat
-from scrutiny.core.sequence_groups import from_entries
 from scrutiny.core.verdict import BookieAnswer, ClusterView
-from scrutiny.proto import ledger_events_pb2 as pb
-from scrutiny.streaming.checker.answer_codec import encode_answers
 from scrutiny.streaming.checker.buckets import bucket_of
 from scrutiny.streaming.checker.config import JobConfig
 from scrutiny.streaming.checker.processor import LedgerProcessor
-from tests.support.processor_fakes import Handle, Timers
+from tests.support.processor_fakes import Handle, Timers, held_stripe, snapshot_row
 
 pytestmark = pytest.mark.unit
 
@@ -35,13 +30,9 @@ MTIME_MS = 1_700_000_000_000
 HEALTHY, LOST = 64, 65  # one bucket
 
 
-def held(index: int) -> BookieAnswer:
-    return BookieAnswer.listing(from_entries([e for e in range(10) if index in (e % 3, (e + 1) % 3)]))
-
-
 ANSWERS = {
-    HEALTHY: {bookie: held(index) for index, bookie in enumerate(BOOKIES)},
-    LOST: {BOOKIES[0]: BookieAnswer.no_ledger(), BOOKIES[1]: BookieAnswer.no_ledger(), BOOKIES[2]: held(2)},
+    HEALTHY: {bookie: held_stripe(index) for index, bookie in enumerate(BOOKIES)},
+    LOST: {BOOKIES[0]: BookieAnswer.no_ledger(), BOOKIES[1]: BookieAnswer.no_ledger(), BOOKIES[2]: held_stripe(2)},
 }
 
 
@@ -62,15 +53,10 @@ def rows(*, hand_on: bool) -> list[Row]:
             ensemble_size=3, write_quorum=2, ack_quorum=2, segments=[(0, BOOKIES)], last_entry_id=9, password=b"pw"
         )
     )
-    made = []
-    for offset, ledger_id in enumerate(ANSWERS):
-        node = Node(data, NodeStat(1, 10 + offset, 10 + offset, MTIME_MS, MTIME_MS))
-        change = MetadataChange(ChangeKind.LEDGER_CREATED, ledger_id, node)
-        event = event_for_change(change, pb.Origin.SNAPSHOT, Publisher("w1", 1, "/ledgers"), observed_ms=MTIME_MS)
-        decoded = decode_ledger_metadata(event.metadata) if hand_on else None
-        answers = encode_answers(ANSWERS[ledger_id], decoded)
-        made.append(Row(ledger_id=ledger_id, offset=offset, event=event.SerializeToString(), answers=answers))
-    return made
+    return [
+        snapshot_row(ledger_id, offset, data, answers, mtime_ms=MTIME_MS, hand_on=hand_on)
+        for offset, (ledger_id, answers) in enumerate(ANSWERS.items())
+    ]
 
 
 def check(given: list[Row]) -> list[dict[str, Any]]:

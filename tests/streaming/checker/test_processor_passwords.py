@@ -17,23 +17,18 @@ import pytest
 from pyspark.sql import Row
 
 from scrutiny.connectors.bookies.fetch import FetchConfig
-from scrutiny.connectors.kafka.events import Publisher, event_for_change
 from scrutiny.connectors.zookeeper.cluster_cache import CachedClusterReader, ClusterSnapshot
 from scrutiny.connectors.zookeeper.settings import ZooKeeperSection
 from scrutiny.core.errors import MetadataFormatError
 from scrutiny.core.ledger_metadata import build_ledger_metadata, decode_ledger_metadata
 from scrutiny.core.ledger_metadata import encode_ledger_metadata_v3 as encode
 from scrutiny.core.ledger_tracker import TrackedLedger, TrackerConfig
-from scrutiny.core.metadata_view import ChangeKind, MetadataChange, Node, NodeStat
-from scrutiny.core.sequence_groups import from_entries
 from scrutiny.core.verdict import BookieAnswer, ClusterView
-from scrutiny.proto import ledger_events_pb2 as pb
 from scrutiny.streaming.checker import processor as processor_module
-from scrutiny.streaming.checker.answer_codec import encode_answers
 from scrutiny.streaming.checker.buckets import bucket_of, decode_bucket
 from scrutiny.streaming.checker.config import JobConfig
 from scrutiny.streaming.checker.processor import LedgerProcessor
-from tests.support.processor_fakes import Handle, Timers
+from tests.support.processor_fakes import Handle, Timers, held_stripe, snapshot_row
 
 pytestmark = pytest.mark.unit
 
@@ -54,15 +49,11 @@ def blob(password: bytes) -> bytes:
     return encode(built)
 
 
-def held(index: int) -> BookieAnswer:
-    return BookieAnswer.listing(from_entries([e for e in range(10) if index in (e % 3, (e + 1) % 3)]))
-
-
 #: LOST: b1 and b2 hold nothing, so the entries whose write set they are have no copy (NO_REPLICA, its metadata
 #: kept in the state while the finding is open); HEALTHY: every entry where it belongs.
 ANSWERS = {
-    LOST: {BOOKIES[0]: BookieAnswer.no_ledger(), BOOKIES[1]: BookieAnswer.no_ledger(), BOOKIES[2]: held(2)},
-    HEALTHY: {bookie: held(index) for index, bookie in enumerate(BOOKIES)},
+    LOST: {BOOKIES[0]: BookieAnswer.no_ledger(), BOOKIES[1]: BookieAnswer.no_ledger(), BOOKIES[2]: held_stripe(2)},
+    HEALTHY: {bookie: held_stripe(index) for index, bookie in enumerate(BOOKIES)},
 }
 
 
@@ -107,13 +98,7 @@ def znodes(monkeypatch: pytest.MonkeyPatch) -> Znodes:
 def event_row(ledger_id: int, offset: int, data: bytes) -> Row:
     """What the fetch stage hands the processor for the watcher's event of this znode (with its answers and the
     event's metadata decoded)."""
-    node = Node(data, NodeStat(1, 10 + offset, 10 + offset, MTIME_MS, MTIME_MS))
-    change = MetadataChange(ChangeKind.LEDGER_CREATED, ledger_id, node)
-    event = event_for_change(change, pb.Origin.SNAPSHOT, Publisher("w1", 1, "/ledgers"), observed_ms=MTIME_MS)
-    answers = None
-    if ledger_id in ANSWERS:
-        answers = encode_answers(ANSWERS[ledger_id], decode_ledger_metadata(event.metadata))
-    return Row(ledger_id=ledger_id, offset=offset, event=event.SerializeToString(), answers=answers)
+    return snapshot_row(ledger_id, offset, data, ANSWERS.get(ledger_id), mtime_ms=MTIME_MS)
 
 
 def stored(handle: Handle) -> tuple[bytes, dict[int, TrackedLedger]]:
