@@ -38,8 +38,9 @@ def test_excluded_subtrees_and_time_before_the_start_do_not_count() -> None:
     try:
         with CpuMeter(os.getpid(), exclude=burner.pid, period_s=0.2) as meter:
             subprocess.run([sys.executable, "-c", "import time; time.sleep(2)"], check=True, timeout=30)
-        # A Python start: not the excluded loop's 2 s, nor this process's CPU before the start (its imports).
-        assert meter.seconds() < 0.5
+        # A Python start and the meter's own sampling (up to ~0.8 s on a loaded 2-core machine): not the excluded
+        # loop's core over the 2 s or more of the run, nor this process's CPU before the start (its imports).
+        assert meter.seconds() < 1.4
     finally:
         burner.kill()
         burner.wait()
