@@ -15,10 +15,7 @@ stand-ins: no Spark, no JVM, no network. Timed: CPU seconds of this process (``t
 garbage collector running as in the job; printed: the median per ledger, the checks' verdicts and the output rows
 per ledger. Then PySpark's part in handing those rows back to Spark, timed the same way: each bucket's rows turned
 into an Arrow record batch as its row-based ``transformWithState`` serializer does (``Row.asDict`` per row,
-``RecordBatch.from_pylist`` per bucket), which costs per row, not per ledger. And PySpark's part in handing the
-processor its input: the Arrow stream Spark sends (sorted by bucket) read by PySpark's own row-based serializer into
-a ``Row`` of Python values per row, for the fetch stage's rows (one a bucket) and, in the same run, for the former
-form of one row a ledger.
+``RecordBatch.from_pylist`` per bucket), which costs per row, not per ledger.
 
 With ``--profile``, one more run under cProfile and the share of the main steps in it (cumulative time; cProfile
 slows Python calls unevenly, so read the shares, not the times). Nothing is asserted: exit 0.
@@ -28,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import io
 import json
 import pstats
 import statistics
@@ -40,7 +36,6 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import Row
-from pyspark.sql.pandas.serializers import TransformWithStateInPySparkRowSerializer
 
 from scrutiny.connectors.bookies.fetch import FetchConfig
 from scrutiny.connectors.kafka.events import Publisher
@@ -50,11 +45,10 @@ from scrutiny.core.ledger_metadata import build_ledger_metadata, encode_ledger_m
 from scrutiny.core.ledger_tracker import TrackerConfig
 from scrutiny.core.striping import expected_groups
 from scrutiny.core.verdict import BookieAnswer, ClusterView
-from scrutiny.streaming.checker.bucket_rows import BucketEvent, bucket_rows
 from scrutiny.streaming.checker.buckets import bucket_of
 from scrutiny.streaming.checker.config import JobConfig
 from scrutiny.streaming.checker.processor import LedgerProcessor
-from tests.support.processor_fakes import Handle, Timers, fetched_rows, snapshot_row
+from tests.support.processor_fakes import Handle, Timers, snapshot_row
 
 BOOKIES = tuple(f"127.0.0.1:{3181 + index}" for index in range(9))
 ENSEMBLE, WRITE_QUORUM, ACK_QUORUM, LAST_ENTRY = 3, 2, 2, 99
@@ -89,8 +83,8 @@ class _BenchConfig(JobConfig):
         return _CLUSTER
 
 
-def fetched_event(ledger_id: int, offset: int, publisher: Publisher) -> BucketEvent:
-    """The fetch stage's event for the snapshot event of a healthy closed ledger: the event, its answers and its
+def fetched_row(ledger_id: int, offset: int, publisher: Publisher) -> Row:
+    """The fetch stage's row for the snapshot event of a healthy closed ledger: the event, its answers and its
     metadata decoded."""
     ensemble = tuple(BOOKIES[(ledger_id + k) % len(BOOKIES)] for k in range(ENSEMBLE))
     metadata = build_ledger_metadata(
@@ -110,51 +104,12 @@ def fetched_event(ledger_id: int, offset: int, publisher: Publisher) -> BucketEv
     )
 
 
-def events_of(ledgers: int) -> list[BucketEvent]:
+def buckets_of(ledgers: int) -> dict[int, list[Row]]:
     publisher = Publisher("bench", 1, "/ledgers")
-    return [fetched_event(ledger_id, ledger_id, publisher) for ledger_id in range(ledgers)]
-
-
-def buckets_of(events: list[BucketEvent]) -> dict[int, list[Row]]:
-    """Bucket -> the fetch stage's rows of it (one), as the processor is given them."""
-    return {row["bucket"]: [row] for row in fetched_rows(events)}
-
-
-def arrow_stream(batch: pa.RecordBatch) -> bytes:
-    """``batch`` as an Arrow IPC stream, the form in which Spark sends the stateful step its input rows."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    data: bytes = sink.getvalue().to_pybytes()
-    return data
-
-
-def input_streams(events: list[BucketEvent]) -> dict[str, bytes]:
-    """The stateful step's input as Arrow streams, sorted by bucket: one row a bucket (the fetch stage's rows), and
-    one row a ledger with its bucket computed after the fetch stage (the former form: ledger_id, offset, event,
-    answers, bucket)."""
-    ledgers = pa.RecordBatch.from_pydict(
-        {
-            "ledger_id": pa.array([e.ledger_id for e in events], pa.int64()),
-            "offset": pa.array([e.offset for e in events], pa.int64()),
-            "event": pa.array([e.event for e in events], pa.binary()),
-            "answers": pa.array([e.answers for e in events], pa.binary()),
-            "bucket": pa.array([bucket_of(e.ledger_id) for e in events], pa.int64()),
-        }
-    )
-    return {"one row a bucket": arrow_stream(bucket_rows(events)), "one row a ledger": arrow_stream(ledgers)}
-
-
-def read_input(stream: bytes) -> int:
-    """What PySpark's row-based ``transformWithState`` serializer makes of the input stream before the processor
-    sees it (its own code: a ``Row`` of Python values per row, grouped by key); rows read."""
-    serializer = TransformWithStateInPySparkRowSerializer(arrow_max_records_per_batch=10_000)  # type: ignore[no-untyped-call]
-    schema = pa.ipc.open_stream(stream).schema
-    serializer.key_offsets = [schema.get_field_index("bucket")]
-    read = 0
-    for _, _, rows in serializer.load_stream(io.BytesIO(stream)):  # type: ignore[no-untyped-call]
-        read += sum(1 for _ in rows or ())
-    return read
+    buckets: dict[int, list[Row]] = {}
+    for ledger_id in range(ledgers):
+        buckets.setdefault(bucket_of(ledger_id), []).append(fetched_row(ledger_id, ledger_id, publisher))
+    return buckets
 
 
 def run_once(config: JobConfig, buckets: dict[int, list[Row]]) -> list[list[Row]]:
@@ -197,19 +152,12 @@ def main() -> int:
     ledgers = args.ledgers or (2_000 if args.quick else 20_000)
     runs = args.runs or (3 if args.quick else 5)
     config = _BenchConfig(ZooKeeperSection(), "/ledgers", "/bookies", FetchConfig(), TrackerConfig())
-    events = events_of(ledgers)
-    buckets = buckets_of(events)
-    streams = input_streams(events)
+    buckets = buckets_of(ledgers)
     to_arrow(run_once(config, buckets))  # imports, caches
     seconds: list[float] = []
     converting: list[float] = []
-    reading: dict[str, list[float]] = {form: [] for form in streams}
     output: list[list[Row]] = []
     for _ in range(runs):
-        for form, stream in streams.items():
-            started = time.process_time()
-            read_input(stream)
-            reading[form].append(time.process_time() - started)
         started = time.process_time()
         output = run_once(config, buckets)
         seconds.append(time.process_time() - started)
@@ -225,10 +173,6 @@ def main() -> int:
     each = ", ".join(f"{s:.2f} s" for s in converting)
     median = statistics.median(converting) / ledgers * 1e6
     print(f"  PySpark's conversion of those rows to Arrow, per ledger: median {median:.0f} µs (runs: {each})")
-    for form, spent in reading.items():
-        each = ", ".join(f"{s:.2f} s" for s in spent)
-        median = statistics.median(spent) / ledgers * 1e6
-        print(f"  PySpark's reading of the input, {form}, per ledger: median {median:.1f} µs (runs: {each})")
     if args.profile:
         print_profile(config, buckets)
     return 0

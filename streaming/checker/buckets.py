@@ -19,11 +19,13 @@ from scrutiny.core.ledger_tracker import TrackedLedger
 
 #: Ledgers per bucket (a power of two, so a bucket is a run of ids).
 BUCKET_SIZE: Final = 64
+#: The bucket of the ``ledger_id`` column as a Spark SQL expression. The fetch stage's own rows (figures, rejected
+#: records: :mod:`scrutiny.streaming.checker.records`) have negative keys, which are their own buckets.
+BUCKET_EXPRESSION: Final = f"CASE WHEN ledger_id < 0 THEN ledger_id ELSE ledger_id DIV {BUCKET_SIZE} END"
 
 
 def bucket_of(ledger_id: int) -> int:
-    """The bucket of a ledger id. The fetch stage's own rows (figures, rejected records, cluster events:
-    :mod:`scrutiny.streaming.checker.records`) have negative keys, which are their own buckets."""
+    """The bucket of a ledger id (as :data:`BUCKET_EXPRESSION`: a negative key is its own bucket)."""
     return ledger_id if ledger_id < 0 else ledger_id // BUCKET_SIZE
 
 

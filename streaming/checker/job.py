@@ -1,9 +1,8 @@
 """The streaming checker: Kafka events → fetch stage → stateful processor → Delta tables.
 
 :func:`start_checker` runs on the driver: it registers the Kafka source, builds the query
-(``mapInArrow`` fetch stage handing on one row a bucket of ledgers, ``transformWithState`` keyed by that bucket
-with processing-time timers and the RocksDB state store, ``foreachBatch`` sink) and starts it with its checkpoint.
-Nothing in
+(``mapInArrow`` fetch stage, ``transformWithState`` keyed by ledger with processing-time timers
+and the RocksDB state store, ``foreachBatch`` sink) and starts it with its checkpoint. Nothing in
 it assumes local mode: under ``spark-submit`` the fetch stage runs one task per Kafka partition
 range and the processor one task per shuffle partition, on whatever executors the cluster gives.
 """
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
+from pyspark.sql.functions import expr
 from pyspark.sql.streaming.query import StreamingQuery
 
 from scrutiny.connectors.bookies.fetch import FetchConfig, fetch_config_from_settings
@@ -33,12 +33,12 @@ from scrutiny.core.backoff import Backoff
 from scrutiny.core.ledger_tracker import RecheckPolicy, TrackerConfig
 from scrutiny.settings.loader import Settings
 from scrutiny.settings.sections import CheckerSection
-from scrutiny.streaming.checker.bucket_rows import BUCKET_ROWS_DDL
+from scrutiny.streaming.checker.buckets import BUCKET_EXPRESSION
 from scrutiny.streaming.checker.config import JobConfig
 from scrutiny.streaming.checker.metrics import JobMetrics
 from scrutiny.streaming.checker.open_gauges import OpenGauges
 from scrutiny.streaming.checker.orphan_sweep import OrphanSweep, job_sweep
-from scrutiny.streaming.checker.prepare import PrepareEvents
+from scrutiny.streaming.checker.prepare import PREPARED_DDL, PrepareEvents
 from scrutiny.streaming.checker.processor import LedgerProcessor
 from scrutiny.streaming.checker.records import NARROW_DDL
 from scrutiny.streaming.checker.replay import BatchOutputs, ReplayHandle
@@ -228,11 +228,11 @@ def start_checker(
     outputs = BatchOutputs(CheckpointFiles(spark, checkpoint))
     replay = _replay_handle(outputs)
     raw = spark.readStream.format(FORMAT).options(**options).load()
-    prepared = raw.select("partition", "offset", "key", "value").mapInArrow(
-        PrepareEvents(config, replay), BUCKET_ROWS_DDL
-    )
-    checked = prepared.groupBy("bucket").transformWithState(
-        LedgerProcessor(config, replay), NARROW_DDL, outputMode="Append", timeMode="ProcessingTime"
+    prepared = raw.select("partition", "offset", "key", "value").mapInArrow(PrepareEvents(config, replay), PREPARED_DDL)
+    checked = (
+        prepared.withColumn("bucket", expr(BUCKET_EXPRESSION))
+        .groupBy("bucket")
+        .transformWithState(LedgerProcessor(config, replay), NARROW_DDL, outputMode="Append", timeMode="ProcessingTime")
     )
     tables = job_tables(spark, checker, app_id=f"{APP_ID}-{stream_id}")
     verified = None

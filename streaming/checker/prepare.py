@@ -1,7 +1,6 @@
 """The fetch stage: decode a partition's events and fetch the listings their checks need.
 
-Runs on the executors (``mapInArrow``) once per Kafka partition range per micro-batch, and hands its rows on one
-a bucket of ledgers (:mod:`scrutiny.streaming.checker.bucket_rows`). For each
+Runs on the executors (``mapInArrow``) once per Kafka partition range per micro-batch. For each
 ledger it keeps its events in offset order; for the last metadata event (or LEDGER_RECHECK, but one after a bookie's
 restart, which the processor weighs first) of a ledger that needs a check (closed, or with sealed segments) it asks
 the ensemble's bookies, all ledgers of the batch at once, batched per bookie. Cluster-wide events refresh the cluster
@@ -15,7 +14,7 @@ are not an event, an unknown kind, another cluster's events, a negative ledger i
 not the event's) is passed on under :data:`REJECTED_KEY` with its partition, offset and reason,
 and the sink records it in ``rejected_events``.
 
-One extra event per partition range (under :data:`STATS_KEY`) carries the stage's
+One extra row per partition range (``ledger_id`` = :data:`STATS_KEY`) carries the stage's
 figures (events read, RPCs) to the processor, which sums them for ``checker_runs``.
 """
 
@@ -39,13 +38,21 @@ from scrutiny.core.ledger_tracker import needs_check
 from scrutiny.core.verdict import BookieAnswer
 from scrutiny.proto import ledger_events_pb2 as pb
 from scrutiny.streaming.checker.answer_codec import encode_answers
-from scrutiny.streaming.checker.bucket_rows import BucketEvent, bucket_rows
 from scrutiny.streaming.checker.config import JobConfig
 from scrutiny.streaming.checker.records import CLUSTER_LEDGER, REJECTED_KEY, STATS_KEY
 from scrutiny.streaming.checker.replay import ReplayHandle
 
 log = logging.getLogger(__name__)
 
+PREPARED_SCHEMA = pa.schema(
+    [
+        pa.field("ledger_id", pa.int64(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("event", pa.binary()),
+        pa.field("answers", pa.binary()),
+    ]
+)
+PREPARED_DDL = "ledger_id long, offset long, event binary, answers binary"
 #: The events whose metadata is checked (a recheck carries the ledger's metadata as last published).
 _CHECKED = (pb.EventKind.LEDGER_CREATED, pb.EventKind.LEDGER_CHANGED, pb.EventKind.LEDGER_RECHECK)
 #: The cluster-wide events the processor needs: they open and resolve the cluster-level findings.
@@ -223,12 +230,15 @@ def ledgers_to_check(rows: list[EventRow]) -> dict[int, ToCheck]:
 def _batch(
     rows: list[EventRow], rejected: list[RejectedRow], answers: dict[int, bytes], figures: dict[str, int]
 ) -> pa.RecordBatch:
-    """The stage's output: one row a bucket (:mod:`~scrutiny.streaming.checker.bucket_rows`), the rejected records
-    and the figures under their own keys."""
-    events = [BucketEvent(r.ledger_id, r.offset, r.value, answers.get(r.offset)) for r in rows]
-    events += [BucketEvent(REJECTED_KEY, r.offset, r.to_json(), None) for r in rejected]
-    events.append(BucketEvent(STATS_KEY, 0, json.dumps(figures).encode(), None))
-    return bucket_rows(events)
+    ledger_ids = [r.ledger_id for r in rows] + [REJECTED_KEY] * len(rejected) + [STATS_KEY]
+    offsets = [r.offset for r in rows] + [r.offset for r in rejected] + [0]
+    events: list[bytes | None] = [*(r.value for r in rows), *(r.to_json() for r in rejected)]
+    events.append(json.dumps(figures).encode())
+    fetched: list[bytes | None] = [answers.get(r.offset) for r in rows] + [None] * (len(rejected) + 1)
+    return pa.RecordBatch.from_arrays(
+        [pa.array(ledger_ids, pa.int64()), pa.array(offsets, pa.int64()), pa.array(events), pa.array(fetched)],
+        schema=PREPARED_SCHEMA,
+    )
 
 
 def _ms(started: float) -> int:

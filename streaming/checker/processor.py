@@ -39,7 +39,6 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
-from operator import attrgetter
 from typing import Any
 
 from pyspark.sql import Row
@@ -78,7 +77,6 @@ from scrutiny.core.vocabulary import Category
 from scrutiny.core.zk_records import UnderReplicationMark
 from scrutiny.proto import ledger_events_pb2 as pb
 from scrutiny.streaming.checker.answer_codec import decode_answers
-from scrutiny.streaming.checker.bucket_rows import BucketEvent, bucket_events
 from scrutiny.streaming.checker.buckets import decode_bucket, encode_bucket
 from scrutiny.streaming.checker.config import JobConfig
 from scrutiny.streaming.checker.prepare import fetch_answers
@@ -144,9 +142,7 @@ class LedgerProcessor(StatefulProcessor):
         rows: Iterator[Any],
         timerValues: TimerValues,  # noqa: N803
     ) -> Iterator[Any]:
-        """A bucket's events of this batch, in the fetch stage's rows of that bucket (one from each of its tasks that
-        had some: :mod:`~scrutiny.streaming.checker.bucket_rows`), or the fetch stage's own rows (:data:`STATS_KEY`,
-        :data:`REJECTED_KEY`, :data:`CLUSTER_LEDGER`)."""
+        """A bucket's events of this batch (or the fetch stage's own rows: :data:`STATS_KEY`, :data:`REJECTED_KEY`)."""
         if self.replay is not None and self.replay.running():
             for _ in rows:
                 pass
@@ -154,20 +150,20 @@ class LedgerProcessor(StatefulProcessor):
             return
         now_ms = _now_ms(timerValues.getCurrentProcessingTimeInMs())  # the fetch stage's answers are in already
         self._view = None
-        ordered = sorted(bucket_events(row["events"] for row in rows), key=attrgetter("offset"))
+        ordered = sorted(rows, key=lambda r: r["offset"])
         if int(key[0]) in (STATS_KEY, REJECTED_KEY):
             made = stats_records if int(key[0]) == STATS_KEY else rejected_records
-            yield from self._rows(made([item.event for item in ordered], now_ms=now_ms, source=self.config.source))
+            yield from self._rows(made([row["event"] for row in ordered], now_ms=now_ms, source=self.config.source))
             return
         if int(key[0]) == CLUSTER_LEDGER:
             yield from self._rows(self._cluster_events(ordered, now_ms))
             return
-        by_ledger: dict[int, list[tuple[BucketEvent, pb.LedgerEvent]]] = {}
+        by_ledger: dict[int, list[tuple[Any, pb.LedgerEvent]]] = {}
         walked = False  # a snapshot or resync names every ledger that exists
-        for item in ordered:
-            event = pb.LedgerEvent.FromString(item.event)
+        for row in ordered:
+            event = pb.LedgerEvent.FromString(row["event"])
             walked = walked or event.origin in _WALKS
-            by_ledger.setdefault(item.ledger_id, []).append((item, event))
+            by_ledger.setdefault(int(row["ledger_id"]), []).append((row, event))
         before = self._load()
         states = dict(before)
         records: list[Record] = []
@@ -261,14 +257,14 @@ class LedgerProcessor(StatefulProcessor):
 
     # ------------------------------------------------------------------ applying events
 
-    def _cluster_events(self, rows: list[BucketEvent], now_ms: int) -> list[Record]:
+    def _cluster_events(self, rows: list[Any], now_ms: int) -> list[Record]:
         """The cluster events of the batch: ``BOOKIE_LOST`` (:mod:`scrutiny.core.bookie_findings`) and the
         auto-recovery findings (:mod:`scrutiny.core.autorecovery_health`) opened and resolved in the cluster-level
         state. Every partition has a copy of each: taken once, in the order the watcher published them (epoch, then
         sequence), since offsets of different partitions do not compare."""
         events = {}
         for row in rows:
-            event = pb.LedgerEvent.FromString(row.event)
+            event = pb.LedgerEvent.FromString(row["event"])
             events[(event.epoch, event.sequence, event.watcher_id)] = event
         before = self._load()
         state = before.get(CLUSTER_LEDGER)
@@ -289,7 +285,7 @@ class LedgerProcessor(StatefulProcessor):
         return records + self._save(CLUSTER_LEDGER, before, after, now_ms)
 
     def _apply_events(
-        self, ledger_id: int, state: TrackedLedger | None, parsed: list[tuple[BucketEvent, pb.LedgerEvent]], now_ms: int
+        self, ledger_id: int, state: TrackedLedger | None, parsed: list[tuple[Any, pb.LedgerEvent]], now_ms: int
     ) -> tuple[TrackedLedger | None, list[Record]]:
         """One ledger's events of the batch (rows and their events), in offset order: its new state and records."""
         records: list[Record] = []
@@ -297,7 +293,7 @@ class LedgerProcessor(StatefulProcessor):
         for index, (row, event) in enumerate(parsed):
             if _supersedes(event) and index != newest:
                 continue  # superseded within the batch by a newer version, a recheck or a deletion
-            step = self._step(state, event, row.answers, now_ms)
+            step = self._step(state, event, row["answers"], now_ms)
             records += outcome_records(ledger_id, step.outcome, now_ms=now_ms, source=self.config.source)
             if step.outcome.fetch and step.state is not None:
                 step, more = self._fetched(ledger_id, step, now_ms)

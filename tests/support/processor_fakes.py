@@ -1,14 +1,13 @@
 """What Spark gives the checker's stateful processor, held in memory: a bucket's value state, its handle, the clock.
 
 For running :class:`~scrutiny.streaming.checker.processor.LedgerProcessor` without Spark (its tests, and
-``bench/processor_bench.py``). Timers are not kept: the callers say when one is due. Also the events the fetch stage
-hands the processor (:func:`snapshot_row`), in its rows of a bucket (:func:`fetched_rows`), and a healthy stripe's
-listing (:func:`held_stripe`).
+``bench/processor_bench.py``). Timers are not kept: the callers say when one is due. Also the rows the fetch stage
+hands the processor (:func:`snapshot_row`) and a healthy stripe's listing (:func:`held_stripe`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from pyspark.sql import Row
 
@@ -19,7 +18,6 @@ from scrutiny.core.sequence_groups import from_entries
 from scrutiny.core.verdict import BookieAnswer
 from scrutiny.proto import ledger_events_pb2 as pb
 from scrutiny.streaming.checker.answer_codec import encode_answers
-from scrutiny.streaming.checker.bucket_rows import BucketEvent, bucket_rows
 
 
 class State:
@@ -73,8 +71,8 @@ def snapshot_row(
     mtime_ms: int,
     publisher: Publisher | None = None,
     hand_on: bool = True,
-) -> BucketEvent:
-    """The fetch stage's event for the watcher's snapshot event of a znode holding ``data`` (version 1): the event and,
+) -> Row:
+    """The fetch stage's row for the watcher's snapshot event of a znode holding ``data`` (version 1): the event and,
     when ``answers`` are given, the answers with the event's metadata decoded, as the fetch stage hands them on
     (``hand_on`` False: without the metadata)."""
     node = Node(data, NodeStat(1, 10 + offset, 10 + offset, mtime_ms, mtime_ms))
@@ -85,13 +83,7 @@ def snapshot_row(
     fetched = None
     if answers is not None:
         fetched = encode_answers(answers, decode_ledger_metadata(event.metadata) if hand_on else None)
-    return BucketEvent(ledger_id, offset, event.SerializeToString(), fetched)
-
-
-def fetched_rows(events: Iterable[BucketEvent]) -> list[Row]:
-    """The rows the fetch stage hands on for ``events`` (one a bucket), as PySpark gives them to the processor."""
-    batch = bucket_rows(events)
-    return [Row(bucket=b, events=e) for b, e in zip(*(c.to_pylist() for c in batch.columns), strict=True)]
+    return Row(ledger_id=ledger_id, offset=offset, event=event.SerializeToString(), answers=fetched)
 
 
 def held_stripe(index: int, entries: int = 10) -> BookieAnswer:

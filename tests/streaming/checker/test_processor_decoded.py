@@ -21,7 +21,7 @@ from scrutiny.core.verdict import BookieAnswer, ClusterView
 from scrutiny.streaming.checker.buckets import bucket_of
 from scrutiny.streaming.checker.config import JobConfig
 from scrutiny.streaming.checker.processor import LedgerProcessor
-from tests.support.processor_fakes import Handle, Timers, fetched_rows, held_stripe, snapshot_row
+from tests.support.processor_fakes import Handle, Timers, held_stripe, snapshot_row
 
 pytestmark = pytest.mark.unit
 
@@ -53,10 +53,10 @@ def rows(*, hand_on: bool) -> list[Row]:
             ensemble_size=3, write_quorum=2, ack_quorum=2, segments=[(0, BOOKIES)], last_entry_id=9, password=b"pw"
         )
     )
-    return fetched_rows(
+    return [
         snapshot_row(ledger_id, offset, data, answers, mtime_ms=MTIME_MS, hand_on=hand_on)
         for offset, (ledger_id, answers) in enumerate(ANSWERS.items())
-    )
+    ]
 
 
 def check(given: list[Row]) -> list[dict[str, Any]]:

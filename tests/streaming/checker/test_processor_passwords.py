@@ -14,6 +14,7 @@ from collections.abc import Collection, Iterator
 from typing import Any, NamedTuple
 
 import pytest
+from pyspark.sql import Row
 
 from scrutiny.connectors.bookies.fetch import FetchConfig
 from scrutiny.connectors.zookeeper.cluster_cache import CachedClusterReader, ClusterSnapshot
@@ -24,11 +25,10 @@ from scrutiny.core.ledger_metadata import encode_ledger_metadata_v3 as encode
 from scrutiny.core.ledger_tracker import TrackedLedger, TrackerConfig
 from scrutiny.core.verdict import BookieAnswer, ClusterView
 from scrutiny.streaming.checker import processor as processor_module
-from scrutiny.streaming.checker.bucket_rows import BucketEvent
 from scrutiny.streaming.checker.buckets import bucket_of, decode_bucket
 from scrutiny.streaming.checker.config import JobConfig
 from scrutiny.streaming.checker.processor import LedgerProcessor
-from tests.support.processor_fakes import Handle, Timers, fetched_rows, held_stripe, snapshot_row
+from tests.support.processor_fakes import Handle, Timers, held_stripe, snapshot_row
 
 pytestmark = pytest.mark.unit
 
@@ -95,7 +95,7 @@ def znodes(monkeypatch: pytest.MonkeyPatch) -> Znodes:
     return reader
 
 
-def event_row(ledger_id: int, offset: int, data: bytes) -> BucketEvent:
+def event_row(ledger_id: int, offset: int, data: bytes) -> Row:
     """What the fetch stage hands the processor for the watcher's event of this znode (with its answers and the
     event's metadata decoded)."""
     return snapshot_row(ledger_id, offset, data, ANSWERS.get(ledger_id), mtime_ms=MTIME_MS)
@@ -161,7 +161,7 @@ def test_events_and_rereads_leave_no_password_in_the_state_or_the_records(znodes
     garbage = b"\x00not metadata, with the password " + PASSWORD
     originals = {LOST: blob(PASSWORD), HEALTHY: blob(PASSWORD), GARBLED: garbage}
     znodes.znodes = {ledger: (data, 1) for ledger, data in originals.items()}
-    rows = fetched_rows(event_row(ledger, offset, data) for offset, (ledger, data) in enumerate(originals.items()))
+    rows = [event_row(ledger, offset, data) for offset, (ledger, data) in enumerate(originals.items())]
     records = payloads(processor.handleInputRows((bucket_of(LOST),), iter(rows), Timers(MTIME_MS)))  # type: ignore[arg-type]
 
     value, states = stored(handle)
