@@ -14,7 +14,7 @@ from pyspark.sql import Row
 from scrutiny.connectors.kafka.events import Publisher, event_for_change
 from scrutiny.core.ledger_metadata import decode_ledger_metadata
 from scrutiny.core.metadata_view import ChangeKind, MetadataChange, Node, NodeStat
-from scrutiny.core.sequence_groups import from_entries
+from scrutiny.core.striping import expected_groups
 from scrutiny.core.verdict import BookieAnswer
 from scrutiny.proto import ledger_events_pb2 as pb
 from scrutiny.streaming.checker.answer_codec import encode_answers
@@ -89,4 +89,4 @@ def snapshot_row(
 def held_stripe(index: int, entries: int = 10) -> BookieAnswer:
     """The listing of the bookie at ``index`` of an E=3/WQ=2 ensemble that holds its whole stripe of entries 0 to
     ``entries - 1``."""
-    return BookieAnswer.listing(from_entries([e for e in range(entries) if index in (e % 3, (e + 1) % 3)]))
+    return BookieAnswer.listing(expected_groups(index, 3, 2, 0, entries - 1))
