@@ -13,7 +13,9 @@ registered bookies, each event as the watcher's snapshot publishes it, each with
 as the job keys them), with the bucket's state store, its timers and the cluster view replaced by small in-memory
 stand-ins: no Spark, no JVM, no network. Timed: CPU seconds of this process (``time.process_time``) per run, the
 garbage collector running as in the job; printed: the median per ledger, the checks' verdicts and the output rows
-per ledger. Then PySpark's part in handing those rows back to Spark, timed the same way: each bucket's rows turned
+per ledger, and the garbage collector's share of it (``--collector``: as the job's workers run it, the default, or
+with Python's defaults). Then PySpark's part in handing those rows back to Spark, timed the same way: each bucket's
+rows turned
 into an Arrow record batch as its row-based ``transformWithState`` serializer does (``Row.asDict`` per row,
 ``RecordBatch.from_pylist`` per bucket), which costs per row, not per ledger.
 
@@ -37,6 +39,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import Row
 
+from bench.gc_meter import CollectorMeter, add_collector_argument, set_collector
 from scrutiny.connectors.bookies.fetch import FetchConfig
 from scrutiny.connectors.kafka.events import Publisher
 from scrutiny.connectors.zookeeper.cluster_cache import ClusterSnapshot
@@ -148,18 +151,22 @@ def main() -> int:
     parser.add_argument("--ledgers", type=int, default=None, help="ledgers per run (default 20,000)")
     parser.add_argument("--runs", type=int, default=None, help="timed runs (default 5)")
     parser.add_argument("--profile", action="store_true", help="one more run under cProfile: the main steps' shares")
+    add_collector_argument(parser)
     args = parser.parse_args()
     ledgers = args.ledgers or (2_000 if args.quick else 20_000)
     runs = args.runs or (3 if args.quick else 5)
     config = _BenchConfig(ZooKeeperSection(), "/ledgers", "/bookies", FetchConfig(), TrackerConfig())
+    set_collector(args.collector)
     buckets = buckets_of(ledgers)
     to_arrow(run_once(config, buckets))  # imports, caches
     seconds: list[float] = []
     converting: list[float] = []
     output: list[list[Row]] = []
+    collector = CollectorMeter()
     for _ in range(runs):
         started = time.process_time()
-        output = run_once(config, buckets)
+        with collector.measuring():
+            output = run_once(config, buckets)
         seconds.append(time.process_time() - started)
         started = time.process_time()
         to_arrow(output)
@@ -168,6 +175,7 @@ def main() -> int:
     print(f"stateful step, {ledgers:,} healthy closed ledgers (E=3/WQ=2/AQ=2, 100 entries), {runs} runs:")
     each = ", ".join(f"{s:.2f} s" for s in seconds)
     print(f"  CPU per ledger: median {statistics.median(seconds) / ledgers * 1e6:.0f} µs (runs: {each})")
+    print(f"  of which the garbage collector ({args.collector}'s): {collector.summary(sum(seconds))}")
     judged = ", ".join(f"{count:,} {verdict}" for verdict, count in sorted(verdicts(rows).items()))
     print(f"  checks: {judged}; output rows per ledger: {len(rows) / ledgers:.2f}")
     each = ", ".join(f"{s:.2f} s" for s in converting)

@@ -127,3 +127,12 @@ def test_processor_bench_checks_healthy_ledgers_and_shares_out_its_time() -> Non
     assert re.search(r"PySpark's conversion of those rows to Arrow, per ledger: median \d+ µs", done.stdout)
     shares = [line for line in done.stdout.splitlines() if line.rstrip().endswith("%")]
     assert len(shares) == 8 and float(shares[0].split()[-1].rstrip("%")) > 10  # the verdict's share is counted
+
+
+def test_fetch_bench_fetches_every_ledger_s_answers_and_splits_its_time() -> None:
+    done = run_bench("bench.fetch_bench", "--ledgers", "300", "--runs", "1")
+    assert "ledgers handed on with answers: 300" in done.stdout
+    assert re.search(r"CPU a ledger, the whole process: median \d+ µs", done.stdout)
+    assert re.search(r"the garbage collector \(job's\), on any thread: \d+\.\d%", done.stdout)
+    for step in ("reading the events", "decoding the ledgers' metadata", "fetching the listings", "encoding the"):
+        assert re.search(rf"{step}.* \d+ µs", done.stdout), step

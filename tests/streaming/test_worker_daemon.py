@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from scrutiny.streaming.session import BASE_CONF
 from scrutiny.streaming.worker_bytecode import pyspark_archive
-from scrutiny.streaming.worker_daemon import PRELOADED
+from scrutiny.streaming.worker_daemon import GC_THRESHOLDS, PRELOADED
 
 DAEMON = "scrutiny.streaming.worker_daemon"
 
@@ -64,6 +64,13 @@ def test_the_session_s_python_workers_are_forked_by_the_daemon(spark: SparkSessi
         .collect()
     )
     assert preloads == {PRELOADED}, preloads
+    # and runs with the daemon's collector: its imports frozen out of the scans, young collections rarer
+    collectors = set(
+        spark.sparkContext.parallelize(range(4), 2)
+        .map(lambda _: (__import__("gc").get_threshold(), __import__("gc").get_freeze_count() > 10_000))
+        .collect()
+    )
+    assert collectors == {(GC_THRESHOLDS, True)}, collectors
 
 
 #: A zip importer of the daemon reads its archive's directory again only once the archive changed.
