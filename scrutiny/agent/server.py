@@ -103,9 +103,10 @@ class LedgerAnswer:
         """No usable answer: the ledger is in limbo on the bookie (BP-46)."""
         return cls(ledger_id, ListingStatus.UNKNOWN, reason=reason, limbo=True)
 
-    def to_proto(self) -> pb.LedgerListing:
-        """The wire message."""
-        return pb.LedgerListing(
+    def add_to(self, listings: Any) -> pb.LedgerListing:
+        """The wire message, added to ``listings`` (a response's repeated ``LedgerListing`` field) and built there: an
+        appended message would be copied into it."""
+        message: pb.LedgerListing = listings.add(
             ledger_id=self.ledger_id,
             status=_PROTO_STATUS[self.status],
             reason=self.reason,
@@ -115,6 +116,7 @@ class LedgerAnswer:
             has_ledger_record=self.has_ledger_record,
             limbo=self.limbo,
         )
+        return message
 
 
 @dataclass(frozen=True, slots=True)
@@ -430,16 +432,21 @@ class AgentServer:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{len(ids)} ledgers in one call; at most {limit}")
         answers = self._answers(ids, lambda: not context.is_active())
         response = pb.ListingsResponse(bookie_id=self.config.bookie_id)
+        listings = response.listings
         budget = self.config.max_response_bytes - _RESPONSE_SLACK_BYTES
+        answered = dict.fromkeys(ListingStatus, 0)
         for answer in answers:
-            message = answer.to_proto()
-            size = message.ByteSize() + 8
+            sent = answer
+            size = sent.add_to(listings).ByteSize() + 8
             if size > budget:
-                message = LedgerAnswer.unknown(answer.ledger_id, _TOO_LARGE).to_proto()
-                size = message.ByteSize() + 8
+                del listings[-1]
+                sent = LedgerAnswer.unknown(answer.ledger_id, _TOO_LARGE)
+                size = sent.add_to(listings).ByteSize() + 8
             budget -= size
-            response.listings.append(message)
-            self.metrics.ledgers.labels(status=pb.LedgerListing.Status.Name(message.status)).inc()
+            answered[sent.status] += 1
+        for status, count in answered.items():  # the counters counted once a call, not once a ledger
+            if count:
+                self.metrics.ledgers.labels(status=status.name).inc(count)
         return response
 
     def _answers(self, ids: list[int], cancelled: Cancelled) -> list[LedgerAnswer]:

@@ -199,6 +199,9 @@ class MemoryListingBackend:
         self._hang_s = hang_s
         self._indexed = indexed
         self._released = threading.Event()
+        #: Each ledger's listing bytes with the groups they encode: the store hands out the same groups object until
+        #: the ledger changes, so a listing is encoded once per change, not once per question.
+        self._encoded: dict[int, tuple[Groups, bytes]] = {}
 
     def release(self) -> None:
         """End every hanging or delayed call now (before the server stops)."""
@@ -229,8 +232,20 @@ class MemoryListingBackend:
         if groups is None:
             return LedgerAnswer(ledger_id, ListingStatus.NO_LEDGER, as_of_ms=now_ms)
         return LedgerAnswer(
-            ledger_id, ListingStatus.POSITIVE, listing=encode_listing(groups), as_of_ms=now_ms, has_ledger_record=True
+            ledger_id,
+            ListingStatus.POSITIVE,
+            listing=self._listing(ledger_id, groups),
+            as_of_ms=now_ms,
+            has_ledger_record=True,
         )
+
+    def _listing(self, ledger_id: int, groups: Groups) -> bytes:
+        cached = self._encoded.get(ledger_id)
+        if cached is not None and cached[0] is groups:
+            return cached[1]
+        listing = encode_listing(groups)
+        self._encoded[ledger_id] = (groups, listing)
+        return listing
 
     def list_ledgers(self, after_ledger_id: int, max_ledgers: int, *, cancelled: Cancelled = never) -> LedgerPage:
         """The store's ledgers above ``after_ledger_id`` (:meth:`EntryStore.ledger_ids`) and the ledgers in limbo (the

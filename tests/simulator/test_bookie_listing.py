@@ -8,9 +8,10 @@ import time
 
 import pytest
 
-from scrutiny.agent.server import AgentServer, AgentServerConfig
+from scrutiny.agent.server import AgentServer, AgentServerConfig, ListingStatus
 from scrutiny.connectors.bookies.agent_client import AgentClient, AgentListingError
 from scrutiny.core.held_ledgers import LISTING_START, NO_ENTRY, HeldLedger
+from scrutiny.core.listing_codec import encode_listing
 from scrutiny.core.sequence_groups import SequenceGroup, expand
 from scrutiny.core.striping import expected_groups
 from scrutiny.simulator.bookie import EntryStore, FaultSwitch, MemoryListingBackend, SimBookie
@@ -112,3 +113,16 @@ def test_an_unresponsive_ledger_makes_its_page_unavailable() -> None:
         server.stop(grace_s=1.0)
     assert error.value.code == "UNAVAILABLE" and 0.3 <= waited < 4.0
     assert [h.ledger_id for h in after.ledgers] == [6, 2**50] and after.end
+
+
+def test_a_listing_is_encoded_once_and_again_whenever_the_ledger_s_entries_change() -> None:
+    entries = store()
+    backend = MemoryListingBackend(entries, FaultSwitch())
+    first, again = (backend.get_listings([1, 4])[0] for _ in range(2))
+    assert first.listing == encode_listing(STRIPED) and again.listing is first.listing  # the same bytes, kept
+    entries.put(1, (SequenceGroup.run(0, 5),))  # the bookie's entries of ledger 1 change
+    assert backend.get_listings([1])[0].listing == encode_listing((SequenceGroup.run(0, 5),))
+    entries.invalidate([1])  # forgotten: the store holds nothing of it now
+    assert backend.get_listings([1])[0].status is ListingStatus.NO_LEDGER
+    entries.put(1, STRIPED)  # equal groups, another object: encoded again, the same bytes
+    assert backend.get_listings([1])[0].listing == first.listing
