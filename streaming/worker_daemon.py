@@ -22,10 +22,14 @@ answers and states) until it ends, and the collector's default (a young collecti
 whenever a quarter more objects survived) then scans that heap and every imported module again and again: about a
 fifth of the fetch stage's CPU in ``bench/fetch_bench.py``. The daemon freezes what it imported (``gc.freeze``: never
 scanned again, and its pages stay shared with the workers) and makes the young collections rarer
-(:data:`GC_THRESHOLDS`); the workers inherit both. Garbage in cycles waits a little longer (at most some 10,000
-allocations) to be freed; nothing else changes. Everything else is Spark's own daemon. The session names this module in
-``spark.python.daemon.module`` (``streaming/session.py``); the package the workers import must then be installed
-where they run, as it must for the checker's own code.
+(:data:`GC_THRESHOLDS`); the workers inherit both. PySpark's daemon also collects in full after every task of a reused
+worker, over what the worker imported after the fork (pyarrow, grpc, the stages' modules: ~70 ms a task in a fetch
+worker); so each worker, once its first task is done and collected, freezes what survived it too (those modules, its
+clients and caches: :func:`freeze_after_first_task`). Garbage in cycles waits a little longer (at most some 10,000
+allocations) to be freed; an object alive after the first task that later becomes garbage in a cycle is never freed
+(a first task's leftovers: bounded, once a worker). Everything else is Spark's own daemon. The session names this
+module in ``spark.python.daemon.module`` (``streaming/session.py``); the package the workers import must then be
+installed where they run, as it must for the checker's own code.
 """
 
 from __future__ import annotations
@@ -33,11 +37,13 @@ from __future__ import annotations
 import gc
 import importlib
 import os
+import socket
 import sys
 import weakref
 import zipimport
 
-import pyspark.worker  # noqa: F401  (imported here, before the forks, on purpose)
+import pyspark.daemon
+import pyspark.worker  # imported here, before the forks, on purpose
 from pyspark.daemon import manager
 
 #: The checker's modules the daemon imports before the forks (with what they import).
@@ -104,8 +110,27 @@ def tune_collector() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+def freeze_after_first_task() -> None:
+    """Make each forked worker collect and freeze what survives its first task (see the module's docstring): PySpark's
+    daemon runs a worker's tasks through ``pyspark.daemon.worker``, looked up at each task."""
+    run_task = pyspark.daemon.worker
+    frozen = False  # each worker's own: the fork copies it unset
+
+    def worker(sock: socket.socket, authenticated: bool) -> int:
+        nonlocal frozen
+        code = run_task(sock, authenticated)
+        if not frozen:
+            frozen = True
+            gc.collect()
+            gc.freeze()
+        return code
+
+    pyspark.daemon.worker = worker
+
+
 if __name__ == "__main__":
     preload()
     keep_zip_directories()
     tune_collector()
+    freeze_after_first_task()
     manager()

@@ -71,6 +71,12 @@ def test_the_session_s_python_workers_are_forked_by_the_daemon(spark: SparkSessi
         .collect()
     )
     assert collectors == {(GC_THRESHOLDS, True)}, collectors
+    tasks = set(
+        spark.sparkContext.parallelize(range(4), 2)
+        .map(lambda _: __import__("sys").modules["pyspark.daemon"].worker.__qualname__)
+        .collect()
+    )
+    assert tasks == {"freeze_after_first_task.<locals>.worker"}, tasks
 
 
 #: A zip importer of the daemon reads its archive's directory again only once the archive changed.
@@ -106,3 +112,30 @@ def test_zip_importers_read_their_archive_again_only_when_it_changed(tmp_path: P
         check=True,
     )
     assert done.stdout.split() == ["0", "1", "1", "2"], done.stderr
+
+
+#: A worker freezes what survives its first task, after collecting, and only then.
+FIRST_TASK = """
+import gc, sys
+import pyspark.daemon
+from scrutiny.streaming import worker_daemon
+kept = []
+def task(sock, authenticated):
+    kept.extend(object() for _ in range(1000))  # survives the task
+    garbage = []
+    garbage.append(garbage)  # a cycle, dropped by the task: collected, not frozen
+    return 7
+pyspark.daemon.worker = task
+worker_daemon.freeze_after_first_task()
+before = gc.get_freeze_count()
+codes = [pyspark.daemon.worker(None, True)]
+after_first = gc.get_freeze_count()
+codes.append(pyspark.daemon.worker(None, True))
+print(codes, after_first - before >= 1000, gc.get_freeze_count() == after_first, gc.garbage == [])
+"""
+
+
+@pytest.mark.unit
+def test_a_worker_freezes_what_survives_its_first_task_and_no_more() -> None:
+    done = subprocess.run([sys.executable, "-c", FIRST_TASK], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.split() == ["[7,", "7]", "True", "True", "True"], done.stderr
