@@ -96,7 +96,12 @@ BacklogRound = tuple[tuple[int, float, int], tuple[float, float]]
 
 
 def scenario_text(backlog: int, open_ledgers: int) -> str:
-    """Healthy closed ledgers 1..backlog, then open ones to close during the latency phase."""
+    """Healthy closed ledgers 1..backlog, then open ones to close during the latency phase (none: no such block)."""
+    opened = f"""
+[[ledgers]]
+ids = [[{backlog + 1}, {backlog + open_ledgers}]]
+state = "OPEN"
+"""
     return f"""
 [scenario]
 name = "checker-bench"
@@ -115,11 +120,7 @@ ensemble = "auto"
 
 [[ledgers]]
 ids = [[1, {backlog}]]
-
-[[ledgers]]
-ids = [[{backlog + 1}, {backlog + open_ledgers}]]
-state = "OPEN"
-"""
+""" + (opened if open_ledgers else "")
 
 
 def main() -> int:

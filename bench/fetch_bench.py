@@ -40,7 +40,7 @@ from bench.cpu_meter import tree_cpu_seconds
 from bench.gc_meter import CollectorMeter, add_collector_argument, set_collector
 from scrutiny.connectors.kafka.events import Publisher, event_for_change, ledger_key
 from scrutiny.connectors.zookeeper.client import start_zookeeper_client
-from scrutiny.connectors.zookeeper.tree import node_of
+from scrutiny.connectors.zookeeper.tree import read_nodes
 from scrutiny.core.metadata_view import ChangeKind, MetadataChange
 from scrutiny.core.zk_paths import ledger_path
 from scrutiny.proto import ledger_events_pb2 as pb
@@ -61,10 +61,11 @@ KAFKA_SCHEMA = pa.schema(
 def kafka_batch(client: Any, ledgers: int, root: str) -> pa.RecordBatch:
     """The snapshot events of ledgers 1..``ledgers`` as the Kafka source hands a partition range to the stage."""
     publisher = Publisher("bench", 1, root)
+    nodes = read_nodes(client, [ledger_path(ledger, root=root) for ledger in range(1, ledgers + 1)])
     keys: list[bytes] = []
     values: list[bytes] = []
     for ledger in range(1, ledgers + 1):
-        node = node_of(*client.get(ledger_path(ledger, root=root)))
+        node = nodes[ledger_path(ledger, root=root)]
         change = MetadataChange(ChangeKind.LEDGER_CREATED, ledger, node)
         event = event_for_change(change, pb.Origin.SNAPSHOT, publisher, observed_ms=node.stat.mtime_ms)
         keys.append(ledger_key(ledger))
@@ -125,7 +126,7 @@ def main() -> int:
 
 
 def measure(tmp: Path, zk: str, ledgers: int, runs: int, collector_choice: str) -> None:
-    text = scenario_text(ledgers, 0).replace(f'[[ledgers]]\nids = [[{ledgers + 1}, {ledgers}]]\nstate = "OPEN"\n', "")
+    text = scenario_text(ledgers, 0)
     (tmp / "scenario.toml").write_text(text, encoding="utf-8")
     settings = embedded_settings(load_settings(env={}), parse_scenario(text), zk, "127.0.0.1:9")
     config = job_config(settings)

@@ -15,9 +15,8 @@ stand-ins: no Spark, no JVM, no network. Timed: CPU seconds of this process (``t
 garbage collector running as in the job; printed: the median per ledger, the checks' verdicts and the output rows
 per ledger, and the garbage collector's share of it (``--collector``: as the job's workers run it, the default, or
 with Python's defaults). Then PySpark's part in handing those rows back to Spark, timed the same way: each bucket's
-rows turned
-into an Arrow record batch as its row-based ``transformWithState`` serializer does (``Row.asDict`` per row,
-``RecordBatch.from_pylist`` per bucket), which costs per row, not per ledger.
+rows turned into an Arrow record batch as its row-based ``transformWithState`` serializer does (``Row.asDict`` per
+row, ``RecordBatch.from_pylist`` per bucket), which costs per row, not per ledger.
 
 With ``--profile``, one more run under cProfile and the share of the main steps in it (cumulative time; cProfile
 slows Python calls unevenly, so read the shares, not the times). Nothing is asserted: exit 0.
